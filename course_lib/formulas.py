@@ -1,0 +1,225 @@
+"""Every formula of the course, once, as a sympy expression.
+
+This module is the single source of truth. ``python -m course_lib.codegen`` (``make codegen``) turns
+each expression into a plain-Python function in ``course_lib/_generated.py``; the estimator and the
+catalogs call those functions, so the derivation shown in a lesson and the number the calculator
+prints cannot disagree. A test regenerates the module and fails on any difference.
+
+Importing this module imports sympy; ``import course_lib`` does not (it only needs the generated
+code). Lessons import it to display derivations: ``formulas.latex("weight_bytes")``.
+
+Symbols are named like the Python arguments of the generated functions; ``LATEX_NAMES`` gives the
+notation used in the lessons.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+__all__ = ["Formula", "FORMULAS", "S", "latex", "equation", "expr", "derive_decode_sum", "LATEX_NAMES"]
+
+
+def _sym(name: str, latex_name: str, **assumptions) -> sp.Symbol:
+    s = sp.Symbol(name, **assumptions)
+    LATEX_NAMES[s] = latex_name
+    return s
+
+
+LATEX_NAMES: dict[sp.Symbol, str] = {}
+_pos = dict(positive=True)
+_nn = dict(nonnegative=True)
+
+
+class S:
+    """The course's symbols (``S.params`` prints as N in LaTeX)."""
+
+    params = _sym("params", "N", **_pos)
+    bytes_per_weight = _sym("bytes_per_weight", r"b_w", **_pos)
+    bytes_per_kv = _sym("bytes_per_kv", r"b_{kv}", **_pos)
+    layers = _sym("layers", "L", integer=True, positive=True)
+    hidden = _sym("hidden", "h", integer=True, positive=True)
+    heads = _sym("heads", r"H_q", integer=True, positive=True)
+    kv_heads = _sym("kv_heads", r"H_{kv}", integer=True, positive=True)
+    head_dim = _sym("head_dim", "d", integer=True, positive=True)
+    intermediate = _sym("intermediate", "I", integer=True, positive=True)
+    vocab = _sym("vocab", "V", integer=True, positive=True)
+    gated = _sym("gated", r"g", **_nn)            # 1 for a gated (SwiGLU) MLP, 0 for a plain one
+    qkv_bias = _sym("qkv_bias", r"\beta_{qkv}", **_nn)
+    o_bias = _sym("o_bias", r"\beta_o", **_nn)
+    mlp_bias = _sym("mlp_bias", r"\beta_{mlp}", **_nn)
+    norm_vectors = _sym("norm_vectors", r"\nu", **_pos)  # 1 for RMSNorm (weight), 2 for LayerNorm (weight, bias)
+    qk_norm = _sym("qk_norm", r"\kappa", **_nn)
+    q_rank = _sym("q_rank", r"r_q", **_nn)         # MLA query LoRA rank (0: no query compression)
+    kv_rank = _sym("kv_rank", r"r_{kv}", integer=True, positive=True)
+    rope_dim = _sym("rope_dim", r"d_{R}", integer=True, nonnegative=True)
+    nope_dim = _sym("nope_dim", r"d_{qk}", integer=True, positive=True)
+    v_dim = _sym("v_dim", r"d_v", integer=True, positive=True)
+    experts = _sym("experts", "E", integer=True, positive=True)
+    experts_per_token = _sym("experts_per_token", "k", integer=True, positive=True)
+    routed_tokens = _sym("routed_tokens", "T", integer=True, positive=True)
+    kv_values = _sym("kv_values", r"v_{kv}", **_pos)
+    tokens = _sym("tokens", "T", integer=True, nonnegative=True)
+    batch = _sym("batch", "B", integer=True, positive=True)
+    context = _sym("context", "c", integer=True, positive=True)
+    prompt = _sym("prompt", "P", integer=True, positive=True)
+    new_prompt = _sym("new_prompt", r"P_{new}", integer=True, positive=True)
+    cached = _sym("cached", r"P_{c}", integer=True, nonnegative=True)
+    n = _sym("n", "n", integer=True, positive=True)
+    step = _sym("step", "j", integer=True, positive=True)
+    block_params = _sym("block_params", r"N_{blocks}", **_pos)
+    streamed_weight_bytes = _sym("streamed_weight_bytes", r"W_s", **_pos)
+    kv_bytes_per_token = _sym("kv_bytes_per_token", r"k_{tok}", **_nn)
+    attn_dim = _sym("attn_dim", r"d_{att}", **_pos)
+    flops = _sym("flops", r"F_{op}", **_nn)
+    nbytes = _sym("nbytes", r"Q", **_pos)
+    peak_flops = _sym("peak_flops", r"\Pi", **_pos)
+    bandwidth = _sym("bandwidth", r"\beta", **_pos)
+    compute_efficiency = _sym("compute_efficiency", r"\eta_c", **_pos)
+    bandwidth_efficiency = _sym("bandwidth_efficiency", r"\eta_m", **_pos)
+    first = _sym("first", "a", integer=True)
+    last = _sym("last", "z", integer=True)
+    intercept = _sym("intercept", r"\alpha", real=True)
+    slope = _sym("slope", r"\sigma", real=True)
+    ttft = _sym("ttft", r"t_{\mathrm{TTFT}}", **_pos)
+    tpot = _sym("tpot", r"t_{\mathrm{TPOT}}", **_pos)
+
+
+@dataclass(frozen=True)
+class Formula:
+    name: str
+    expr: sp.Expr
+    args: tuple[sp.Symbol, ...]
+    doc: str
+    unit: str
+
+    @property
+    def lhs(self) -> str:
+        return r"\mathrm{" + self.name.replace("_", r"\_") + "}"
+
+
+def _f(name, expr, args, doc, unit):
+    missing = expr.free_symbols - set(args)
+    assert not missing, f"{name}: symbols {missing} not in args"
+    FORMULAS[name] = Formula(name, expr, tuple(args), doc, unit)
+
+
+FORMULAS: dict[str, Formula] = {}
+s = S
+
+# --- sizes -------------------------------------------------------------------------------------------
+_f("weight_bytes", s.params * s.bytes_per_weight, (s.params, s.bytes_per_weight),
+   "Bytes needed to store params weights at bytes_per_weight each.", "B")
+_f("kv_values_per_token", 2 * s.layers * s.kv_heads * s.head_dim, (s.layers, s.kv_heads, s.head_dim),
+   "Values cached per token: K and V (the 2), for every layer and KV head, head_dim each.", "values")
+_f("mla_kv_values_per_token", s.layers * (s.kv_rank + s.rope_dim), (s.layers, s.kv_rank, s.rope_dim),
+   "Multi-head latent attention caches one compressed latent (kv_rank) plus the shared rotary key per layer.",
+   "values")
+_f("kv_cache_bytes", s.kv_values * s.bytes_per_kv * s.tokens * s.batch,
+   (s.kv_values, s.bytes_per_kv, s.tokens, s.batch),
+   "Bytes of KV cache for `tokens` tokens in each of `batch` sequences.", "B")
+
+# --- parameter counts of one transformer block --------------------------------------------------------
+_f("attention_params",
+   s.hidden * s.heads * s.head_dim + 2 * s.hidden * s.kv_heads * s.head_dim + s.heads * s.head_dim * s.hidden
+   + s.qkv_bias * (s.heads + 2 * s.kv_heads) * s.head_dim + s.o_bias * s.hidden,
+   (s.hidden, s.heads, s.kv_heads, s.head_dim, s.qkv_bias, s.o_bias),
+   "Q, K, V and output projections of (grouped-query) attention, with optional biases.", "parameters")
+_f("mla_attention_params",
+   # query: optional low-rank path h -> r_q (+ its norm) -> heads*(nope+rope); else h -> heads*(nope+rope)
+   sp.Piecewise((s.hidden * s.q_rank + s.q_rank + s.q_rank * s.heads * (s.nope_dim + s.rope_dim), s.q_rank > 0),
+                (s.hidden * s.heads * (s.nope_dim + s.rope_dim), True))
+   + s.hidden * (s.kv_rank + s.rope_dim) + s.kv_rank + s.kv_rank * s.heads * (s.nope_dim + s.v_dim)
+   + s.heads * s.v_dim * s.hidden,
+   (s.hidden, s.heads, s.q_rank, s.kv_rank, s.rope_dim, s.nope_dim, s.v_dim),
+   "Multi-head latent attention (DeepSeek-V2/V3): low-rank query and KV projections with their norms.",
+   "parameters")
+_f("mlp_params", (2 + s.gated) * s.hidden * s.intermediate + s.mlp_bias * ((1 + s.gated) * s.intermediate + s.hidden),
+   (s.hidden, s.intermediate, s.gated, s.mlp_bias),
+   "Feed-forward block: up (+ gate when gated) and down projections, optional biases.", "parameters")
+_f("block_norm_params", 2 * s.norm_vectors * s.hidden + 2 * s.qk_norm * s.head_dim,
+   (s.hidden, s.norm_vectors, s.qk_norm, s.head_dim),
+   "The two norms of a block (weight, + bias for LayerNorm) and optional per-head Q/K norms.", "parameters")
+_f("expected_experts",
+   s.experts * (1 - (1 - s.experts_per_token / s.experts) ** s.routed_tokens),
+   (s.experts, s.experts_per_token, s.routed_tokens),
+   "Expected number of distinct experts touched when routed_tokens tokens each pick experts_per_token of "
+   "experts (uniform routing): each expert is missed by one token with probability 1 - k/E.", "experts")
+
+# --- FLOPs ---------------------------------------------------------------------------------------------
+_f("prefill_flops",
+   s.batch * (2 * s.block_params * s.new_prompt + 2 * s.vocab * s.hidden
+              + 2 * s.layers * s.heads * s.attn_dim * (s.new_prompt ** 2 + 2 * s.new_prompt * s.cached)),
+   (s.batch, s.block_params, s.new_prompt, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, s.cached),
+   "Prefill: 2 FLOPs per block weight per new prompt token, the lm_head at the last position only, and causal "
+   "attention (4 d FLOPs per query-key pair per head; new tokens attend to the cached ones and, causally, to each "
+   "other).", "FLOP")
+_f("decode_flops",
+   s.batch * (2 * (s.block_params + s.vocab * s.hidden) + 4 * s.layers * s.heads * s.attn_dim * s.context),
+   (s.batch, s.block_params, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, s.context),
+   "One decode step: 2 FLOPs per weight (matrix-vector products, lm_head included) plus attention over "
+   "`context` cached tokens.", "FLOP")
+
+# --- bytes moved -----------------------------------------------------------------------------------------
+_f("decode_bytes", s.streamed_weight_bytes + s.batch * s.context * s.kv_bytes_per_token,
+   (s.streamed_weight_bytes, s.batch, s.context, s.kv_bytes_per_token),
+   "One decode step streams every weight it uses once, plus the K/V of `context` tokens of every sequence.",
+   "B")
+_f("prefill_bytes", s.streamed_weight_bytes + s.batch * (s.cached + s.new_prompt) * s.kv_bytes_per_token,
+   (s.streamed_weight_bytes, s.batch, s.cached, s.new_prompt, s.kv_bytes_per_token),
+   "Prefill reads the weights once, reads any cached K/V and writes the new tokens' K/V.", "B")
+
+# --- roofline ----------------------------------------------------------------------------------------------
+_f("arithmetic_intensity", s.flops / s.nbytes, (s.flops, s.nbytes), "FLOPs per byte moved.", "FLOP/B")
+_f("ridge_point", s.peak_flops / s.bandwidth, (s.peak_flops, s.bandwidth),
+   "Intensity at which a device turns from memory-bound to compute-bound.", "FLOP/B")
+_f("compute_time", s.flops / (s.peak_flops * s.compute_efficiency), (s.flops, s.peak_flops, s.compute_efficiency),
+   "Time if arithmetic were the only limit.", "s")
+_f("memory_time", s.nbytes / (s.bandwidth * s.bandwidth_efficiency), (s.nbytes, s.bandwidth, s.bandwidth_efficiency),
+   "Time if memory traffic were the only limit.", "s")
+_f("phase_time",
+   sp.Max(s.flops / (s.peak_flops * s.compute_efficiency), s.nbytes / (s.bandwidth * s.bandwidth_efficiency)),
+   (s.flops, s.peak_flops, s.compute_efficiency, s.nbytes, s.bandwidth, s.bandwidth_efficiency),
+   "Roofline time of a phase: the slower of compute and memory.", "s")
+
+# --- latency -------------------------------------------------------------------------------------------------
+_f("linear_step_sum", sp.summation(s.intercept + s.slope * s.context, (s.context, s.first, s.last)),
+   (s.intercept, s.slope, s.first, s.last),
+   "Sum over integer contexts first..last of a per-step time intercept + slope * context (exact).", "s")
+_f("total_latency", s.ttft + (s.n - 1) * s.tpot, (s.ttft, s.n, s.tpot),
+   "Time to the n-th token: the first comes from prefill, the other n - 1 from decode steps.", "s")
+_f("tokens_per_second", s.n / (s.ttft + (s.n - 1) * s.tpot), (s.n, s.ttft, s.tpot),
+   "Tokens per second seen by one user over the whole response.", "token/s")
+
+
+def expr(name: str) -> sp.Expr:
+    """The sympy expression of formula ``name``."""
+    try:
+        return FORMULAS[name].expr
+    except KeyError:
+        from .validation import suggest
+        raise ValueError(f"unknown formula {name!r}.{suggest(name, FORMULAS)}") from None
+
+
+def latex(name_or_expr) -> str:
+    """LaTeX of a formula (by name) or of any expression, in the course's notation."""
+    e = expr(name_or_expr) if isinstance(name_or_expr, str) else name_or_expr
+    return sp.latex(e, symbol_names=LATEX_NAMES)
+
+
+def equation(name: str) -> str:
+    """``name = <expression>`` as display LaTeX."""
+    return rf"{FORMULAS[name].lhs} = {latex(name)}"
+
+
+def derive_decode_sum() -> dict[str, sp.Expr]:
+    """Derive the exact total decode time of a memory-bound response and its linearisation b + k n.
+
+    Step j (j = 1 … n-1) attends to context P + j, so it moves W_s + B (P + j) k_tok bytes.
+    """
+    per_step = (s.streamed_weight_bytes + s.batch * (s.prompt + s.step) * s.kv_bytes_per_token) / s.bandwidth
+    exact = sp.simplify(sp.summation(per_step, (s.step, 1, s.n - 1)))
+    # the mean step sits at context P + n/2: the linearisation b + k n uses the TPOT there
+    k = per_step.subs(s.step, s.n / 2)
+    return {"per_step": per_step, "exact_sum": sp.factor(exact), "mean_tpot": sp.simplify(exact / (s.n - 1)),
+            "k_at_mean_context": k}
