@@ -1,0 +1,64 @@
+"""The generated module equals what codegen writes, and each generated function equals its sympy expression."""
+import math
+import subprocess
+import sys
+
+import sympy as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from course_lib import _generated as g
+from course_lib import codegen, formulas
+
+
+def test_generated_module_is_up_to_date():
+    assert codegen.TARGET.read_text() == codegen.render(), "run `make codegen`"
+
+
+def test_every_formula_has_a_generated_function_and_latex():
+    for name, f in formulas.FORMULAS.items():
+        assert callable(getattr(g, name))
+        assert formulas.latex(name)
+        assert f.doc and f.unit
+    assert set(g.__all__) == set(formulas.FORMULAS)
+
+
+@given(st.data())
+def test_generated_equals_sympy_on_random_inputs(data):
+    for name, f in formulas.FORMULAS.items():
+        vals = {}
+        for a in f.args:
+            if a.is_integer:
+                lo = 0 if a.is_nonnegative and not a.is_positive else 1
+                vals[a] = data.draw(st.integers(min_value=lo, max_value=5000), label=a.name)
+            elif a.is_nonnegative and not a.is_positive:
+                vals[a] = data.draw(st.sampled_from([0, 1]), label=a.name)
+            else:
+                vals[a] = data.draw(st.floats(min_value=1e-3, max_value=1e6), label=a.name)
+        if name == "linear_step_sum" and vals[formulas.S.first] > vals[formulas.S.last]:
+            vals[formulas.S.first], vals[formulas.S.last] = vals[formulas.S.last], vals[formulas.S.first]
+        if name == "expected_experts":
+            vals[formulas.S.experts_per_token] = min(vals[formulas.S.experts_per_token], vals[formulas.S.experts])
+        want = float(f.expr.subs(vals).evalf(30))
+        got = getattr(g, name)(*[vals[a] for a in f.args])
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), name
+
+
+def test_decode_sum_derivation_matches_brute_force():
+    d = formulas.derive_decode_sum()
+    S = formulas.S
+    vals = {S.streamed_weight_bytes: 14e9, S.batch: 2, S.prompt: 100, S.kv_bytes_per_token: 131072,
+            S.bandwidth: 1e12, S.n: 50}
+    brute = sum((14e9 + 2 * (100 + j) * 131072) / 1e12 for j in range(1, 50))
+    assert float(d["exact_sum"].subs(vals)) == __import__("pytest").approx(brute)
+    # the linearisation at the mean context reproduces the exact sum for a memory-bound response
+    assert float((d["k_at_mean_context"] * (S.n - 1)).subs(vals)) == __import__("pytest").approx(brute)
+
+
+def test_core_import_pulls_no_heavy_modules():
+    code = ("import sys, course_lib, course_lib.units, course_lib.precision, course_lib.models, course_lib.hardware;"
+            "course_lib.estimate('mistral-7b','rtx-4090',100,10);"
+            "bad=[m for m in ('torch','ipywidgets','matplotlib','sympy') if m in sys.modules];"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"core imported {out}"

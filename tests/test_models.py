@@ -1,0 +1,93 @@
+"""Catalog models reproduce their published parameter counts; structural accounting is exact."""
+import json
+
+import pytest
+
+from course_lib import get_model, list_models
+from course_lib.models import ModelSpec, catalog_entry
+
+REQUIRED = ["gpt2-small", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
+            "qwen2.5-7b", "qwen3-0.6b", "deepseek-v3", "source-7b"]
+
+
+def test_catalog_has_required_models_with_sources():
+    assert set(REQUIRED) <= set(list_models())
+    for name in list_models():
+        e = catalog_entry(name)
+        assert e["source"].strip(), name
+        assert get_model(name).source == e["source"]
+
+
+@pytest.mark.parametrize("name", [n for n in REQUIRED if n != "deepseek-v3"])
+def test_dense_models_match_published_counts_exactly(name):
+    assert get_model(name).params == catalog_entry(name)["published_params"]
+
+
+def test_deepseek_v3_within_one_percent_with_definition():
+    m, e = get_model("deepseek-v3"), catalog_entry("deepseek-v3")
+    assert m.params == 671_026_419_200  # main model, MTP module excluded (see params_definition)
+    assert abs(m.params / e["published_params"] - 1) < e["params_tolerance"] == 0.01
+    assert abs(m.active_params / e["published_active_params"] - 1) < 0.02
+    assert "excluded" in e["params_definition"]
+    assert m.attention_kind == "MLA" and m.is_moe
+
+
+def test_gpt2_small_by_hand():
+    m = get_model("gpt2-small")
+    per_layer = 2 * 768 + (768 * 2304 + 2304) + (768 * 768 + 768) + 2 * 768 + (768 * 3072 + 3072) + (3072 * 768 + 768)
+    assert m.params == 50257 * 768 + 1024 * 768 + 12 * per_layer + 2 * 768
+    assert m.lm_head_params == 0 and m.tied_embeddings
+
+
+def test_kv_values_source_example_and_attention_kinds():
+    assert get_model("mistral-7b").kv_values_per_token == 2 * 32 * 8 * 128 == 65_536
+    assert get_model("mistral-7b").kv_bytes_per_token("fp16") == 128 * 1024
+    assert get_model("llama-2-7b").kv_bytes_per_token("fp16") == 4 * 128 * 1024
+    assert get_model("llama-2-7b").attention_kind == "MHA"
+    assert get_model("llama-3-8b").attention_kind == "GQA"
+    assert get_model("deepseek-v3").kv_values_per_token == 61 * 576
+    assert get_model("qwen3-0.6b").head_dim * get_model("qwen3-0.6b").heads != get_model("qwen3-0.6b").hidden
+    mqa = get_model("llama-2-7b").scaled(kv_heads=1)
+    assert mqa.attention_kind == "MQA"
+
+
+def test_decode_streams_lm_head_in_full_but_one_embedding_row():
+    m = get_model("llama-2-7b")
+    assert m.streamed_params(1) == m.block_params + m.vocab * m.hidden + m.hidden
+    tied = get_model("qwen3-0.6b")  # tied: the shared matrix is still read in full as the lm_head
+    assert tied.streamed_params(1) == tied.block_params + tied.vocab * tied.hidden + tied.hidden
+    assert tied.streamed_params(1) > tied.params - tied.embedding_params
+
+
+def test_moe_expected_experts_grows_with_batch_and_saturates():
+    m = get_model("deepseek-v3")
+    one = m.experts_touched(1)
+    assert one == pytest.approx(8)
+    assert m.experts_touched(64) < 256
+    assert m.experts_touched(10_000) == pytest.approx(256)
+    assert m.streamed_params(1) < m.streamed_params(64) < m.params + m.vocab * m.hidden
+
+
+def test_from_hf_config_dict_and_path(tmp_path):
+    cfg = catalog_entry("llama-3-8b")["config"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert ModelSpec.from_hf_config(p).params == ModelSpec.from_hf_config(cfg).params == 8_030_261_248
+
+
+@pytest.mark.parametrize("bad, err", [
+    ({"layers": 0}, "layers"), ({"heads": 7}, "kv_heads"), ({"mlp": "swiglu"}, "mlp"), ({"hidden": 1.5}, "hidden"),
+    ({"layers": float("nan")}, "layers"),
+])
+def test_bad_specs_raise_clear_errors(bad, err):
+    with pytest.raises((ValueError, TypeError), match=err):
+        get_model("llama-3-8b").scaled(**bad)
+
+
+def test_unknown_model_suggests():
+    with pytest.raises(ValueError, match="mistral-7b"):
+        get_model("mistral7b")
+    with pytest.raises(TypeError, match="unknown ModelSpec field"):
+        get_model("mistral-7b").scaled(layer=3)
+    with pytest.raises(ValueError, match="missing required"):
+        ModelSpec.from_hf_config({"hidden_size": 10})
