@@ -1,0 +1,30 @@
+"""Shared figure conventions."""
+from __future__ import annotations
+
+import re
+
+import matplotlib
+
+matplotlib.use(matplotlib.get_backend() or "Agg")  # respect MPLBACKEND / the notebook's inline backend
+from matplotlib.figure import Figure  # noqa: E402
+
+#: an axis label carries its unit in brackets or parentheses, e.g. "context (tokens)", "TPOT [ms]"
+UNIT_PATTERN = re.compile(r"[\(\[][^\)\]]+[\)\]]")
+
+
+def label_has_unit(label: str) -> bool:
+    return bool(UNIT_PATTERN.search(label or ""))
+
+
+def new_figure(title: str, xlabel: str, ylabel: str, figsize=(7, 4)) -> tuple[Figure, "matplotlib.axes.Axes"]:
+    """A Figure with one Axes, titled and labelled. Labels must name their unit: "context (tokens)"."""
+    for which, lab in (("xlabel", xlabel), ("ylabel", ylabel)):
+        if not label_has_unit(lab):
+            raise ValueError(f"{which} must name its unit in parentheses or brackets, got {lab!r}")
+    fig = Figure(figsize=figsize, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
