@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'block_norm_params', 'compute_time', 'decode_bytes', 'decode_flops', 'expected_experts', 'kv_cache_bytes', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'phase_time', 'prefill_bytes', 'prefill_flops', 'ridge_point', 'tokens_per_second', 'total_latency', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'block_norm_params', 'compute_time', 'decode_bytes', 'decode_flops', 'expected_experts', 'gemv_flops', 'kv_cache_bytes', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'phase_time', 'prefill_bytes', 'prefill_flops', 'ridge_point', 'streamed_params', 'tokens_per_second', 'total_latency', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -63,6 +63,14 @@ def expected_experts(experts, experts_per_token, routed_tokens):
     sympy: experts*(1 - (1 - experts_per_token/experts)**routed_tokens)
     """
     return experts*(1 - (1 - experts_per_token/experts)**routed_tokens)
+
+
+def gemv_flops(rows, cols, batch):
+    """A matrix-vector product y = W x (W rows x cols) for `batch` vectors: one multiply and one add per weight per vector. [FLOP]
+
+    sympy: 2*batch*cols*rows
+    """
+    return 2*batch*cols*rows
 
 
 def kv_cache_bytes(kv_values, bytes_per_kv, tokens, batch):
@@ -151,6 +159,14 @@ def ridge_point(peak_flops, bandwidth):
     sympy: peak_flops/bandwidth
     """
     return peak_flops/bandwidth
+
+
+def streamed_params(block_params, vocab, hidden, routed_tokens):
+    """Weights one forward step reads: every block weight it uses, the full lm_head (V x h, tied or not) and one embedding row per token. [parameters]
+
+    sympy: block_params + hidden*routed_tokens + hidden*vocab
+    """
+    return block_params + hidden*routed_tokens + hidden*vocab
 
 
 def tokens_per_second(n, ttft, tpot):

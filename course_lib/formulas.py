@@ -71,6 +71,8 @@ class S:
     streamed_weight_bytes = _sym("streamed_weight_bytes", r"W_s", **_pos)
     kv_bytes_per_token = _sym("kv_bytes_per_token", r"k_{tok}", **_nn)
     attn_dim = _sym("attn_dim", r"d_{att}", **_pos)
+    rows = _sym("rows", "m", integer=True, positive=True)
+    cols = _sym("cols", "k", integer=True, positive=True)
     flops = _sym("flops", r"F_{op}", **_nn)
     nbytes = _sym("nbytes", r"Q", **_pos)
     peak_flops = _sym("peak_flops", r"\Pi", **_pos)
@@ -159,6 +161,14 @@ _f("decode_flops",
    (s.batch, s.block_params, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, s.context),
    "One decode step: 2 FLOPs per weight (matrix-vector products, lm_head included) plus attention over "
    "`context` cached tokens.", "FLOP")
+
+_f("gemv_flops", 2 * s.rows * s.cols * s.batch, (s.rows, s.cols, s.batch),
+   "A matrix-vector product y = W x (W rows x cols) for `batch` vectors: one multiply and one add per weight "
+   "per vector.", "FLOP")
+_f("streamed_params", s.block_params + s.vocab * s.hidden + s.routed_tokens * s.hidden,
+   (s.block_params, s.vocab, s.hidden, s.routed_tokens),
+   "Weights one forward step reads: every block weight it uses, the full lm_head (V x h, tied or not) and one "
+   "embedding row per token.", "parameters")
 
 # --- bytes moved -----------------------------------------------------------------------------------------
 _f("decode_bytes", s.streamed_weight_bytes + s.batch * s.context * s.kv_bytes_per_token,

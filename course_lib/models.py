@@ -237,9 +237,9 @@ class ModelSpec:
             blocks = self._blocks(self.experts_touched(routed_tokens))
         else:
             blocks = self.block_params
-        rows = routed_tokens * self.hidden * (2 if self.positional == "learned" else 1)
-        rows = min(rows, self.embedding_params)
-        return blocks + self.vocab * self.hidden + rows
+        # one token-embedding row per token (+ one learned-position row), never more rows than the table has
+        rows = min(routed_tokens, self.vocab) * (2 if self.positional == "learned" else 1)
+        return g.streamed_params(blocks, self.vocab, self.hidden, rows)
 
     def decode_weight_bytes(self, precision="fp16", batch: int = 1) -> float:
         """Weight bytes one decode step streams for ``batch`` sequences (KV reads not included)."""
