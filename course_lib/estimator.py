@@ -27,7 +27,8 @@ from .models import ModelSpec, get_model
 from .precision import get_precision
 from .validation import require_count, require_fraction
 
-__all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "COMPUTE_DTYPE"]
+__all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
+           "tokens_that_fit", "COMPUTE_DTYPE"]
 
 #: the tensor-core dtype a weight precision computes in (quantised integer formats dequantise to fp16)
 COMPUTE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
@@ -50,6 +51,46 @@ def kv_cache_bytes(model, tokens, precision="fp16", batch=1) -> float:
     t = require_count("tokens", tokens)
     b = require_count("batch", batch, minimum=1)
     return g.kv_cache_bytes(m.kv_values_per_token, _prec("precision", precision), m.attended_tokens(t), b)
+
+
+def crossover_context(model, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
+    """Tokens per sequence at which ``batch`` sequences' KV cache holds as many bytes as the weights.
+
+    The solution of ``kv_cache_bytes(model, c, kv_precision, batch) == weight_bytes`` for ``c``:
+    the weight bytes divided by the KV bytes of one token in each of ``batch`` sequences (a real
+    number; the cache exceeds the weights from the next whole token on). A sliding-window model
+    never gets there when the answer lies beyond its window (its cache stops growing): ``math.inf``.
+    """
+    m = get_model(model)
+    batch = require_count("batch", batch, minimum=1)
+    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
+    c = m.weight_bytes(precision) / per_token
+    if m.sliding_window is not None and c > m.sliding_window:
+        return math.inf
+    return c
+
+
+def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
+    """Whole tokens per sequence whose KV cache (``batch`` sequences) fits beside the weights.
+
+    ``floor((capacity - weight_bytes) / kv_cache_bytes(model, 1, kv_precision, batch))``; 0 when the
+    weights alone do not fit; ``math.inf`` for a sliding-window model whose full window fits (the
+    cache then never grows). Activations, the framework's workspace and fragmentation are not
+    counted: a real server keeps some memory back.
+    """
+    m = get_model(model)
+    hw = get_hardware(hardware)
+    batch = require_count("batch", batch, minimum=1)
+    if hw.capacity is None:
+        raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
+    free = hw.capacity - m.weight_bytes(precision)
+    if free <= 0:
+        return 0
+    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
+    n = math.floor(free / per_token)
+    if m.sliding_window is not None and n >= m.sliding_window:
+        return math.inf
+    return n
 
 
 def _prec(argname: str, value) -> float:

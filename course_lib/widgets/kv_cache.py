@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from ..estimator import kv_cache_bytes
+from ..estimator import crossover_context, kv_cache_bytes, tokens_that_fit  # noqa: F401 (re-exported)
 from ..hardware import get_hardware, list_hardware
 from ..models import ModelSpec, get_model, list_models
 from ..precision import PRECISIONS, get_precision
@@ -158,46 +158,6 @@ def kv_table_html(models=DEFAULT_MODELS, context: int = 4096, batch: int = 1, kv
                f"weights in {esc(get_precision(precision).name)} (SI units: 1 kB = 1000 bytes)")
     return (f'<div class="course-kv"><table class="course-kv-table">\n{head}\n' + "\n".join(body)
             + f'\n</table><p class="course-kv-caption" style="color:#555">{caption}</p></div>')
-
-
-def crossover_context(model, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
-    """Tokens per sequence at which ``batch`` sequences' KV cache holds as many bytes as the weights.
-
-    The solution of ``kv_cache_bytes(model, c, kv_precision, batch) == weight_bytes`` for ``c``:
-    the weight bytes divided by the KV bytes of one token in each of ``batch`` sequences (a real
-    number; the cache exceeds the weights from the next whole token on). A sliding-window model
-    never gets there when the answer lies beyond its window (its cache stops growing): ``math.inf``.
-    """
-    m = get_model(model)
-    batch = require_count("batch", batch, minimum=1)
-    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
-    c = m.weight_bytes(precision) / per_token
-    if m.sliding_window is not None and c > m.sliding_window:
-        return math.inf
-    return c
-
-
-def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
-    """Whole tokens per sequence whose KV cache (``batch`` sequences) fits beside the weights.
-
-    ``floor((capacity - weight_bytes) / kv_cache_bytes(model, 1, kv_precision, batch))``; 0 when the
-    weights alone do not fit; ``math.inf`` for a sliding-window model whose full window fits (the
-    cache then never grows). Activations, the framework's workspace and fragmentation are not
-    counted: a real server keeps some memory back.
-    """
-    m = get_model(model)
-    hw = get_hardware(hardware)
-    batch = require_count("batch", batch, minimum=1)
-    if hw.capacity is None:
-        raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
-    free = hw.capacity - m.weight_bytes(precision)
-    if free <= 0:
-        return 0
-    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
-    n = math.floor(free / per_token)
-    if m.sliding_window is not None and n >= m.sliding_window:
-        return math.inf
-    return n
 
 
 def _tokens_text(n: float) -> str:
