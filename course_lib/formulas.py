@@ -229,7 +229,9 @@ def derive_decode_sum() -> dict[str, sp.Expr]:
     """
     per_step = (s.streamed_weight_bytes + s.batch * (s.prompt + s.step) * s.kv_bytes_per_token) / s.bandwidth
     exact = sp.simplify(sp.summation(per_step, (s.step, 1, s.n - 1)))
-    # the mean step sits at context P + n/2: the linearisation b + k n uses the TPOT there
+    # the mean step sits at context P + n/2: a line whose slope is the step time there reproduces the exact
+    # sum of a memory-bound response. ``Estimate.line`` instead takes the step at the start context, the
+    # linearisation that drops the growth of the KV cache (exact - line = B k_tok (n-1)(n-2) / (2 beta)).
     k = per_step.subs(s.step, s.n / 2)
     return {"per_step": per_step, "exact_sum": sp.factor(exact), "mean_tpot": sp.simplify(exact / (s.n - 1)),
             "k_at_mean_context": k}
