@@ -1,0 +1,193 @@
+"""course_lib.bench: what is timed and counted, never how fast this machine is."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from course_lib import bench, estimate, get_model  # noqa: E402
+from course_lib.hardware import HardwareSpec  # noqa: E402
+
+FAST = dict(repeats=2, min_block=1e-5, progress=False, device="cpu")
+
+
+def test_fast_mode_is_on_under_the_test_suite():
+    assert bench.fast_mode()
+    assert all(m <= 1024 for m, _ in bench.default_sizes("cpu"))
+
+
+def test_gemv_rows_count_bytes_and_flops_exactly():
+    table = bench.measure_gemv([(48, 80), 64], ["fp32", "bf16"], threads=1, **FAST)
+    assert [(r.m, r.k, r.dtype) for r in table] == [(48, 80, "fp32"), (48, 80, "bf16"), (64, 64, "fp32"),
+                                                    (64, 64, "bf16")]
+    for r in table:
+        b = 4 if r.dtype == "fp32" else 2
+        assert r.bytes == (r.m * r.k + r.k + r.m) * b == bench.gemv_bytes(r.m, r.k, r.dtype)
+        assert r.flops == 2 * r.m * r.k == bench.gemv_flops(r.m, r.k)
+        assert r.matrix_bytes == r.m * r.k * b
+        assert r.q1_seconds <= r.seconds <= r.q3_seconds and r.min_seconds <= r.seconds
+        assert math.isclose(r.bandwidth, r.bytes / r.seconds) and math.isclose(r.gb_per_s, r.bandwidth / 1e9)
+        assert math.isclose(r.gflop_per_s, r.flops / r.seconds / 1e9)
+        assert r.spread >= 0 and r.threads == 1 and r.device == "cpu" and r.repeats == 2
+        d = r.as_dict()
+        assert {"m", "k", "dtype", "bytes", "seconds", "spread", "gb_per_s", "gflop_per_s"} <= set(d)
+
+
+def test_rotation_exceeds_four_times_the_last_level_cache():
+    llc = 32 * 2**20
+    for mb in (1, 4096, 2**20, 16 * 2**20, 256 * 2**20):
+        n = bench.rotation_buffers(mb, llc)  # before the MAX_BUFFERS cap of measure_gemv
+        assert n * mb > 4 * llc and (n - 1) * mb <= 4 * llc or n == 1 and mb > 4 * llc
+        assert bench.rotation_buffers(mb, llc, rotate=False) == 1
+    assert bench.rotation_buffers(1000, None) * 1000 > 4 * bench.FALLBACK_LLC_BYTES
+
+
+def test_rotate_flag_sets_the_working_set():
+    rot, = bench.measure_gemv([64], ["fp32"], rotate=True, **FAST)
+    same, = bench.measure_gemv([64], ["fp32"], rotate=False, **FAST)
+    assert same.buffers == 1 and same.working_set_bytes == same.matrix_bytes and not same.rotate
+    assert rot.buffers > 1 and rot.working_set_bytes == rot.buffers * rot.matrix_bytes
+    if rot.llc_bytes is not None:
+        assert rot.beyond_cache and not same.beyond_cache
+
+
+def test_thread_count_is_fixed_and_restored():
+    before = torch.get_num_threads()
+    seen = []
+    original = bench._time_block
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return original(*args)
+
+    bench._time_block = spy
+    try:
+        bench.measure_gemv([32], ["fp32"], threads=1, **FAST)
+    finally:
+        bench._time_block = original
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
+
+
+def test_copy_counts_read_and_write():
+    c = bench.measure_copy_bandwidth(buffer_bytes=1 << 20, repeats=2, min_block=1e-5, device="cpu")
+    assert c.counted == "read+write" and c.bytes == 2 * c.buffer_bytes == 2 << 20
+    assert math.isclose(c.bandwidth, c.bytes / c.seconds) and c.q1_seconds <= c.seconds <= c.q3_seconds
+
+
+def test_matmul_counts_two_n_cubed():
+    r = bench.measure_matmul_flops(n=32, dtype="fp32", repeats=2, min_block=1e-5, device="cpu")
+    assert r.flops == 2 * 32**3 and math.isclose(r.flop_rate, r.flops / r.seconds)
+    auto = bench.measure_matmul_flops(dtype="fp32", repeats=1, min_block=1e-5, device="cpu", max_call_seconds=1e-9)
+    assert auto.n == 256  # a tiny time limit keeps the starting size
+
+
+def test_cache_sizes_report_a_last_level():
+    caches = bench.cache_sizes("cpu")
+    assert all(isinstance(v, int) and v > 0 for v in caches.values())
+    if caches:
+        assert caches["LLC"] >= max(v for k, v in caches.items() if k != "LLC" and not k.endswith("i"))
+
+
+def _row(dtype, seconds, m=64, k=64):
+    b = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+    return bench.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
+                            flops=2 * m * k, seconds=seconds, q1_seconds=seconds, q3_seconds=seconds,
+                            min_seconds=seconds, repeats=1, number=1, rotate=True, buffers=1,
+                            working_set_bytes=m * k * b, llc_bytes=None, threads=1)
+
+
+def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
+    rows = [_row("fp32", 1.0), _row("fp16", 0.5), _row("bf16", 1.5)]
+    v = {d["dtype"]: d for d in bench.dtype_verdicts(rows)}
+    assert math.isclose(v["fp16"]["predicted_speedup"], 2.0) and not v["fp16"]["contradicts"]
+    assert v["bf16"]["contradicts"] and "compute-bound" in v["bf16"]["verdict"]
+    assert math.isclose(v["bf16"]["measured_speedup"], 1 / 1.5)
+
+
+def test_probe_reports_every_dtype_and_fp32_is_always_fast():
+    probes = bench.probe_dtypes("cpu", size=64)
+    assert [p.dtype for p in probes] == list(bench.DTYPES)
+    fp32 = probes[0]
+    assert fp32.fast and fp32.relative_to_fp32 == 1.0
+    for p in probes[1:]:
+        assert p.fast == (p.relative_to_fp32 >= bench.FAST_FRACTION)
+        assert ("no fast kernel" in p.note) != p.fast
+
+
+def _machine():
+    table = bench.GemvTable([_row("fp32", 2e-4, 1024, 1024), _row("fp32", 1e-7)])
+    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.01,
+                            q1_seconds=0.01, q3_seconds=0.01, repeats=1, device="cpu", threads=1)
+    mm = {d: bench.MatmulResult(n=100, dtype=d, flops=2 * 10**6, seconds=1e-5, q1_seconds=1e-5, q3_seconds=1e-5,
+                                repeats=1, device="cpu", threads=1) for d in ("fp32", "fp16")}
+    return bench.MachineMeasurements(device="cpu", device_name="test CPU", threads=1, caches={}, llc_bytes=None,
+                                     copy=copy, matmul=mm, gemv=table, capacity_bytes=16 * 10**9)
+
+
+def test_this_machine_is_a_hardware_spec_the_estimator_uses():
+    m = _machine()
+    hw = bench.this_machine(m)
+    assert isinstance(hw, HardwareSpec)
+    big = m.gemv.largest("fp32")
+    assert big.m == 1024 and hw.bandwidth == big.bandwidth            # auto: the largest rotated GEMV
+    assert bench.this_machine(m, bandwidth="copy").bandwidth == 2e10   # 2e8 bytes in 0.01 s
+    assert math.isclose(hw.flops("fp32"), 2e11) and hw.capacity == 16e9
+    assert math.isclose(hw.measured["copy_GBps"], 20.0)
+    e = estimate(get_model("qwen3-0.6b"), hw, prompt_tokens=10, new_tokens=3, precision="fp32")
+    assert e.decode_bound == "memory"
+    assert math.isclose(e.tpot_first, e.decode_first.bytes / hw.bandwidth)
+    m.gemv = bench.GemvTable()
+    assert bench.this_machine(m).bandwidth == 2e10                    # no GEMV rows: the copy ceiling
+    with pytest.raises(ValueError, match="gemv"):
+        bench.this_machine(m, bandwidth="gemv")
+
+
+def test_measure_machine_end_to_end_in_fast_mode():
+    m = bench.measure_machine(device="cpu", threads=1, gemv_sizes=[64], matmul_dtypes=["fp32"], progress=False)
+    hw = bench.this_machine(m)
+    assert hw.bandwidth > 0 and set(hw.peak_flops) == {"fp32"} and m.gemv[0].m == 64
+    assert m.as_dict()["copy"]["counted"] == "read+write"
+
+
+def test_progress_bar_is_text_under_test(capsys):
+    bench.measure_gemv([16], ["fp32"], repeats=1, min_block=1e-5, device="cpu", progress=True)
+    err = capsys.readouterr().err
+    assert "GEMV" in err and "100%" in err
+
+
+def test_table_helpers_and_display():
+    t = bench.GemvTable([_row("fp32", 1e-6), _row("bf16", 1e-6, 128, 128)])
+    assert t.where(dtype="bf16")[0].m == 128 and t.largest().m == 128 and t.largest("fp32").m == 64
+    md = t._repr_markdown_()
+    assert md.count("\n") == 3 and "| 64 × 64 | fp32 |" in md
+    with pytest.raises(TypeError, match="unknown field"):
+        t.where(colour="red")
+    with pytest.raises(ValueError, match="no rows"):
+        t.largest("fp16")
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    ({"sizes": [0]}, ValueError, "size"),
+    ({"sizes": [(4, 4, 4)]}, ValueError, r"\(m, k\)"),
+    ({"sizes": "big"}, TypeError, "sizes"),
+    ({"sizes": []}, ValueError, "at least one"),
+    ({"dtypes": ["fp64"]}, ValueError, "dtype"),
+    ({"repeats": 0}, ValueError, "repeats"),
+    ({"threads": 0}, ValueError, "threads"),
+    ({"rotate": "yes"}, TypeError, "rotate"),
+    ({"device": "tpu"}, ValueError, "device"),
+    ({"device": 3}, TypeError, "device"),
+])
+def test_bad_input_gets_one_clear_error(kwargs, err, match):
+    args = {"sizes": [16], "dtypes": ["fp32"], "progress": False, "device": "cpu", **kwargs}
+    with pytest.raises(err, match=match):
+        bench.measure_gemv(**args)
+
+
+def test_results_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _row("fp32", 1.0).seconds = 2.0

@@ -1,0 +1,193 @@
+"""Lesson 05 (GEMV timing): figures, the measured questions of ex05, and the notebooks' structure.
+
+* the figures (``course_lib.plots.gemv``) carry titles and axis labels with units, and plot exactly
+  the rows' own values (achieved GB/s, bytes / bandwidth, times) and the H200's measured rows;
+* ex05's fixed answers come from course_lib; q7 and q8 compute their expected value from the
+  measurement passed at check time, with a tolerance from that measurement's spread;
+* every cell of the lesson that measures is tagged ``nbval-ignore-output``; the lesson's full sweep is
+  behind ``FULL_SWEEP = False``; the exercise source has an answer and a grade cell per question.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+from course_lib import bench, get_hardware, get_model, measurements  # noqa: E402
+from course_lib.checks import ex05  # noqa: E402
+from course_lib.plots import label_has_unit  # noqa: E402
+from course_lib.plots import gemv as plots  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "05_gemv_timing.ipynb"
+SOLUTION = ROOT / "solutions" / "05_gemv_timing.ipynb"
+
+
+def row(m, k, dtype="fp32", seconds=1e-3, rotate=True, q1=None, q3=None):
+    b = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+    mb = m * k * b
+    return bench.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
+                            flops=2 * m * k, seconds=seconds, q1_seconds=q1 or seconds, q3_seconds=q3 or seconds,
+                            min_seconds=q1 or seconds, repeats=5, number=1, rotate=rotate,
+                            buffers=1 if not rotate else 9, working_set_bytes=mb * (9 if rotate else 1),
+                            llc_bytes=32 * 2**20, threads=2)
+
+
+ROTATED = [row(256, 256, seconds=2e-5), row(2048, 2048, seconds=1e-3), row(8192, 8192, seconds=2e-2)]
+SAME = [row(256, 256, seconds=4e-6, rotate=False), row(2048, 2048, seconds=8e-4, rotate=False),
+        row(8192, 8192, seconds=2e-2, rotate=False)]
+CACHES = {"L1d": 32 * 2**10, "L2": 2**20, "L3": 32 * 2**20, "LLC": 32 * 2**20}
+
+
+def _labels_ok(fig):
+    ax = fig.axes[0]
+    assert ax.get_title()
+    assert label_has_unit(ax.get_xlabel()) and label_has_unit(ax.get_ylabel())
+    return ax
+
+
+def test_bandwidth_vs_size_plots_each_rows_gb_per_s_and_marks_caches():
+    fig = plots.plot_bandwidth_vs_size({"rotated": ROTATED, "same": SAME}, caches=CACHES, copy_bandwidth=20e9)
+    ax = _labels_ok(fig)
+    assert "GB/s" in ax.get_ylabel() and "bytes" in ax.get_xlabel()
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    for label, rows in (("rotated", ROTATED), ("same", SAME)):
+        assert list(lines[label].get_xdata()) == [r.matrix_bytes for r in rows]
+        assert list(lines[label].get_ydata()) == pytest.approx([r.gb_per_s for r in rows])
+    vlines = {k: ln for k, ln in lines.items() if k.endswith("cache: " + k.split(": ")[-1]) and "cache" in k}
+    assert {ln.get_xdata()[0] for ln in vlines.values()} == {32 * 2**10, 2**20, 32 * 2**20}  # LLC == L3: once
+    assert lines["copy ceiling (read + write)"].get_ydata()[0] == pytest.approx(20.0)
+
+
+def test_predicted_vs_measured_uses_bytes_over_bandwidth():
+    bw = 15e9
+    ax = _labels_ok(plots.plot_predicted_vs_measured(ROTATED, bw))
+    pts = [ln for ln in ax.get_lines() if ln.get_label() == "fp32"][0]
+    assert list(pts.get_xdata()) == pytest.approx([r.bytes / bw * 1e6 for r in ROTATED])
+    assert list(pts.get_ydata()) == pytest.approx([r.seconds * 1e6 for r in ROTATED])
+    assert "µs" in ax.get_xlabel() and "µs" in ax.get_ylabel()
+
+
+def test_dtype_times_bars_are_measured_and_ticks_are_predicted():
+    rows = [row(1024, 1024, "fp32", 4e-4), row(1024, 1024, "fp16", 3e-3), row(1024, 1024, "bf16", 1e-3)]
+    ax = _labels_ok(plots.plot_dtype_times(rows, 10e9))
+    heights = sorted(p.get_height() for p in ax.patches)
+    assert heights == pytest.approx(sorted(r.seconds * 1e3 for r in rows))
+    ticks = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines()}
+    for r in rows:
+        assert ticks[f"{r.dtype} bytes / bandwidth"] == pytest.approx(r.bytes / 10e9 * 1e3)
+
+
+def test_machines_plot_uses_the_h200_measurements():
+    h = measurements.h200()
+    ax = _labels_ok(plots.plot_machines(ROTATED, 20e9, h))
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    copy = h["ceilings"]["copy_read_plus_write_GBps"]
+    expect = sorted(h["gemv_fp16_eager"], key=lambda r: r["m"] * r["k"])
+    assert list(lines["H200, fp16, eager torch.mv"].get_ydata()) == pytest.approx([r["GBps"] / copy for r in expect])
+    assert list(lines["this machine"].get_ydata()) == pytest.approx([r.bandwidth / 20e9 for r in ROTATED])
+    # the H200's own GB/s agree with bytes / time counted like bench.gemv_bytes (to the 4 digits published)
+    for r in plots.h200_rows(h):
+        assert r["bytes"] == bench.gemv_bytes(r["m"], r["k"], "fp16")
+        assert r["bytes"] / r["seconds"] / 1e9 == pytest.approx(r["gb_per_s"], rel=2e-3)
+
+
+def test_plots_reject_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        plots.plot_predicted_vs_measured([], 1e9)
+    with pytest.raises(TypeError, match="GemvResult"):
+        plots.plot_predicted_vs_measured([{"m": 1}], 1e9)
+    with pytest.raises(ValueError, match="bandwidth"):
+        plots.plot_predicted_vs_measured(ROTATED, 0)
+    with pytest.raises(TypeError, match="series"):
+        plots.plot_bandwidth_vs_size(ROTATED)
+
+
+# --- ex05 ---------------------------------------------------------------------------------------
+def test_fixed_answers_come_from_course_lib():
+    b = bench.gemv_bytes(8192, 8192, "fp16")
+    assert ex05.q1.expected == b
+    assert ex05.q2.expected == pytest.approx(b / get_hardware("h200").bandwidth * 1e6)
+    h = measurements.h200()
+    r = [x for x in h["gemv_fp16_eager"] if x["m"] == 8192][0]
+    assert ex05.q4.expected == pytest.approx(b / (r["us"] / 1e6) / (h["ceilings"]["copy_read_plus_write_GBps"] * 1e9))
+
+
+@pytest.mark.parametrize("seconds,q1,q3", [(0.02, 0.02, 0.02), (0.02, 0.019, 0.022), (3e-4, 1e-4, 9e-4)])
+def test_measured_questions_compute_the_answer_from_the_learners_row(seconds, q1, q3):
+    r = row(8192, 8192, "fp32", seconds, q1=q1, q3=q3)
+    tol = ex05.measured_tolerance(ex05.read_measurement(r))
+    assert tol == pytest.approx(min(max(0.01, (q3 - q1) / seconds / 2), 0.03))
+    assert ex05.q7.evaluate(r.gb_per_s, measurement=r).correct
+    assert ex05.q7.evaluate(f"{r.gb_per_s:.4g} GB/s", measurement=r).correct
+    assert not ex05.q7.evaluate(r.gb_per_s * (1 + 2 * tol), measurement=r).correct
+    assert not ex05.q7.evaluate(r.gb_per_s, measurement=row(8192, 8192, "fp32", seconds * 2)).correct
+    ms = get_model("llama-3-8b").decode_weight_bytes("fp16") / r.bandwidth * 1e3
+    assert ex05.q8.evaluate(ms, measurement=r).correct
+    assert ex05.q8.evaluate(ms, measurement=r.as_dict()).correct
+    wrong = ex05.q8.evaluate(ms * 2 * get_model("llama-3-8b").decode_weight_bytes("fp32")
+                             / get_model("llama-3-8b").decode_weight_bytes("fp16") / 2, measurement=r)
+    assert wrong.correct is False and "fp32" in wrong.feedback
+    assert ex05.q7.evaluate(r.gb_per_s / 4, measurement=r).feedback.startswith("That is elements per second")
+
+
+def test_a_table_measurement_uses_its_largest_rotated_row():
+    table = bench.GemvTable([row(1024, 1024, seconds=1e-4), row(4096, 4096, seconds=5e-3),
+                             row(8192, 8192, seconds=1e-3, rotate=False)])
+    assert ex05.q7.evaluate(table[1].gb_per_s, measurement=table).correct
+
+
+@pytest.mark.parametrize("bad", [3, None.__class__, {"m": 1}, [], "row"])
+def test_a_bad_measurement_is_reported_not_raised(bad):
+    res = ex05.q7.evaluate(1.0, measurement=bad)
+    assert not res.correct and "measurement" in res.feedback
+    with pytest.raises(AssertionError):
+        ex05.q7.check(1.0, strict=True, measurement=bad)
+
+
+def test_without_a_measurement_the_reference_is_the_h200_row():
+    r = [x for x in measurements.h200()["gemv_fp16_eager"] if x["m"] == 8192][0]
+    assert ex05.q7.expected == pytest.approx(bench.gemv_bytes(8192, 8192, "fp16") / (r["us"] / 1e6) / 1e9)
+    assert ex05.q7.expected == pytest.approx(r["GBps"], rel=1e-4)
+
+
+def test_a_real_fast_measurement_checks_correct():
+    r = bench.measure_gemv([(128, 96)], ["fp32"], repeats=2, min_block=1e-5, device="cpu", progress=False)[0]
+    assert ex05.q7.check(r.bytes / r.seconds / 1e9, measurement=r).correct
+    assert ex05.q8.check(get_model("llama-3-8b").decode_weight_bytes("fp16") / (r.bytes / r.seconds) * 1e3,
+                         measurement=r).correct
+
+
+# --- notebooks ----------------------------------------------------------------------------------
+MEASURES = re.compile(r"bench\.(measure_\w+|probe_dtypes|this_machine)\(|\btiming\.|\bprobes\b|\brotated\b|\bby_dtype\b|\bcopy\.")
+
+
+def test_every_measuring_cell_is_ignored_by_nbval():
+    nb = nbformat.read(LESSON, as_version=4)
+    measuring = [c for c in nb.cells if c.cell_type == "code" and MEASURES.search(c.source)]
+    assert len(measuring) >= 8
+    for c in measuring:
+        assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source[:80]
+    assert any("FULL_SWEEP = False" in c.source for c in nb.cells if c.cell_type == "code")
+    assert any("h200()" in c.source and "gemv_fp16_eager" in c.source for c in nb.cells if c.cell_type == "code")
+
+
+def test_solution_has_answer_and_grade_cells_with_measurement_for_q7_q8():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    grades = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert sorted(grades) == sorted(f"q{q.id[1:]}-grade" for q in ex05.QUESTIONS)
+    for q in ex05.QUESTIONS:
+        c = grades[f"{q.id}-grade"]
+        assert c.metadata["nbgrader"]["points"] == q.points
+        answer = "gemv_time" if q.id == "q3" else f"answer_{q.id}"
+        assert f"q.{q.id}.check({answer}, strict=True" in c.source
+        assert ("measurement=row" in c.source) == isinstance(q, ex05.MeasuredQuestion)
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    checks = [o for o in outputs if "application/vnd.course.check+json" in o.get("data", {})]
+    assert checks and all(o["data"]["application/vnd.course.check+json"]["status"] == "correct" for o in checks)
