@@ -6,4 +6,16 @@ Lesson modules live beside this file (``course_lib/plots/<topic>.py``) and are r
 """
 from __future__ import annotations
 
-from ._base import new_figure, UNIT_PATTERN, label_has_unit  # noqa: F401
+from ._base import UNIT_PATTERN, label_has_unit, new_figure
+from .data_per_token import gemv_cost, plot_bytes_per_token, plot_cache_vs_weights, plot_ridge_points
+from .gemv import plot_bandwidth_vs_size, plot_dtype_times, plot_machines, plot_predicted_vs_measured
+from .kv_cache import plot_kv_crossover, plot_kv_vs_context
+from .latency import plot_total_vs_tokens, plot_tpot_vs_context
+
+__all__ = [
+    "UNIT_PATTERN", "label_has_unit", "new_figure",
+    "gemv_cost", "plot_bytes_per_token", "plot_cache_vs_weights", "plot_ridge_points",
+    "plot_bandwidth_vs_size", "plot_dtype_times", "plot_machines", "plot_predicted_vs_measured",
+    "plot_kv_crossover", "plot_kv_vs_context",
+    "plot_total_vs_tokens", "plot_tpot_vs_context",
+]

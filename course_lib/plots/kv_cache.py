@@ -24,7 +24,7 @@ from ..estimator import kv_cache_bytes
 from ..models import get_model
 from ..precision import get_precision
 from ..validation import require_count
-from ..widgets.kv_cache import crossover_context
+from ..estimator import crossover_context
 from ._base import new_figure
 
 __all__ = ["plot_kv_vs_context", "plot_kv_crossover", "context_grid", "batch_grid",
