@@ -1,0 +1,97 @@
+# LLM inference latency course: build, run and test.
+#
+# Two commands are all a learner needs:
+#     make lab     set up the environment and open JupyterLab on notebooks/00_start_here.ipynb
+#     make test    set up the environment and run the whole test suite (unit tests + notebooks)
+#
+# Works on a fresh machine with only python3 and make (as a normal user or as root).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.course-installed
+
+# pytest-xdist workers: the number of CPUs, capped at 2 (the suite is sized for 2 cores).
+NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+WORKERS ?= $(shell n=$(NPROC); if [ "$$n" -gt 2 ]; then n=2; fi; if [ "$$n" -lt 1 ]; then n=1; fi; echo $$n)
+
+# Notebooks that carry stored outputs and are checked cell by cell by nbval.
+NB_DIRS := $(wildcard notebooks solutions)
+
+# JupyterLab refuses to run as root unless told to.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+PYTEST_ARGS ?=
+
+.PHONY: help install lab test notebooks exercises codegen clean
+
+help:
+	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
+	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
+	@echo "make install     create $(VENV) and install the course with its test and classroom extras"
+	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
+	@echo "                 (or only some: make notebooks NOTEBOOKS='notebooks/03_kv_cache.ipynb')"
+	@echo "make exercises   regenerate exercises/ from solutions/"
+	@echo "make codegen     regenerate code derived from the formulas"
+	@echo "make clean       remove caches and build products (never touches work/)"
+
+# --- environment --------------------------------------------------------------------------
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-installs only when pyproject.toml or the lock (constraints.txt) changed.
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PIP) install --upgrade pip || echo "warning: could not upgrade pip; continuing with $$($(PIP) --version)"
+	$(PIP) install -c constraints.txt -e '.[test,classroom]'
+	@touch $@
+
+install: $(STAMP)
+
+# --- learner ------------------------------------------------------------------------------
+
+lab: install
+	@mkdir -p work
+	@shopt -s nullglob; \
+	for src in exercises/*.ipynb; do \
+	  dest="work/$$(basename "$$src")"; \
+	  if [ -e "$$dest" ]; then \
+	    echo "kept    $$dest (your copy is never overwritten)"; \
+	  else \
+	    cp "$$src" "$$dest" && echo "copied  $$src -> $$dest"; \
+	  fi; \
+	done
+	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" notebooks/00_start_here.ipynb
+
+# --- checks -------------------------------------------------------------------------------
+
+# One xdist worker receives all cells of a notebook, in order (--dist loadfile groups by file),
+# so each notebook runs top to bottom in a single kernel. COURSE_FAST=1 shrinks measurement
+# loops; the stored outputs were produced with the same setting (make notebooks).
+test: install
+	COURSE_FAST=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile --durations=15 \
+	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	  --nbval-cell-timeout 300 \
+	  $(PYTEST_ARGS) tests $(NB_DIRS)
+
+# --- authoring ----------------------------------------------------------------------------
+
+NOTEBOOKS ?=
+
+notebooks: install
+	COURSE_FAST=1 $(PY) tools/run_notebooks.py $(NOTEBOOKS)
+
+exercises: install
+	$(PY) -m course_lib.exgen
+
+codegen: install
+	$(PY) -m course_lib.codegen
+
+clean:
+	rm -rf .pytest_cache .hypothesis artifacts build dist
+	find . \( -path ./work -o -path ./$(VENV) -o -path ./.git -o -path ./shared \) -prune -o \
+	  \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 -r rm -rf

@@ -1,0 +1,143 @@
+"""Test-suite set-up shared by every test and by the nbval notebook checks.
+
+What happens here, in order:
+
+* The environment that the tests *and the notebook kernels nbval starts* see is fixed before any
+  test module is imported: ``COURSE_FAST=1`` (lessons shrink their measurement loops; the stored
+  notebook outputs were produced with the same setting by ``make notebooks``) and
+  ``MPLBACKEND=Agg`` (no plot window can ever block a test).
+* Notebook kernels are told to use the inline matplotlib backend nevertheless: a kernel would
+  inherit ``MPLBACKEND=Agg`` and then draw no figures at all, so its outputs would no longer
+  match the stored ones. (ipykernel itself only picks the inline backend when MPLBACKEND is unset.)
+* Hypothesis profiles: "dev" (50 examples) and "ci" (30 examples, no deadline, derandomized);
+  "ci" is loaded when ``CI=true``, else "dev". ``HYPOTHESIS_PROFILE`` overrides both.
+* ``require_tool``: skip a test when an external tool (chromium, nbgrader, ...) is missing, but
+  fail it when ``CI=true`` or ``COURSE_REQUIRE_ALL=1`` -- CI must never go green by skipping.
+* nbval compares text outputs (text/plain, text/html, text/markdown, streams, ...) after the
+  regexes in ``tests/nbval_sanitize.cfg``; it already ignores PNG/JPEG images and widget model
+  ids, and here SVG images are ignored as well. Each notebook runs in one kernel, top to bottom,
+  because ``make test`` distributes with ``--dist loadfile`` (all cells of a file go to one
+  worker, in order).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+# --- environment: set before anything else imports matplotlib or starts a kernel ---------------
+os.environ["COURSE_FAST"] = "1"
+os.environ["MPLBACKEND"] = "Agg"
+
+#: The backend a notebook kernel uses under Jupyter; nbval kernels get the same.
+KERNEL_MPLBACKEND = "module://matplotlib_inline.backend_inline"
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Notebooks under tests/ (fixtures for other tests) are data, never nbval subjects.
+collect_ignore_glob = ["*.ipynb", "**/*.ipynb"]
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def strict_tools() -> bool:
+    """True when a missing tool must fail the run instead of skipping (CI, or asked for)."""
+    return _truthy("CI") or _truthy("COURSE_REQUIRE_ALL")
+
+
+# --- Hypothesis ----------------------------------------------------------------------------------
+try:
+    from hypothesis import settings as _hyp_settings
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    _hyp_settings = None
+else:
+    _hyp_settings.register_profile("dev", max_examples=50)
+    _hyp_settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
+    _hyp_settings.load_profile(
+        os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _truthy("CI") else "dev")
+    )
+
+
+# --- nbval kernels ----------------------------------------------------------------------------------
+def _patch_nbval_kernel_env() -> None:
+    """Make every kernel nbval starts use the inline matplotlib backend (see module docstring)."""
+    try:
+        from nbval.kernel import NbvalKernelspecManager
+    except ImportError:  # nbval not installed: nothing to patch
+        return
+    if getattr(NbvalKernelspecManager.get_kernel_spec, "_course_patched", False):
+        return
+    original = NbvalKernelspecManager.get_kernel_spec
+
+    def get_kernel_spec(self, kernel_name):
+        spec = original(self, kernel_name)
+        spec.env = {**dict(spec.env or {}), "MPLBACKEND": KERNEL_MPLBACKEND, "COURSE_FAST": "1"}
+        return spec
+
+    get_kernel_spec._course_patched = True
+    NbvalKernelspecManager.get_kernel_spec = get_kernel_spec
+
+
+_patch_nbval_kernel_env()
+
+#: MIME types nbval must not compare, on top of its own list (PNG, JPEG, widget views).
+NBVAL_EXTRA_SKIP = ("image/svg+xml", "image/gif", "application/pdf")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Ignore image outputs in nbval comparisons; mark notebook cells."""
+    seen = set()
+    for item in items:
+        parent = getattr(item, "parent", None)
+        if parent is None or type(parent).__name__ != "IPyNbFile":
+            continue
+        item.add_marker(pytest.mark.notebook)
+        if id(parent) not in seen:
+            seen.add(id(parent))
+            parent.skip_compare = tuple(parent.skip_compare) + tuple(
+                m for m in NBVAL_EXTRA_SKIP if m not in parent.skip_compare
+            )
+
+
+# --- external tools -------------------------------------------------------------------------------
+def find_tool(name: str) -> str | None:
+    """Path of executable ``name`` on PATH or next to this interpreter (the venv's bin/)."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(name, path=search)
+
+
+def require_tool(name: str, *, module: bool = False, why: str = "") -> str:
+    """Return the path of executable ``name`` (or the module name when ``module=True``).
+
+    When it is missing the calling test is skipped with a reason -- or *fails* when
+    ``CI=true`` or ``COURSE_REQUIRE_ALL=1``, so that CI never passes by skipping.
+    """
+    found = (name if importlib.util.find_spec(name) is not None else None) if module else find_tool(name)
+    if found:
+        return found
+    what = f"Python module {name!r}" if module else f"tool {name!r}"
+    reason = f"{what} is not installed" + (f" ({why})" if why else "")
+    if strict_tools():
+        pytest.fail(
+            f"{reason}; CI=true / COURSE_REQUIRE_ALL=1 require every tool. "
+            f"Install it (see .ci/run) or unset COURSE_REQUIRE_ALL for a local run.",
+            pytrace=False,
+        )
+    pytest.skip(reason)
+
+
+@pytest.fixture(name="require_tool")
+def _require_tool_fixture():
+    """Fixture form: ``def test_x(require_tool): exe = require_tool("nbgrader")``."""
+    return require_tool
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT

@@ -1,0 +1,116 @@
+"""Browser smoke test: JupyterLab, notebooks/00_start_here.ipynb, Run All, move a slider.
+
+A real JupyterLab server (127.0.0.1, free port, random token, isolated Jupyter folders) serves a
+temporary copy of notebooks/, so the repository's notebooks are never modified. Headless Debian
+chromium, driven by Python playwright, opens the start notebook, runs all cells through the
+*Run* menu, waits for the estimate explorer widget, moves its prompt-length slider with the
+keyboard and checks that the displayed TTFT and TPOT become exactly what ``course_lib`` computes
+for the new setting. Screenshots go to artifacts/ (git-ignored).
+
+Skipped when chromium or playwright is missing, except under CI=true or COURSE_REQUIRE_ALL=1,
+where that is a failure (see tests/conftest.py ``require_tool``).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from browser_util import ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium
+from conftest import require_tool
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOK = "00_start_here.ipynb"
+TIMEOUT_MS = 180_000  # generous: two cores shared with the rest of the suite
+
+
+def _expected(settings: dict) -> tuple[str, str]:
+    from course_lib import estimate
+    from course_lib.units import format_time
+
+    e = estimate(settings["model"], settings["hardware"], settings["prompt_tokens"], settings["new_tokens"],
+                 precision=settings["precision"])
+    return format_time(e.ttft), format_time(e.tpot)
+
+
+@pytest.fixture
+def browser_tools():
+    """chromium and playwright, or skip (fail under CI) before any server is started."""
+    require_tool("chromium", why="Debian package chromium; see .ci/run")
+    require_tool("playwright", module=True, why="pip install playwright (Python package only)")
+
+
+@pytest.fixture
+def lab(browser_tools, tmp_path):
+    """A JupyterLab server over a temporary copy of notebooks/; stopped (with its kernels) afterwards."""
+    root = tmp_path / "root"
+    shutil.copytree(REPO_ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    server = JupyterLab(root_dir=root, home=tmp_path / "jupyter-home")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copyfile(server.log_path, ARTIFACTS / "browser_lab_server.log")
+
+
+def test_start_notebook_widget_in_jupyterlab(lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(lab.url(f"lab/tree/{NOTEBOOK}"))
+
+            # The notebook is open and its kernel is ready.
+            page.locator(".jp-NotebookPanel").first.wait_for(state="visible")
+            page.wait_for_function(
+                """() => {
+                    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+                    const k = w && w.sessionContext && w.sessionContext.session
+                              && w.sessionContext.session.kernel;
+                    return k && k.status === 'idle';
+                }"""
+            )
+            page.screenshot(path=str(ARTIFACTS / "browser_lab_opened.png"))
+
+            # Run ▸ Run All Cells, through the menu as a learner would.
+            page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+            page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
+            lab.remember_children()
+
+            # The live widget (not the stored snapshot) appears with the default setting.
+            widget = page.locator(".course-estimate-explorer").first
+            widget.wait_for(state="visible")
+            tpot = widget.locator(".course-estimate-output .course-tpot")
+            ttft = widget.locator(".course-estimate-output .course-ttft")
+            start = {"model": "mistral-7b", "hardware": "rtx-4090", "precision": "fp16",
+                     "prompt_tokens": 512, "new_tokens": 256}
+            ttft0, tpot0 = _expected(start)
+            expect(tpot).to_have_text(tpot0)
+            expect(ttft).to_have_text(ttft0)
+            widget.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "browser_lab_widget_before.png"))
+
+            # Move the prompt-length slider to its maximum with the keyboard.
+            handle = widget.locator(".course-prompt-tokens .noUi-handle").first
+            handle.focus()
+            handle.press("End")
+            readout = widget.locator(".course-prompt-tokens .widget-readout").first
+            expect(readout).not_to_have_text(str(start["prompt_tokens"]))
+            prompt_tokens = int(readout.inner_text().replace(",", "").strip())
+            assert prompt_tokens > start["prompt_tokens"]
+
+            ttft1, tpot1 = _expected({**start, "prompt_tokens": prompt_tokens})
+            expect(tpot).to_have_text(tpot1)
+            expect(ttft).to_have_text(ttft1)
+            assert (ttft1, tpot1) != (ttft0, tpot0), "the new setting should change what is shown"
+            page.screenshot(path=str(ARTIFACTS / "browser_lab_widget_after.png"))
+        finally:
+            browser.close()
