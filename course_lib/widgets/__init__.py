@@ -9,7 +9,16 @@ the browser tests look for; keep them when changing a layout.
 """
 from __future__ import annotations
 
+from .data_per_token import bytes_per_token, bytes_per_token_explorer
 from .estimator import EstimateExplorer, estimate_explorer, estimate_summary
-from .units import UnitConverter, unit_converter
+from .kv_cache import kv_cache_explorer, kv_crossover_explorer
+from .latency import TpotExplorer, tpot_explorer, tpot_reading
+from .units import UnitConverter, convert, unit_converter
 
-__all__ = ["EstimateExplorer", "estimate_explorer", "estimate_summary", "UnitConverter", "unit_converter"]
+__all__ = [
+    "EstimateExplorer", "estimate_explorer", "estimate_summary",        # 00
+    "UnitConverter", "convert", "unit_converter",                       # 01
+    "bytes_per_token", "bytes_per_token_explorer",                      # 02
+    "kv_cache_explorer", "kv_crossover_explorer",                       # 03
+    "TpotExplorer", "tpot_explorer", "tpot_reading",                    # 04
+]
