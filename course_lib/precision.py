@@ -36,7 +36,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision("fp32", 32, "IEEE 754 single precision"),
         Precision("tf32", 32, "stored as fp32; TF32 only changes the tensor-core arithmetic, not the bytes"),
         Precision("fp16", 16, "IEEE 754 half precision"),
-        Precision("bf16", 16, "bfloat16: fp32's exponent range with 8 bits of mantissa"),
+        Precision("bf16", 16, "bfloat16: fp32's 8-bit exponent with 7 explicit mantissa bits (8 bits of precision)"),
         Precision("fp8", 8, "8-bit float (e4m3 or e5m2); per-tensor scales are negligible"),
         Precision("int8", 8, "8-bit integer weights; per-channel scales are negligible"),
         Precision("int4", 4, "4-bit integer weights, scales not counted"),

@@ -122,7 +122,7 @@ q2 = Question(
 q3 = Question(
     id="q3", set=SET, points=1, kind="numeric",
     objective="O3 translate the source's 1024-based KB, MB, GB, TB into unambiguous units",
-    prompt=(f"The source material writes the KV cache of one Mistral-7B token as '{_SOURCE_KV}', using its "
+    prompt=(f"The source material writes the KV cache of one token of its illustrative 7B model (`source-7b`, the same KV shape as Mistral-7B) as '{_SOURCE_KV}', using its "
             f"1024-based convention. How many bytes is that exactly?"),
     expected=units.parse_bytes(_SOURCE_KV, convention="source"), dimension="bytes", rel_tol=1e-6,
     detect=[d.bits_vs_bytes(), d.gb_vs_gib(1)],
