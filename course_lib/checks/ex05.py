@@ -193,8 +193,18 @@ q3 = Question(
     solution="```python\nreturn (m * k + m + k) * bytes_per_element / bandwidth\n```",
 )
 
+def _overheads_us() -> list[float]:
+    """Per H200 GEMV row: its measured time minus its bytes at the copy rate, in µs (the fixed cost per call)."""
+    return [r["us"] - (r["m"] * r["k"] + r["m"] + r["k"]) * _FP16 / _H200_COPY * 1e6
+            for r in _H200_DATA["gemv_fp16_eager"]]
+
+
+_Q4_GBPS = _GEMV_BYTES / (_H200_ROW["us"] / 1e6) / 1e9
+_Q4_MEM_US = _GEMV_BYTES / _H200_COPY * 1e6
+_Q4_16K = next(r["GBps"] for r in _H200_DATA["gemv_fp16_eager"] if r["m"] == 16384) * 1e9 / _H200_COPY
+
 q4 = Question(
-    id="q4", set="ex05", objective="O5 compare measured GEMV bandwidth with the copy ceiling", points=2,
+    id="q4", set="ex05", objective="O3 read a measured GEMV's achieved bandwidth", points=2,
     prompt="The H200's 8192 × 8192 fp16 GEMV took its measured median time; what fraction of the H200's "
            "measured copy bandwidth did it achieve? (a number between 0 and 1)",
     kind="numeric", expected=_GEMV_BYTES / (_H200_ROW["us"] / 1e6) / _H200_COPY, rel_tol=0.01,
@@ -208,15 +218,21 @@ q4 = Question(
     ],
     hints=["Achieved bandwidth = bytes / measured time (take the time from h200()['gemv_fp16_eager']).",
            "The copy ceiling is h200()['ceilings']['copy_read_plus_write_GBps'] (in GB/s)."],
-    solution="134,250,496 B / 59.38 µs = 2261 GB/s; 2261 / 4150.4 = 0.545. About 40 µs of each eager call "
-             "is launch and dispatch overhead, so a single mid-sized GEMV reaches barely half the ceiling; "
-             "the 16384 × 16384 one (four times the bytes, same overhead) reaches 0.86.",
+    solution=f"{_GEMV_BYTES:,} B / {_H200_ROW['us']} µs = {_Q4_GBPS:.0f} GB/s; "
+             f"{_Q4_GBPS:.0f} / {_H200_COPY / 1e9} = {_Q4_GBPS * 1e9 / _H200_COPY:.3f}. At the copy rate its bytes "
+             f"need only {_Q4_MEM_US:.1f} µs, so at most {_H200_ROW['us'] - _Q4_MEM_US:.0f} µs of the call is "
+             f"fixed launch and dispatch cost (across the H200's rows, time minus bytes at the copy rate gives "
+             f"roughly {min(_overheads_us()):.0f}–{max(_overheads_us()):.0f} µs per call, partly overlapped with "
+             f"the memory traffic): a single mid-sized GEMV reaches barely half the ceiling, while the "
+             f"16384 × 16384 one (four times the bytes, the same fixed cost) reaches {_Q4_16K:.2f}.",
 )
+
 
 q5 = Question(
     id="q5", set="ex05", objective="O4 explain results that contradict bytes / bandwidth", points=1,
-    prompt="On a CPU without native fp16 arithmetic, an fp16 GEMV takes longer than the fp32 one although it "
-           "reads half the bytes. Why?",
+    prompt="Suppose a machine's fp16 GEMV takes longer than its fp32 GEMV of the same shape, although it "
+           "reads half the bytes (this happens on CPUs whose PyTorch build has no fast fp16 kernel; on a GPU "
+           "fp16 takes about half fp32's time). Which explanation fits such a result?",
     kind="choice",
     options=["compute-bound: converting and multiplying each element costs more time than reading it",
              "fp16 moves more bytes than fp32", "the cache holds fewer fp16 numbers",
