@@ -1,0 +1,108 @@
+"""Every question of every question set: the expected answer passes, the placeholder is "not
+attempted", every wrong-answer bank entry earns exactly its feedback, and the set is complete.
+
+Sets are discovered: every ``course_lib/checks/exNN.py`` (plus the ``_demo`` set used by the
+fixtures), so a new lesson's checks are covered without editing this file.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from course_lib import checks
+from course_lib.checks import ____
+from course_lib.checks.core import CORRECT, INCORRECT, NOT_ATTEMPTED, Question, validate_set
+
+SETS = checks.available_sets() + ["_demo"]
+
+
+def _module(name):
+    if name == "_demo":
+        from course_lib.checks import _demo
+
+        return _demo
+    return getattr(checks, name)  # the lazy loader the notebooks use
+
+
+QUESTIONS = [(s, q.id) for s in SETS for q in validate_set(_module(s))]
+
+
+def _question(set_name: str, qid: str) -> Question:
+    return getattr(_module(set_name), qid)
+
+
+def test_sets_are_discovered():
+    assert checks.available_sets() == sorted(checks.available_sets())
+    assert all(re.fullmatch(r"ex\d\d", s) for s in checks.available_sets())
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_set_is_complete(set_name):
+    module = _module(set_name)
+    questions = validate_set(module)
+    assert len(questions) >= 6, f"{set_name} has {len(questions)} questions; each set needs at least 6"
+    assert len({q.id for q in questions}) == len(questions)
+    assert all(q.points > 0 for q in questions)
+
+
+@pytest.mark.parametrize("set_name, qid", QUESTIONS)
+def test_question_is_documented(set_name, qid):
+    q = _question(set_name, qid)
+    assert q.objective.strip(), "each question names the objective it assesses"
+    assert q.hints and all(h.strip() for h in q.hints), "at least one hint"
+    assert q.solution_text.strip(), "a worked solution"
+    assert len(q.mistakes) >= 3, f"{set_name}.{qid} has {len(q.mistakes)} explicit mistakes; at least 3 are required"
+
+
+@pytest.mark.parametrize("set_name, qid", QUESTIONS)
+def test_expected_is_correct_and_placeholder_not_attempted(set_name, qid):
+    q = _question(set_name, qid)
+    r = q.evaluate(q.expected)
+    assert r.status == CORRECT, r
+    assert q.check(q.expected, strict=True).correct
+    for unfilled in (____, ____ * 2, ...):
+        assert q.evaluate(unfilled).status == NOT_ATTEMPTED
+    with pytest.raises(AssertionError, match="Not attempted"):
+        q.check(____, strict=True)
+
+
+@pytest.mark.parametrize("set_name, qid", QUESTIONS)
+def test_every_bank_entry_gets_its_feedback(set_name, qid):
+    q = _question(set_name, qid)
+    assert len(q.bank) >= len(q.mistakes)
+    for mistake in q.bank:
+        r = q.evaluate(mistake.value)
+        assert r.status == INCORRECT, f"{set_name}.{qid}: bank value {mistake.value!r} is not incorrect: {r}"
+        assert r.feedback == mistake.feedback, f"{set_name}.{qid}: {mistake.value!r} got {r.feedback!r}"
+        with pytest.raises(AssertionError) as info:
+            q.check(mistake.value, strict=True)
+        assert mistake.feedback in str(info.value)
+
+
+def _renderings(value: float) -> set[str]:
+    """Ways a number could be printed in feedback (only distinctive ones: >= 3 significant digits)."""
+    out = set()
+    if not math.isfinite(value) or value == 0:
+        return out
+    for fmt in ("{:g}", "{:.4g}", "{:.3g}", "{:,.0f}", "{:.0f}", "{:.1f}", "{:.2f}"):
+        text = fmt.format(value)
+        digits = re.sub(r"[^0-9]", "", text.split("e")[0]).strip("0")
+        if len(digits) >= 3:
+            out.add(text)
+    return out
+
+
+@pytest.mark.parametrize("set_name, qid", QUESTIONS)
+def test_feedback_never_states_the_expected_value(set_name, qid):
+    q = _question(set_name, qid)
+    if q.kind != "numeric":
+        return
+    values = {q._expected_base, q._expected_base / q._scale}
+    shown = set().union(*(_renderings(v) for v in values))
+    probes = [m.value for m in q.bank] + [q.expected * f for f in (0.5, 0.9, 0.97, 1.04, 1.2, 3, 50, -1)]
+    for answer in probes:
+        feedback = q.evaluate(answer).feedback
+        leaked = [s for s in shown if re.search(rf"(?<![\d.]){re.escape(s)}(?![\d])", feedback)]
+        assert not leaked, f"{set_name}.{qid}: feedback for {answer!r} shows the expected value {leaked}: {feedback}"

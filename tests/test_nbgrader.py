@@ -1,0 +1,118 @@
+"""The nbgrader workflow of docs/INSTRUCTORS.md, end to end, with nbgrader's own command line.
+
+In a temporary course directory: ``source/ps1/<notebook>`` is one of our solution notebooks;
+``nbgrader generate_assignment ps1`` makes the student version in ``release/``; two submissions are
+made from it -- one with every solution cell filled in from the source (a perfect learner) and one
+left as released -- plus the same two made from the course's own exercise notebook (the exgen output,
+which instructors may hand out instead), and ``nbgrader autograde ps1`` grades all four.  The filled-in
+submissions must get every point of the question set, the untouched ones none.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib import exgen
+from course_lib.checks import load_set
+
+pytestmark = pytest.mark.nbgrader
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _subject() -> tuple[Path, str]:
+    """(solution notebook, question set): the real lesson 01 once it exists, else the fixture."""
+    real = REPO / "solutions" / "01_units.ipynb"
+    if real.exists():
+        return real, "ex01"
+    return FIXTURES / "solutions" / "00_demo.ipynb", "_demo"
+
+
+def _points(set_name: str) -> float:
+    if set_name == "_demo":
+        from course_lib.checks import _demo
+
+        return sum(q.points for q in _demo.QUESTIONS)
+    return sum(q.points for q in load_set(set_name).QUESTIONS)
+
+
+def _run(exe: str, args: list[str], course: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # nbgrader runs `alembic` (its database migrations) from PATH: put the venv's bin/ first, as an
+    # activated virtual environment does
+    env["PATH"] = os.pathsep.join(filter(None, [str(Path(exe).parent), env.get("PATH")]))
+    out = subprocess.run([exe, *args], cwd=course, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def test_solution_autogrades_to_full_points(tmp_path, require_tool):
+    exe = require_tool("nbgrader", why="pip install -c constraints.txt -e '.[classroom]'")
+    solution, set_name = _subject()
+    course = tmp_path / "course"
+    (course / "source" / "ps1").mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        "c.CourseDirectory.course_id = 'llm-latency'\n"
+        "c.Execute.timeout = 120\n"
+    )
+    shutil.copy(solution, course / "source" / "ps1" / solution.name)
+
+    _run(exe, ["generate_assignment", "ps1", "--force"], course)
+    released = course / "release" / "ps1" / solution.name
+    assert released.exists()
+    release_nb = nbformat.read(str(released), as_version=4)
+    release_text = "\n".join(c.source for c in release_nb.cells)
+    assert "### BEGIN SOLUTION" not in release_text and "### BEGIN HIDDEN TESTS" not in release_text
+
+    # a perfect learner: every solution cell of the released notebook filled in from the source
+    source_nb = nbformat.read(str(solution), as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source_nb.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    assert answers, "the solution notebook has nbgrader solution cells"
+    def filled_in(nb):
+        nb = copy.deepcopy(nb)
+        filled = 0
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.metadata.get("nbgrader", {}).get("solution") and gid in answers:
+                cell.source = answers[gid]
+                filled += 1
+        assert filled == len(answers)
+        return nb
+
+    # the course's own exercise notebook (exgen output) works as the hand-out as well
+    exercise_nb = nbformat.reads(exgen.exercise_text(solution), as_version=4)
+    submissions = {"perfect": filled_in(release_nb), "blank": release_nb,
+                   "exercise-solved": filled_in(exercise_nb), "exercise-blank": exercise_nb}
+    for student, nb in submissions.items():
+        target = course / "submitted" / student / "ps1"
+        target.mkdir(parents=True)
+        nbformat.write(nb, str(target / solution.name))
+
+    _run(exe, ["autograde", "ps1", "--force"], course)
+
+    from nbgrader.api import Gradebook
+
+    expected = _points(set_name)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        perfect_sub = gb.find_submission("ps1", "perfect")
+        blank_sub = gb.find_submission("ps1", "blank")
+        assert perfect_sub.max_score == pytest.approx(expected), "grade-cell points = the question set's points"
+        assert perfect_sub.score == pytest.approx(expected), [
+            (g.name, g.score, g.max_score) for g in gb.find_submission_notebook(solution.stem, "ps1", "perfect").grades]
+        assert blank_sub.score == 0
+        assert gb.find_submission("ps1", "exercise-solved").score == pytest.approx(expected)
+        assert gb.find_submission("ps1", "exercise-blank").score == 0
+    graded = nbformat.read(str(course / "autograded" / "perfect" / "ps1" / solution.name), as_version=4)
+    errors = [o for c in graded.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert errors == []
