@@ -414,42 +414,7 @@ def test_ex04_questions_name_lesson_objectives_and_have_multi_step_problems():
 # --------------------------------------------------------------------------------------------------
 # The exercise source
 # --------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def solution_nb():
-    return nbformat.read(SOLUTION, as_version=4)
-
-
-def test_solution_notebook_has_valid_nbgrader_metadata(solution_nb):
-    nbgrader = pytest.importorskip("nbgrader.nbgraderformat")
-    nbgrader.MetadataValidator().validate_nb(solution_nb)
-    ids = [c.metadata["nbgrader"]["grade_id"] for c in solution_nb.cells]
-    assert len(ids) == len(set(ids)), "grade_ids must be unique"
-    assert all(c.metadata["nbgrader"]["schema_version"] == 3 for c in solution_nb.cells)
-
-
-def test_solution_notebook_has_an_answer_and_a_grade_cell_per_question(solution_nb):
-    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in solution_nb.cells}
-    for q in ex04.QUESTIONS:
-        ans, grd = cells[f"{q.id}-answer"], cells[f"{q.id}-grade"]
-        a, g = ans.metadata.nbgrader, grd.metadata.nbgrader
-        assert a["solution"] and not a["grade"] and not a["locked"]
-        assert g["grade"] and g["locked"] and not g["solution"] and g["points"] == q.points
-        assert "### BEGIN SOLUTION" in ans.source and "### END SOLUTION" in ans.source
-        assert f"q.{q.id}.check(" in ans.source
-        assert re.search(rf"q\.{q.id}\.check\(\w+, strict=True\)", grd.source)
-        assert q.prompt in cells[f"{q.id}-prompt"].source
-        assert q.objective.split()[0] in cells[f"{q.id}-prompt"].source
-
-
-def test_solution_notebook_passes_every_check(solution_nb):
-    """Stored outputs: every grade cell ran and showed 'correct' (nbval re-runs it)."""
-    graded = [c for c in solution_nb.cells if c.metadata["nbgrader"].get("grade")]
-    assert len(graded) == len(ex04.QUESTIONS)
-    for c in graded:
-        assert c.outputs, f"{c.metadata.nbgrader.grade_id} has no stored output"
-        assert not any(o.output_type == "error" for o in c.outputs)
-        records = [o.data.get("application/vnd.course.check+json") for o in c.outputs if "data" in o]
-        assert any(r and r["status"] == "correct" and r["strict"] for r in records)
+# nbgrader structure and stored grade outputs: tests/test_solutions_structure.py (all solutions)
 
 
 @pytest.mark.skipif(not EXERCISE.exists(),
