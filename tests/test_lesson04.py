@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbtext import shown_text
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -276,18 +277,7 @@ def test_total_vs_tokens_options_and_errors():
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def lesson_text() -> str:
-    nb = nbformat.read(LESSON, as_version=4)
-    parts = []
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            parts.append(c.source)
-        for out in c.get("outputs", []):
-            if out.output_type == "stream":
-                parts.append(out.text)
-            for mime in ("text/markdown", "text/plain"):
-                if mime in out.get("data", {}):
-                    parts.append(out.data[mime])
-    return "\n".join(parts)
+    return shown_text(LESSON)
 
 
 def _claims():
