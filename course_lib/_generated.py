@@ -4,9 +4,9 @@ Each function is the sympy expression of the same name, printed as Python. Argum
 course's base units (bytes, seconds, FLOP, counts); validation happens in the callers.
 """
 # fmt: off
-from math import inf, nan  # noqa: F401  (used where an expression prints them)
+from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'block_norm_params', 'compute_time', 'decode_bytes', 'decode_flops', 'expected_experts', 'gemv_flops', 'kv_cache_bytes', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'phase_time', 'prefill_bytes', 'prefill_flops', 'ridge_point', 'streamed_params', 'tokens_per_second', 'total_latency', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -25,6 +25,14 @@ def attention_params(hidden, heads, kv_heads, head_dim, qkv_bias, o_bias):
     return 2*head_dim*heads*hidden + 2*head_dim*hidden*kv_heads + head_dim*qkv_bias*(heads + 2*kv_heads) + hidden*o_bias
 
 
+def block_aligned_tokens(tokens, block_tokens):
+    """Tokens a block-granular prefix cache can reuse: only whole blocks of block_tokens are cached. [tokens]
+
+    sympy: block_tokens*floor(tokens/block_tokens)
+    """
+    return block_tokens*floor(tokens/block_tokens)
+
+
 def block_norm_params(hidden, norm_vectors, qk_norm, head_dim):
     """The two norms of a block (weight, + bias for LayerNorm) and optional per-head Q/K norms. [parameters]
 
@@ -33,12 +41,28 @@ def block_norm_params(hidden, norm_vectors, qk_norm, head_dim):
     return 2*head_dim*qk_norm + 2*hidden*norm_vectors
 
 
+def cache_break_even_hit_rate(write_overhead, ttft_miss, ttft_hit):
+    """Hit rate above which a cache lowers the mean TTFT when every miss also pays write_overhead to store its K/V: the solution h of h t_hit + (1 - h)(t_miss + t_w) = t_miss. [fraction]
+
+    sympy: write_overhead/(-ttft_hit + ttft_miss + write_overhead)
+    """
+    return write_overhead/(-ttft_hit + ttft_miss + write_overhead)
+
+
 def compute_time(flops, peak_flops, compute_efficiency):
     """Time if arithmetic were the only limit. [s]
 
     sympy: flops/(compute_efficiency*peak_flops)
     """
     return flops/(compute_efficiency*peak_flops)
+
+
+def critical_batch(peak_flops, bytes_per_weight, bandwidth):
+    """Batch at which a decode step's weight GEMMs turn compute-bound: 2 B FLOPs per weight of b_w bytes reach the ridge point peak / bandwidth (KV reads and attention ignored). [sequences]
+
+    sympy: bytes_per_weight*peak_flops/(2*bandwidth)
+    """
+    return ((1/2))*bytes_per_weight*peak_flops/bandwidth
 
 
 def decode_bytes(streamed_weight_bytes, batch, context, kv_bytes_per_token):
@@ -57,12 +81,28 @@ def decode_flops(batch, block_params, vocab, hidden, layers, heads, attn_dim, co
     return batch*(4*attn_dim*context*heads*layers + 2*block_params + 2*hidden*vocab)
 
 
+def e2e_per_token(ttft, n, tpot):
+    """End-to-end latency divided by the tokens generated: mixes prefill into a per-token figure. [s]
+
+    sympy: (tpot*(n - 1) + ttft)/n
+    """
+    return (tpot*(n - 1) + ttft)/n
+
+
 def expected_experts(experts, experts_per_token, routed_tokens):
     """Expected number of distinct experts touched when routed_tokens tokens each pick experts_per_token of experts (uniform routing): each expert is missed by one token with probability 1 - k/E. [experts]
 
     sympy: experts*(1 - (1 - experts_per_token/experts)**routed_tokens)
     """
     return experts*(1 - (1 - experts_per_token/experts)**routed_tokens)
+
+
+def expected_ttft(hit_rate, ttft_hit, ttft_miss):
+    """Mean time to first token when a fraction hit_rate of requests find their prefix cached. [s]
+
+    sympy: hit_rate*ttft_hit + ttft_miss*(1 - hit_rate)
+    """
+    return hit_rate*ttft_hit + ttft_miss*(1 - hit_rate)
 
 
 def gemv_flops(rows, cols, batch):
@@ -129,6 +169,14 @@ def mlp_params(hidden, intermediate, gated, mlp_bias):
     return hidden*intermediate*(gated + 2) + mlp_bias*(hidden + intermediate*(gated + 1))
 
 
+def overhead_time(ops, op_overhead):
+    """Fixed cost of launching ops one after another (framework dispatch, kernel launch), independent of size. [s]
+
+    sympy: op_overhead*ops
+    """
+    return op_overhead*ops
+
+
 def phase_time(flops, peak_flops, compute_efficiency, nbytes, bandwidth, bandwidth_efficiency):
     """Roofline time of a phase: the slower of compute and memory. [s]
 
@@ -161,6 +209,46 @@ def ridge_point(peak_flops, bandwidth):
     return peak_flops/bandwidth
 
 
+def ring_allreduce_time(devices, message_bytes, link_bandwidth):
+    """Bandwidth term of a ring all-reduce of message_bytes over `devices` GPUs: each sends and receives 2 (G - 1)/G of the message (per-hop latency not counted). [s]
+
+    sympy: message_bytes*(2*devices - 2)/(devices*link_bandwidth)
+    """
+    return message_bytes*(2*devices - 2)/(devices*link_bandwidth)
+
+
+def session_prefill_tokens_cached(system_tokens, user_tokens, turns):
+    """Prompt tokens prefilled over `turns` turns with a session cache: the system prompt once, then each new user message (replies already have K/V from decoding; linear in turns). [tokens]
+
+    sympy: system_tokens + turns*user_tokens
+    """
+    return system_tokens + turns*user_tokens
+
+
+def session_prefill_tokens_nocache(system_tokens, user_tokens, reply_tokens, turns):
+    """Prompt tokens prefilled over `turns` chat turns without a cache: turn t re-reads the system prompt, t user messages and t - 1 replies (quadratic in turns). [tokens]
+
+    sympy: turns*(reply_tokens*turns - reply_tokens + 2*system_tokens + turns*user_tokens + user_tokens)/2
+    """
+    return ((1/2))*turns*(reply_tokens*turns - reply_tokens + 2*system_tokens + turns*user_tokens + user_tokens)
+
+
+def sessions_that_fit(capacity, weights_bytes, kv_bytes_per_token, session_tokens):
+    """Whole sessions whose cached K/V (session_tokens each) fit in the memory left beside the weights. [sessions]
+
+    sympy: floor((capacity - weights_bytes)/(kv_bytes_per_token*session_tokens))
+    """
+    return floor((capacity - weights_bytes)/(kv_bytes_per_token*session_tokens))
+
+
+def step_time_with_overhead(roofline_time, ops, op_overhead):
+    """A step's roofline time plus the fixed per-op dispatch cost that the roofline leaves out. [s]
+
+    sympy: op_overhead*ops + roofline_time
+    """
+    return op_overhead*ops + roofline_time
+
+
 def streamed_params(block_params, vocab, hidden, routed_tokens):
     """Weights one forward step reads: every block weight it uses, the full lm_head (V x h, tied or not) and one embedding row per token. [parameters]
 
@@ -183,6 +271,14 @@ def total_latency(ttft, n, tpot):
     sympy: tpot*(n - 1) + ttft
     """
     return tpot*(n - 1) + ttft
+
+
+def total_latency_n_tpot(ttft, n, tpot):
+    """A common convention that counts n decode steps after the first token (one step too many). [s]
+
+    sympy: n*tpot + ttft
+    """
+    return n*tpot + ttft
 
 
 def weight_bytes(params, bytes_per_weight):

@@ -20,7 +20,7 @@ Each function is the sympy expression of the same name, printed as Python. Argum
 course's base units (bytes, seconds, FLOP, counts); validation happens in the callers.
 """
 # fmt: off
-from math import inf, nan  # noqa: F401  (used where an expression prints them)
+from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
 __all__ = {names!r}
 '''

@@ -85,6 +85,28 @@ class S:
     slope = _sym("slope", r"\sigma", real=True)
     ttft = _sym("ttft", r"t_{\mathrm{TTFT}}", **_pos)
     tpot = _sym("tpot", r"t_{\mathrm{TPOT}}", **_pos)
+    # lesson 06: more conventions, batching, overhead
+    ops = _sym("ops", r"n_{op}", integer=True, nonnegative=True)
+    op_overhead = _sym("op_overhead", r"t_{op}", **_nn)
+    roofline_time = _sym("roofline_time", r"t_{roof}", **_nn)
+    # lesson 07: caching
+    hit_rate = _sym("hit_rate", "h", **_nn)
+    ttft_hit = _sym("ttft_hit", r"t_{hit}", **_pos)
+    ttft_miss = _sym("ttft_miss", r"t_{miss}", **_pos)
+    write_overhead = _sym("write_overhead", r"t_{w}", **_nn)
+    system_tokens = _sym("system_tokens", r"S", integer=True, nonnegative=True)
+    user_tokens = _sym("user_tokens", r"u", integer=True, nonnegative=True)
+    reply_tokens = _sym("reply_tokens", r"r", integer=True, nonnegative=True)
+    turns = _sym("turns", r"T", integer=True, positive=True)
+    turn = _sym("turn", r"t", integer=True, positive=True)
+    block_tokens = _sym("block_tokens", r"b", integer=True, positive=True)
+    capacity = _sym("capacity", r"M", **_pos)
+    weights_bytes = _sym("weights_bytes", r"W", **_nn)
+    session_tokens = _sym("session_tokens", r"T_s", integer=True, positive=True)
+    # lesson 09: tensor parallelism
+    devices = _sym("devices", r"G", integer=True, positive=True)
+    message_bytes = _sym("message_bytes", r"m", **_nn)
+    link_bandwidth = _sym("link_bandwidth", r"\beta_{link}", **_pos)
 
 
 @dataclass(frozen=True)
@@ -200,6 +222,49 @@ _f("total_latency", s.ttft + (s.n - 1) * s.tpot, (s.ttft, s.n, s.tpot),
    "Time to the n-th token: the first comes from prefill, the other n - 1 from decode steps.", "s")
 _f("tokens_per_second", s.n / (s.ttft + (s.n - 1) * s.tpot), (s.n, s.ttft, s.tpot),
    "Tokens per second seen by one user over the whole response.", "token/s")
+
+# --- other conventions, batching and overhead (lesson 06) ----------------------------------------------------
+_f("total_latency_n_tpot", s.ttft + s.n * s.tpot, (s.ttft, s.n, s.tpot),
+   "A common convention that counts n decode steps after the first token (one step too many).", "s")
+_f("e2e_per_token", (s.ttft + (s.n - 1) * s.tpot) / s.n, (s.ttft, s.n, s.tpot),
+   "End-to-end latency divided by the tokens generated: mixes prefill into a per-token figure.", "s")
+_f("critical_batch", s.peak_flops * s.bytes_per_weight / (2 * s.bandwidth),
+   (s.peak_flops, s.bytes_per_weight, s.bandwidth),
+   "Batch at which a decode step's weight GEMMs turn compute-bound: 2 B FLOPs per weight of b_w bytes reach the "
+   "ridge point peak / bandwidth (KV reads and attention ignored).", "sequences")
+_f("overhead_time", s.ops * s.op_overhead, (s.ops, s.op_overhead),
+   "Fixed cost of launching ops one after another (framework dispatch, kernel launch), independent of size.", "s")
+_f("step_time_with_overhead", s.roofline_time + s.ops * s.op_overhead, (s.roofline_time, s.ops, s.op_overhead),
+   "A step's roofline time plus the fixed per-op dispatch cost that the roofline leaves out.", "s")
+
+# --- caching (lesson 07) ---------------------------------------------------------------------------------------
+_f("expected_ttft", s.hit_rate * s.ttft_hit + (1 - s.hit_rate) * s.ttft_miss, (s.hit_rate, s.ttft_hit, s.ttft_miss),
+   "Mean time to first token when a fraction hit_rate of requests find their prefix cached.", "s")
+_f("cache_break_even_hit_rate", s.write_overhead / (s.ttft_miss - s.ttft_hit + s.write_overhead),
+   (s.write_overhead, s.ttft_miss, s.ttft_hit),
+   "Hit rate above which a cache lowers the mean TTFT when every miss also pays write_overhead to store its K/V: "
+   "the solution h of h t_hit + (1 - h)(t_miss + t_w) = t_miss.", "fraction")
+_f("block_aligned_tokens", s.block_tokens * sp.floor(s.tokens / s.block_tokens), (s.tokens, s.block_tokens),
+   "Tokens a block-granular prefix cache can reuse: only whole blocks of block_tokens are cached.", "tokens")
+_f("session_prefill_tokens_nocache",
+   sp.factor(sp.summation(s.system_tokens + s.turn * s.user_tokens + (s.turn - 1) * s.reply_tokens,
+                          (s.turn, 1, s.turns))),
+   (s.system_tokens, s.user_tokens, s.reply_tokens, s.turns),
+   "Prompt tokens prefilled over `turns` chat turns without a cache: turn t re-reads the system prompt, t user "
+   "messages and t - 1 replies (quadratic in turns).", "tokens")
+_f("session_prefill_tokens_cached", s.system_tokens + s.turns * s.user_tokens,
+   (s.system_tokens, s.user_tokens, s.turns),
+   "Prompt tokens prefilled over `turns` turns with a session cache: the system prompt once, then each new user "
+   "message (replies already have K/V from decoding; linear in turns).", "tokens")
+_f("sessions_that_fit", sp.floor((s.capacity - s.weights_bytes) / (s.kv_bytes_per_token * s.session_tokens)),
+   (s.capacity, s.weights_bytes, s.kv_bytes_per_token, s.session_tokens),
+   "Whole sessions whose cached K/V (session_tokens each) fit in the memory left beside the weights.", "sessions")
+
+# --- tensor parallelism (lesson 09) ------------------------------------------------------------------------------
+_f("ring_allreduce_time", 2 * (s.devices - 1) / s.devices * s.message_bytes / s.link_bandwidth,
+   (s.devices, s.message_bytes, s.link_bandwidth),
+   "Bandwidth term of a ring all-reduce of message_bytes over `devices` GPUs: each sends and receives "
+   "2 (G - 1)/G of the message (per-hop latency not counted).", "s")
 
 
 def expr(name: str) -> sp.Expr:

@@ -40,6 +40,10 @@ def test_generated_equals_sympy_on_random_inputs(data):
             vals[formulas.S.first], vals[formulas.S.last] = vals[formulas.S.last], vals[formulas.S.first]
         if name == "expected_experts":
             vals[formulas.S.experts_per_token] = min(vals[formulas.S.experts_per_token], vals[formulas.S.experts])
+        if name == "sessions_that_fit":  # a session of zero bytes is outside the formula's domain
+            vals[formulas.S.kv_bytes_per_token] = 1
+        if name == "cache_break_even_hit_rate":  # defined where a hit is faster than a miss
+            vals[formulas.S.ttft_miss] = vals[formulas.S.ttft_hit] + vals[formulas.S.ttft_miss]
         want = float(f.expr.subs(vals).evalf(30))
         got = getattr(g, name)(*[vals[a] for a in f.args])
         assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), name
