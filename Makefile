@@ -27,10 +27,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test notebooks exercises codegen clean
+.PHONY: help install lab app test notebooks exercises codegen clean
 
 help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
+	@echo "make app         install (if needed), serve the capstone dashboard (Voila) on http://$(IP):$(PORT)/"
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
 	@echo "make install     create $(VENV) and install the course with its test and classroom extras"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
@@ -66,6 +67,20 @@ lab: install
 	  fi; \
 	done
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" notebooks/00_start_here.ipynb
+
+# App mode: app/dashboard.ipynb served by Voila as a web page of outputs and widgets, no code
+# (app/voila.json: strip_sources and friends). Voila runs in app/ so that it reads that file.
+# Voila, unlike JupyterLab, needs no --allow-root. Listens on 127.0.0.1 unless told otherwise:
+#     make app PORT=8867            another port
+#     make app IP=0.0.0.0           reachable from other machines (no password: Voila runs no code
+#                                   sent by the page, but anyone who reaches the port can use the app)
+#     make app VOILA_ARGS=--no-browser
+PORT       ?= 8866
+IP         ?= 127.0.0.1
+VOILA_ARGS ?=
+
+app: install
+	cd app && "$(CURDIR)/$(VENV)/bin/voila" dashboard.ipynb --Voila.ip=$(IP) --Voila.port=$(PORT) $(VOILA_ARGS)
 
 # --- checks -------------------------------------------------------------------------------
 

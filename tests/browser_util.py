@@ -1,6 +1,6 @@
-"""Helpers for browser tests: free ports, a throw-away JupyterLab server, headless Debian chromium.
+"""Helpers for browser tests: free ports, throw-away JupyterLab and Voila servers, headless chromium.
 
-    from browser_util import JupyterLab, launch_chromium, ARTIFACTS
+    from browser_util import JupyterLab, Voila, launch_chromium, ARTIFACTS
 
     with JupyterLab(root_dir=tmp_path / "root", home=tmp_path / "home") as lab, \\
             sync_playwright() as p:
@@ -8,17 +8,25 @@
         page = browser.new_page()
         page.goto(lab.url("lab/tree/00_start_here.ipynb"))
 
-The server listens on 127.0.0.1 only, on a free port, with a random token; its configuration,
+    with Voila(root_dir=tmp_path / "app", home=tmp_path / "home", notebook="dashboard.ipynb") as app:
+        page.goto(app.url())          # the notebook as a web app: outputs and widgets, no code
+
+Both servers listen on 127.0.0.1 only, on a free port, with a random token; their configuration,
 data, runtime and IPython folders live under ``home`` so nothing of the user's Jupyter set-up is
-read or written. Stopping it asks the server to shut down (which stops its kernels), then
-terminates its process group and any descendant still alive: no process is left behind.
+read or written. Stopping one asks the server to shut down (which stops its kernels), then
+terminates its process group and any descendant still alive: no process is left behind, and
+:meth:`JupyterLab.survivors` / :meth:`Voila.survivors` lets a test check that.
 
 Browsers: the system's chromium (Debian package ``chromium``) driven by Python playwright; the
-tests never download a browser (no ``playwright install``).
+tests never download a browser (no ``playwright install``). The browser resolves no host name,
+so a page can only reach the test's own server (given as 127.0.0.1): no test depends on the
+network, and a page that wants something from the internet (Voila's template links a font from a
+CDN) gets a quick "not found" instead.
 """
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -37,6 +45,8 @@ ARTIFACTS = REPO_ROOT / "artifacts"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    # No name resolves: the servers are addressed as 127.0.0.1, nothing else is reachable.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 ]
 
 
@@ -75,8 +85,60 @@ def _descendants(pid: int) -> list:
         return []
 
 
-class JupyterLab:
-    """A JupyterLab server for one test, as a context manager (``start()``/``stop()`` also work)."""
+def _process(pid: int):
+    """psutil.Process(pid), or the pid itself when psutil cannot describe it."""
+    try:
+        import psutil
+
+        return psutil.Process(pid)
+    except Exception:  # ImportError, psutil.NoSuchProcess
+        return pid
+
+
+def _alive(process) -> bool:
+    """True while a psutil process exists and is not a zombie (dead, only waiting to be reaped)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return False
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# --- JupyterLab in a page ---------------------------------------------------------------------------
+#: True once the notebook in JupyterLab's main area has a kernel that is idle (needs
+#: ``--LabApp.expose_app_in_browser=True``, which :class:`JupyterLab` sets).
+KERNEL_IDLE_JS = """() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    return k && k.status === 'idle';
+}"""
+
+
+def wait_for_notebook_kernel(page) -> None:
+    """Wait until the notebook panel is shown and its kernel is idle (the page's default timeout)."""
+    page.locator(".jp-NotebookPanel").first.wait_for(state="visible")
+    page.wait_for_function(KERNEL_IDLE_JS)
+
+
+def run_all_cells(page) -> None:
+    """Run ▸ Run All Cells, through the menu as a learner would."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
+
+
+# --- servers ---------------------------------------------------------------------------------------------
+class _JupyterProcess:
+    """What JupyterLab and Voila share: isolated folders, a free port, a token, a clean stop.
+
+    Subclasses give :meth:`command`, the URL path that answers once the server is up
+    (``ready_path``) and how to ask the server to shut down (:meth:`_request_shutdown`).
+    """
+
+    name = "server"
+    ready_path = ""
 
     def __init__(self, root_dir: Path, home: Path, *, startup_timeout: float = 90.0,
                  extra_args: list[str] | None = None):
@@ -87,16 +149,19 @@ class JupyterLab:
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.proc: subprocess.Popen | None = None
-        self.log_path = self.home / "jupyter-server.log"
+        self.log_path = self.home / f"{self.name.lower()}-server.log"
         self._log = None
         self._known_children: dict[int, object] = {}
+        #: Set by stop(): what still ran after the server was asked to shut down and given 15 s,
+        #: before stop() killed it ([] when the server stopped itself and all its kernels).
+        self.left_after_shutdown: list | None = None
 
     # --- URLs -------------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def url(self, path: str = "lab") -> str:
+    def url(self, path: str = "") -> str:
         sep = "&" if "?" in path else "?"
         return f"{self.base_url}/{path.lstrip('/')}{sep}token={self.token}"
 
@@ -104,42 +169,19 @@ class JupyterLab:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
-                         ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"),
-                         ("JUPYTERLAB_SETTINGS_DIR", "lab-settings"),
-                         ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")]:
+                         ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython")]:
             path = self.home / sub
             path.mkdir(parents=True, exist_ok=True)
             env[var] = str(path)
-        # User settings of the isolated JupyterLab: no "get notified about Jupyter news?" toast over
-        # the page (and no request for news); every cell of a notebook kept in the page, so that
-        # tests can find outputs that are scrolled out of view.
-        for plugin, setting in [("apputils-extension/notification", '{"fetchNews": "false"}'),
-                                ("notebook-extension/tracker", '{"windowingMode": "none"}')]:
-            path = self.home / "lab-settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(setting)
-        # Kernels behave as under `make lab` (inline figures), not as the test process (Agg).
+        # Kernels behave as under `make lab` / `make app` (inline figures), not as the test process (Agg).
         env.pop("MPLBACKEND", None)
         env["JUPYTER_PLATFORM_DIRS"] = "1"
         return env
 
-    def command(self) -> list[str]:
-        cmd = [
-            sys.executable, "-m", "jupyterlab",
-            "--no-browser", "--ServerApp.open_browser=False",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}", "--ServerApp.password=",
-            f"--ServerApp.root_dir={self.root_dir}",
-            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.expose_app_in_browser=True",
-            "--ServerApp.shutdown_no_activity_timeout=600",  # a safety net if a test run is killed
-            "--MappingKernelManager.cull_idle_timeout=0",
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")
-        return cmd + self.extra_args
+    def command(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def start(self) -> "JupyterLab":
+    def start(self):
         self.home.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command(), cwd=self.root_dir, env=self.env(), stdin=subprocess.DEVNULL,
@@ -147,22 +189,36 @@ class JupyterLab:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with code {self.proc.returncode}:\n{self.log_tail()}")
+                code = self.proc.returncode
+                self.stop()
+                raise RuntimeError(f"{self.name} exited with code {code}:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(self.url("api/status"), timeout=2) as resp:
+                with urllib.request.urlopen(self.url(self.ready_path), timeout=2) as resp:
                     if resp.status == 200:
                         return self
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             time.sleep(0.25)
         self.stop()
-        raise RuntimeError(f"JupyterLab did not answer within {self.startup_timeout:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.name} did not answer within {self.startup_timeout:.0f} s:\n{self.log_tail()}")
 
     def remember_children(self) -> None:
         """Record the server's current descendants (kernels) so stop() can reap them for sure."""
         if self.proc is not None:
             for p in _descendants(self.proc.pid):
                 self._known_children[p.pid] = p
+
+    @property
+    def children_seen(self) -> list:
+        """Every descendant (psutil.Process) recorded so far by remember_children() or stop()."""
+        return list(self._known_children.values())
+
+    def survivors(self) -> list:
+        """Descendants seen during the server's life that still run (should be [] after stop())."""
+        return [p for p in self._known_children.values() if _alive(p)]
+
+    def _request_shutdown(self, proc: subprocess.Popen) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def stop(self) -> None:
         """Shut the server and its kernels down; kill whatever is left. Safe to call twice."""
@@ -173,15 +229,14 @@ class JupyterLab:
             self._known_children[p.pid] = p
         try:
             if proc.poll() is None:
-                try:  # a clean shutdown stops the kernels too
-                    req = urllib.request.Request(self.url("api/shutdown"), method="POST", data=b"")
-                    urllib.request.urlopen(req, timeout=5).close()
-                except (urllib.error.URLError, ConnectionError, OSError):
-                    pass
+                self._request_shutdown(proc)  # a clean shutdown stops the kernels too
                 try:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     pass
+            self.left_after_shutdown = [p for p in self._known_children.values() if _alive(p)]
+            if proc.poll() is None:
+                self.left_after_shutdown.insert(0, _process(proc.pid))
             for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
                 if proc.poll() is not None:
                     break
@@ -212,8 +267,100 @@ class JupyterLab:
         except OSError:
             return "(no log)"
 
-    def __enter__(self) -> "JupyterLab":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class JupyterLab(_JupyterProcess):
+    """A JupyterLab server for one test, as a context manager (``start()``/``stop()`` also work)."""
+
+    name = "JupyterLab"
+    ready_path = "api/status"
+
+    def __init__(self, root_dir: Path, home: Path, *, startup_timeout: float = 90.0,
+                 extra_args: list[str] | None = None):
+        super().__init__(root_dir, home, startup_timeout=startup_timeout, extra_args=extra_args)
+        self.log_path = self.home / "jupyter-server.log"
+
+    def url(self, path: str = "lab") -> str:
+        return super().url(path)
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        for var, sub in [("JUPYTERLAB_SETTINGS_DIR", "lab-settings"),
+                         ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")]:
+            path = self.home / sub
+            path.mkdir(parents=True, exist_ok=True)
+            env[var] = str(path)
+        # User settings of the isolated JupyterLab: no "get notified about Jupyter news?" toast over
+        # the page (and no request for news); every cell of a notebook kept in the page, so that
+        # tests can find outputs that are scrolled out of view.
+        for plugin, setting in [("apputils-extension/notification", '{"fetchNews": "false"}'),
+                                ("notebook-extension/tracker", '{"windowingMode": "none"}')]:
+            path = self.home / "lab-settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(setting)
+        return env
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "jupyterlab",
+            "--no-browser", "--ServerApp.open_browser=False",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}", "--ServerApp.password=",
+            f"--ServerApp.root_dir={self.root_dir}",
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.shutdown_no_activity_timeout=600",  # a safety net if a test run is killed
+            "--MappingKernelManager.cull_idle_timeout=0",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        return cmd + self.extra_args
+
+    def _request_shutdown(self, proc: subprocess.Popen) -> None:
+        try:
+            req = urllib.request.Request(self.url("api/shutdown"), method="POST", data=b"")
+            urllib.request.urlopen(req, timeout=5).close()
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+
+
+class Voila(_JupyterProcess):
+    """A Voila server for one test: ``notebook`` (relative to ``root_dir``) as a web app.
+
+    Voila runs in ``root_dir``, as ``make app`` runs it in app/, so the ``voila.json`` there
+    (strip_sources, extensions, ...) applies to the test too. ``url()`` is the app's page; each
+    visit starts a kernel that runs the notebook, and that kernel lives until the page is closed
+    or the server stops. Voila needs no ``--allow-root``: unlike JupyterLab it never refuses root.
+    Stopping sends SIGTERM, on which Voila stops its kernels and exits.
+    """
+
+    name = "Voila"
+    # A static file: answers as soon as the server listens, without starting a kernel.
+    ready_path = "voila/static/voila-style.js"
+
+    def __init__(self, root_dir: Path, home: Path, notebook: str = "dashboard.ipynb", *,
+                 startup_timeout: float = 90.0, extra_args: list[str] | None = None):
+        super().__init__(root_dir, home, startup_timeout=startup_timeout, extra_args=extra_args)
+        self.notebook = notebook
+        if not (self.root_dir / notebook).is_file():
+            raise FileNotFoundError(f"notebook {notebook!r} is not in {self.root_dir}")
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "voila", self.notebook,
+            "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.port={self.port}", "--Voila.port_retries=0",
+            f"--Voila.token={self.token}",
+            # connection files of the kernels in the isolated runtime folder, not in /tmp
+            f"--Voila.connection_dir_root={self.home / 'runtime'}",
+        ] + self.extra_args
+
+    def _request_shutdown(self, proc: subprocess.Popen) -> None:
+        try:
+            proc.send_signal(signal.SIGTERM)  # Voila: stop the loop, shut all kernels down, exit
+        except ProcessLookupError:
+            pass
