@@ -1,0 +1,275 @@
+"""Exercise set 08: predicted vs measured (lesson ``notebooks/08_predicted_vs_measured.ipynb``).
+
+Objectives (as numbered in the lesson):
+
+* O1 define and compute a case's efficiency, predicted floor / measured time, and summarise many
+  cases with the geometric mean;
+* O2 predict published benchmarks (llama.cpp, FasterTransformer) with the estimator and read their
+  efficiencies;
+* O3 explain the H200's gaps: framework overhead (eager vs CUDA graph), kernel efficiency against the
+  measured ceilings, K/V reads at long context, prefix caching;
+* O4 test quantisation claims against measurements (fp8 weights on the H200, q4_0 in llama.cpp);
+* O5 compare your own machine's measurements with its predictions.
+
+Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.compare``
+and the shipped measurements), never typed in. Feedback never states an expected value.
+"""
+from __future__ import annotations
+
+import math
+
+from course_lib import compare, measurements
+from course_lib.checks.core import Mistake, Question
+from course_lib.checks.core import detectors as d
+from course_lib.estimator import estimate, weight_bytes
+from course_lib.hardware import get_hardware
+
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "geomean_efficiency_reference"]
+
+SET = "ex08"
+
+_PUB = {r.case: r for r in compare.published_cases()}
+_H200 = {r.case: r for r in compare.h200_cases("datasheet")}
+_H200_MEASURED = {r.case: r for r in compare.h200_cases("measured")}
+_H = measurements.h200()
+
+# --- O2: llama.cpp f16 on an RTX 4090 ------------------------------------------------------------------
+_F16_ID = "llamacpp-llama-2-7b-f16-rtx-4090-24gb"
+_Q40_ID = "llamacpp-llama-2-7b-q4_0-rtx-4090-24gb"
+_F16 = measurements.record(_F16_ID)
+_Q40 = measurements.record(_Q40_ID)
+_N = compare.LLAMACPP_DECODE_TOKENS
+_FLOOR_F16 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="fp16").tpot
+_FLOOR_Q40 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="q4_0").tpot
+_FLOOR_INT4 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="int4").tpot
+_Q1 = _FLOOR_F16 * _F16["decode_tokens_per_s"]
+assert math.isclose(_Q1, _PUB[f"{_F16_ID}/tg"].efficiency, rel_tol=1e-12)
+
+q1 = Question(
+    id="q1", set=SET, points=1, kind="numeric",
+    objective="O2 predict a published benchmark with the estimator and read its efficiency",
+    prompt=(f"llama.cpp decodes Llama-2-7B with f16 weights on an RTX 4090 at "
+            f"`measurements.record('{_F16_ID}')['decode_tokens_per_s']` tokens/s. Its floor is "
+            f"`estimate('llama-2-7b', 'rtx-4090', 1, {_N}, precision='fp16').tpot` (seconds per token). "
+            "What is the efficiency, predicted time per token / measured time per token? A fraction."),
+    expected=_Q1, rel_tol=0.005,
+    detect=[d.gb_vs_gib()],
+    mistakes=[
+        Mistake(1 / _Q1, "Upside down: that is measured / predicted, how many times the floor the measurement "
+                         "took. Efficiency is predicted / measured, at most about 1."),
+        Mistake(_Q1 * 100, "That is a percentage; give the efficiency as a fraction (0 to 1)."),
+        Mistake(_FLOOR_Q40 * _F16["decode_tokens_per_s"],
+                "That floor is for q4_0 weights; the measurement is the f16 model (2 bytes per weight)."),
+        Mistake(weight_bytes("llama-2-7b", "fp16") / get_hardware("rtx-4090").bandwidth * _F16["decode_tokens_per_s"],
+                "That floor reads every stored parameter, the whole embedding table included. A decode step looks "
+                "up one row of the embedding (and reads the K/V cache): use the estimator's tpot."),
+    ],
+    hints=["Measured time per token = 1 / decode_tokens_per_s.",
+           "Efficiency = floor / measured = floor x decode_tokens_per_s."],
+    solution=(f"Measured: 1 / {_F16['decode_tokens_per_s']} tokens/s = {1e3 / _F16['decode_tokens_per_s']:.3f} ms "
+              f"per token. Floor: {_FLOOR_F16 * 1e3:.3f} ms. Efficiency = {_FLOOR_F16 * 1e3:.3f} / "
+              f"{1e3 / _F16['decode_tokens_per_s']:.3f} = {_Q1:.3f}: llama.cpp gets that fraction of the "
+              "memory floor's speed. `compare.find(compare.published_cases(), "
+              f"'{_F16_ID}/tg').efficiency` gives the same number."),
+)
+
+# --- O4 multi-step: q4_0 vs f16 on the same card ---------------------------------------------------------
+_PRED_SPEEDUP = _FLOOR_F16 / _FLOOR_Q40
+_MEAS_SPEEDUP = _Q40["decode_tokens_per_s"] / _F16["decode_tokens_per_s"]
+_Q2 = _MEAS_SPEEDUP / _PRED_SPEEDUP
+q2 = Question(
+    id="q2", set=SET, points=2, kind="numeric",
+    objective="O4 test a quantisation claim against measurements",
+    prompt=(f"Multi-step: the same card runs the q4_0 model (4.5 bits per weight) at "
+            f"`measurements.record('{_Q40_ID}')['decode_tokens_per_s']` tokens/s. "
+            "(a) Predicted speedup of q4_0 over f16: the f16 floor / the q4_0 floor "
+            f"(`estimate(..., precision='q4_0').tpot`, same arguments as question 1). "
+            "(b) Measured speedup: q4_0 tokens/s / f16 tokens/s. "
+            "(c) What fraction of the predicted speedup did llama.cpp deliver? Answer (b) / (a)."),
+    expected=_Q2, rel_tol=0.005,
+    detect=[d.bits_vs_bytes()],
+    mistakes=[
+        Mistake(_PRED_SPEEDUP, "That is the predicted speedup (a) alone; the answer is measured / predicted."),
+        Mistake(_MEAS_SPEEDUP, "That is the measured speedup (b) alone; divide it by the predicted one."),
+        Mistake(_MEAS_SPEEDUP / (_FLOOR_F16 / _FLOOR_INT4),
+                "Your predicted speedup counts 4 bits per weight. q4_0 stores one fp16 scale per block of 32 "
+                "weights: 4.5 bits per weight (`bytes_per_element('q4_0')`)."),
+        Mistake(1 / _Q2, "Upside down: divide the measured speedup by the predicted one."),
+    ],
+    hints=["(a) is close to 16 / 4.5, a little less: the KV cache reads do not shrink with the weights.",
+           "(b) uses the two records' decode_tokens_per_s; the answer is (b) / (a)."],
+    solution=(f"(a) {_FLOOR_F16 * 1e3:.3f} ms / {_FLOOR_Q40 * 1e3:.3f} ms = {_PRED_SPEEDUP:.3f}. "
+              f"(b) {_Q40['decode_tokens_per_s']} / {_F16['decode_tokens_per_s']} = {_MEAS_SPEEDUP:.3f}. "
+              f"(c) {_MEAS_SPEEDUP:.3f} / {_PRED_SPEEDUP:.3f} = {_Q2:.3f}. Fewer bytes did help, but the q4_0 "
+              "kernels must unpack and scale every weight, and the fixed cost per step stays: the efficiency of "
+              "the q4_0 run is lower than the f16 run's."),
+)
+
+# --- O3: framework overhead ----------------------------------------------------------------------------
+_HF = _H200["h200/hf/tpot-c2048"]
+_Q3 = _HF.excess_s * 1e3
+q3 = Question(
+    id="q3", set=SET, points=1, kind="numeric",
+    objective="O3 explain the H200's gaps: framework overhead",
+    prompt=("Hugging Face transformers (eager PyTorch) took `measurements.h200()['hf_transformers_eager']['tpot']` "
+            "per token at context 2048 on the H200. Its floor on the datasheet: "
+            "`estimate('mistral-7b', 'h200', 2048, 2).tpot_first`. How many milliseconds per token does the "
+            "eager run spend beyond the floor (measured - predicted)? Answer in ms."),
+    expected=_Q3, unit="ms", dimension="time", rel_tol=0.002,
+    detect=[d.ms_vs_s()],
+    mistakes=[
+        Mistake(_HF.slowdown, "That is the ratio measured / predicted; the question asks for the difference in ms."),
+        Mistake(_HF.measured_s * 1e3, "That is the whole measured time; subtract the floor."),
+        Mistake(_H200_MEASURED["h200/hf/tpot-c2048"].excess_s * 1e3,
+                "That floor uses the measured copy bandwidth; the question asks for the datasheet floor "
+                "(`get_hardware('h200')`).", rel_tol=0.0005),
+    ],
+    hints=["Take the row with context 2048 from ['tpot'] (its 'ms').",
+           "Subtract estimate(...).tpot_first converted to ms."],
+    solution=(f"{_HF.measured_s * 1e3:.2f} ms - {_HF.predicted_s * 1e3:.3f} ms = {_Q3:.2f} ms per token: "
+              f"{_HF.slowdown:.0f} times the floor. A CUDA-graph replay of a whole step on the same GPU took "
+              f"{_H200['h200/full-step/b1-c1024'].measured_s * 1e3:.2f} ms (batch 1, context 1024): almost all of "
+              "the eager time is Python and kernel-launch overhead, not memory."),
+)
+
+# --- O3 multi-step: the K/V reads at long context -------------------------------------------------------
+_RUNS = {(r["batch"], r["context"]): r for r in _H["full_decode_step_cuda_graph"]["runs"]}
+_A, _B = _RUNS[(1, 1)], _RUNS[(1, 32768)]
+_DKV = _B["kv_bytes_read"] - _A["kv_bytes_read"]
+_DT = (_B["ms"] - _A["ms"]) / 1e3
+_Q4 = _DKV / _DT / 1e9
+q4 = Question(
+    id="q4", set=SET, points=2, kind="numeric",
+    objective="O3 explain the H200's gaps: K/V reads at long context",
+    prompt=("Multi-step: `measurements.h200()['full_decode_step_cuda_graph']['runs']` has the whole decode step "
+            "at batch 1 with 1 and with 32768 tokens cached. (a) How many more K/V bytes does the long-context "
+            "step read (`kv_bytes_read`)? (b) How much longer did it take? (c) At what bandwidth were those extra "
+            "bytes read: (a) / (b)? Answer in GB/s."),
+    expected=_Q4, unit="GB/s", dimension="bandwidth", rel_tol=0.005,
+    detect=[d.gb_vs_gib(), d.bits_vs_bytes()],
+    mistakes=[
+        Mistake(_B["achieved_GBps"], "That is the whole step's achieved bandwidth (weights + K/V over the whole "
+                                     "time); the question asks about the extra bytes over the extra time."),
+        Mistake(_B["kv_bytes_read"] / (_B["ms"] / 1e3) / 1e9,
+                "That divides the K/V bytes by the whole step's time; use the increase in time from context 1."),
+        Mistake(_DKV / _DT / 1e12, "Check the unit: bytes / seconds / 1e9 is GB/s."),
+    ],
+    hints=["(a) kv_bytes_read at 32768 minus at 1; (b) ms at 32768 minus at 1, in seconds.",
+           "Divide and convert to GB/s (1e9 bytes per second)."],
+    solution=(f"(a) {_B['kv_bytes_read']:,} - {_A['kv_bytes_read']:,} = {_DKV:,} bytes. (b) {_B['ms']} - {_A['ms']} "
+              f"= {_B['ms'] - _A['ms']:.3f} ms. (c) {_Q4:.0f} GB/s, against a copy ceiling of "
+              f"{_H['ceilings']['copy_read_plus_write_GBps']} GB/s: the attention kernel reads the cache more slowly "
+              "than the GEMVs read the weights, so the floor underestimates how much long contexts cost."),
+)
+
+# --- O1: the efficiency as a formula -----------------------------------------------------------------------
+q5 = Question(
+    id="q5", set=SET, points=1, kind="expression",
+    objective="O1 define a case's efficiency as predicted floor / measured time",
+    prompt=("A memory-bound kernel moves `data` bytes on a device whose bandwidth is `bw` (bytes/s); it was "
+            "measured at `t` seconds. Write its efficiency (predicted floor / measured time) in data, bw and t."),
+    expected="data/(bw*t)", symbols=["data", "bw", "t"],
+    mistakes=[
+        Mistake("bw*t/data", "Upside down: that is measured / predicted. The floor data / bw goes on top."),
+        Mistake("t - data/bw", "That is the time beyond the floor (seconds), not a ratio."),
+        Mistake("data*t/bw", "The floor is data / bw; divide it by t, do not multiply."),
+    ],
+    hints=["The floor is data / bw seconds.", "Efficiency = floor / t."],
+    solution="$\\eta = \\frac{data / bw}{t} = \\frac{data}{bw\\,t}$: the achieved bandwidth data / t as a fraction "
+             "of bw.",
+)
+
+
+# --- O1: the geometric mean ----------------------------------------------------------------------------------
+def geomean_efficiency_reference(pairs):
+    """Geometric mean of predicted / measured over ``(predicted_s, measured_s)`` pairs."""
+    return compare.geomean([p / m for p, m in pairs])
+
+
+_CASES6 = [
+    [(1.0, 2.0), (1.0, 8.0)],
+    [(3e-3, 4e-3)],
+    [(r.predicted_s, r.measured_s) for r in _H200.values() if r.group == "H200 HF eager TTFT"],
+    [(r.predicted_s, r.measured_s) for r in _PUB.values() if r.group == "llama.cpp decode f16"],
+]
+q6 = Question(
+    id="q6", set=SET, points=2, kind="function",
+    objective="O1 summarise many cases with the geometric mean of their efficiencies",
+    prompt=("Write `geomean_efficiency(pairs)`: given a list of `(predicted_s, measured_s)` pairs, return the "
+            "geometric mean of their efficiencies (predicted / measured): the n-th root of their product."),
+    expected=geomean_efficiency_reference, rel_tol=1e-9,
+    cases=[((c,), geomean_efficiency_reference(c)) for c in _CASES6],
+    mistakes=[
+        Mistake(lambda pairs: sum(p / m for p, m in pairs) / len(pairs),
+                "That is the arithmetic mean. Efficiencies are ratios: average them geometrically (the mean of "
+                "their logarithms), so that 2x too slow and 2x too fast cancel."),
+        Mistake(lambda pairs: sum(p for p, _ in pairs) / sum(m for _, m in pairs),
+                "That is total predicted / total measured time, which the longest cases dominate."),
+        Mistake(lambda pairs: math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs)),
+                "Upside down: each efficiency is predicted / measured."),
+    ],
+    hints=["math.log of each efficiency, their mean, then math.exp.",
+           "`compare.geomean` does the last two steps for a list of efficiencies."],
+    solution=("```python\ndef geomean_efficiency(pairs):\n    logs = [math.log(p / m) for p, m in pairs]\n"
+              "    return math.exp(sum(logs) / len(logs))\n```"),
+)
+
+# --- O4: the fp8 test -------------------------------------------------------------------------------------------
+_F8 = _H["weights_only_decode_step_fp16_vs_fp8"]
+_OPT_RIGHT = ("less than 2x: the fp8 step read its weights at a lower bandwidth than the fp16 step, "
+              "so halving the bytes did not halve the time")
+_OPT_HALF = "exactly 2x: halving the bytes halved the time, as bytes / bandwidth predicts"
+_OPT_SLOWER = "fp8 was slower than fp16, because the H200 converts fp8 to fp16 before reading it"
+_OPT_MORE = "more than 2x, because fp8 arithmetic runs at twice the fp16 rate"
+q7 = Question(
+    id="q7", set=SET, points=1, kind="choice",
+    objective="O4 test a quantisation claim against measurements",
+    prompt=("`measurements.h200()['weights_only_decode_step_fp16_vs_fp8']` timed the same weights-only step with "
+            "fp16 and with fp8 weights (half the bytes). Which statement does the data support?"),
+    options=[_OPT_HALF, _OPT_RIGHT, _OPT_SLOWER, _OPT_MORE], expected=_OPT_RIGHT,
+    mistakes=[
+        Mistake(_OPT_HALF, "Compare the two 'ms' values: their ratio is not 2."),
+        Mistake(_OPT_SLOWER, "Compare the two 'ms' values: the fp8 step took less time."),
+        Mistake(_OPT_MORE, "At batch 16 the step is memory-bound: the arithmetic rate does not set its time, and "
+                           "the measured ratio is below 2."),
+    ],
+    hints=["Compute fp16 ms / fp8 ms, then compare each step's 'GBps'."],
+    solution=(f"{_F8['fp16']['ms']} ms / {_F8['fp8_e4m3']['ms']} ms = {_F8['fp16']['ms'] / _F8['fp8_e4m3']['ms']:.2f}: "
+              f"not 2. The fp8 step reached {_F8['fp8_e4m3']['GBps']} GB/s, the fp16 step {_F8['fp16']['GBps']} GB/s: "
+              "the fp8 kernel (torch._scaled_mm) streams its smaller matrices less efficiently and adds scaling "
+              "work, so the saving in bytes is only partly a saving in time."),
+)
+
+# --- O3 multi-step: the prefix cache ------------------------------------------------------------------------------
+_PC = _H["hf_transformers_eager"]["prefix_cache"]
+_P = _PC["prefix"] + _PC["suffix"]
+_FULL = _H200["h200/hf/prefix-full"]
+_HIT = _H200["h200/hf/prefix-cached"]
+_Q8 = _FULL.predicted_s / _HIT.predicted_s
+q8 = Question(
+    id="q8", set=SET, points=2, kind="numeric",
+    objective="O3 explain the H200's gaps: prefix caching",
+    prompt=("Multi-step: the H200 prefix-cache test (`measurements.h200()['hf_transformers_eager']['prefix_cache']`) "
+            "ran a prompt of prefix + suffix tokens with nothing cached, then with the prefix cached. "
+            "(a) The TTFT floor with nothing cached: `estimate('mistral-7b', 'h200', prefix + suffix, 1).ttft`. "
+            "(b) The floor with the prefix cached (`cached_prefix_tokens=prefix`). "
+            "(c) The predicted speedup (a) / (b). Answer (c)."),
+    expected=_Q8, rel_tol=0.005,
+    mistakes=[
+        Mistake(_PC["full_ms"] / _PC["cached_ms"], "That is the measured speedup; the question asks for the "
+                                                   "predicted one, from the two floors."),
+        Mistake(_P / _PC["suffix"], "That is the ratio of prompt tokens processed. A cached prompt still reads "
+                                    "all the weights once, and the cached K/V are read too: use estimate()."),
+        Mistake(_H200_MEASURED["h200/hf/prefix-full"].predicted_s / _H200_MEASURED["h200/hf/prefix-cached"].predicted_s,
+                "Those floors use the measured ceilings; the question asks for get_hardware('h200')'s datasheet."),
+        Mistake(1 / _Q8, "Upside down: the full prefill's floor divided by the cached one's."),
+    ],
+    hints=["prefix + suffix is the prompt; cached_prefix_tokens=prefix.",
+           "The cached floor is memory-bound: the weights are read once whatever the number of new tokens."],
+    solution=(f"(a) {_FULL.predicted_s * 1e3:.2f} ms. (b) {_HIT.predicted_s * 1e3:.3f} ms. (c) {_Q8:.1f}. Measured: "
+              f"{_PC['full_ms']} ms / {_PC['cached_ms']} ms = {_PC['full_ms'] / _PC['cached_ms']:.1f}: the cached "
+              f"run spends {_HIT.excess_s * 1e3:.0f} ms beyond its floor, the eager framework's fixed cost, which "
+              "caching cannot remove."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]
