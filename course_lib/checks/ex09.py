@@ -1,0 +1,341 @@
+"""Exercise set 09: capstone, plan a deployment (lesson ``notebooks/09_capstone.ipynb``).
+
+Objectives (as numbered in the lesson):
+
+* O1 price a deployment: TTFT, TPOT, total time, tokens per second per user and for the whole batch,
+  and which bound (memory or compute) holds in prefill and in decode;
+* O2 check the memory one GPU needs (the weights plus the KV cache of every sequence at its final
+  length) and find the largest batch that fits;
+* O3 find the largest batch that meets a latency budget (a small planning function) and read the
+  latency–throughput curve;
+* O4 choose hardware, precision and prefix caching and defend the choice with numbers (which resource
+  sets which budget);
+* O5 split a model over several GPUs with tensor parallelism: memory per GPU and the all-reduce cost
+  from the link bandwidth.
+
+Every expected value is computed here from ``course_lib`` (the estimator, the dashboard's functions
+and the generated formulas), never typed in. Feedback never states an expected value.
+"""
+from __future__ import annotations
+
+import math
+
+from course_lib import _generated as g
+from course_lib import units
+from course_lib.checks.core import Mistake, Question
+from course_lib.checks.core import detectors as d
+from course_lib.dashboard import DashboardState, best_batch, compute, max_batch_that_fits
+from course_lib.estimator import estimate
+from course_lib.hardware import get_hardware
+from course_lib.models import get_model
+
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "largest_batch_reference",
+           "allreduce_per_step", "allreduce_expression", "BATCH_LIMIT"]
+
+SET = "ex09"
+
+#: The planning function searches batches 1 ... BATCH_LIMIT.
+BATCH_LIMIT = 256
+
+
+def largest_batch_reference(model, hardware, prompt_tokens, new_tokens, ttft_budget, tpot_budget):
+    """Largest batch in 1..BATCH_LIMIT that fits one GPU and meets both budgets (seconds); 0 if none."""
+    state = DashboardState(model=model, hardware=hardware, prompt_tokens=prompt_tokens, new_tokens=new_tokens)
+    return best_batch(state, ttft_budget, tpot_budget, limit=BATCH_LIMIT)
+
+
+def allreduce_per_step(L, G, B, h, b, beta):
+    """Seconds of one decode step's all-reduces: 2 per layer of B·h values of b bytes over G GPUs."""
+    return 2 * L * g.ring_allreduce_time(G, B * h * b, beta)
+
+
+def allreduce_expression():
+    """:func:`allreduce_per_step` in the exercise's sympy symbols L, G, B, h, b, beta."""
+    import sympy as sp
+
+    return allreduce_per_step(*sp.symbols("L G B h b beta", positive=True))
+
+
+_L3 = get_model("llama-3-8b")
+_A100 = get_hardware("a100-80gb")
+_H100 = get_hardware("h100-sxm")
+_L40S = get_hardware("l40s")
+_P, _N = 2048, 300                    # the exercises' chat requests: prompt and answer tokens
+
+# --- O1: TTFT of a batch of prompts ---------------------------------------------------------------------
+_Q1_B, _Q1_P = 8, 1500
+_Q1 = estimate(_L3, _A100, _Q1_P, _N, batch=_Q1_B)
+q1 = Question(
+    id="q1", set=SET, points=1, kind="numeric",
+    objective="O1 price a deployment: TTFT, TPOT, tokens per second and the bound in each phase",
+    prompt=(f"Llama-3-8B in fp16 on an A100 80GB (efficiencies 1). {_Q1_B} requests of {_Q1_P:,} prompt tokens "
+            f"arrive together and are prefilled in one pass. What is their TTFT, in ms? Use `estimate(...)` with "
+            f"`batch={_Q1_B}`."),
+    expected=_Q1.ttft * 1e3, unit="ms", dimension="time", rel_tol=0.005,
+    detect=[d.ms_vs_s(), d.forgot_batch(_Q1_B, feedback=(
+        "That is the TTFT of a single request. All the prompts of the batch are prefilled in the same pass: "
+        "the pass does the work of every one of them."))],
+    mistakes=[
+        Mistake(_Q1.prefill.memory_time * 1e3,
+                "That is the prefill's memory time (bytes / bandwidth). Prefill multiplies every weight by "
+                "thousands of tokens: it is compute-bound, so its time is FLOPs / peak FLOP/s."),
+        Mistake(estimate(_L3, _A100, _Q1_P * _Q1_B, _N).ttft * 1e3,
+                "That prefills one prompt as long as all of them together. Each request attends only to its own "
+                "tokens: the attention FLOPs grow with each prompt's length squared, times the batch."),
+        Mistake(2 * _L3.params * _Q1_P * _Q1_B / _A100.flops("fp16") * 1e3,
+                "That is 2 x all parameters x tokens / peak: it multiplies the embedding table (a lookup) and "
+                "runs the lm_head on every prompt token, but prefill needs the logits of the last token only. "
+                "Use the estimator's prefill FLOPs.", rel_tol=0.005),
+    ],
+    hints=["`estimate('llama-3-8b', 'a100-80gb', 1500, 300, batch=8)` has a `ttft` in seconds.",
+           "Check `prefill_bound`: which term, FLOPs or bytes, sets the time?"],
+    solution=(f"`estimate('llama-3-8b', 'a100-80gb', {_Q1_P}, {_N}, batch={_Q1_B}).ttft` = "
+              f"{units.format_time(_Q1.ttft, digits=4)}, compute-bound: "
+              f"{units.format_flops(_Q1.prefill.flops)} at {units.format_flop_rate(_A100.flops('fp16'))}."),
+)
+
+# --- O2 multi-step: memory per GPU ------------------------------------------------------------------------
+_Q2_B = 32
+_Q2 = estimate(_L3, _H100, _P, _N, batch=_Q2_B)
+_KV1 = _L3.kv_bytes_per_token("fp16")
+q2 = Question(
+    id="q2", set=SET, points=2, kind="numeric",
+    objective="O2 check the memory one GPU needs and find the largest batch that fits",
+    prompt=(f"Multi-step: Llama-3-8B in fp16 serves a batch of {_Q2_B} chats, each with a {_P:,}-token prompt and "
+            f"a {_N}-token answer. (a) Bytes of the weights (`get_model('llama-3-8b').weight_bytes('fp16')`). "
+            f"(b) KV-cache bytes of all the sequences at their final length (prompt + answer). (c) The total "
+            f"memory needed, in GB (1 GB = 1e9 bytes)."),
+    expected=_Q2.memory_needed / 1e9, unit="GB", dimension="bytes", rel_tol=0.005,
+    detect=[d.gb_vs_gib(), d.bits_vs_bytes()],
+    mistakes=[
+        Mistake((_Q2.weights_bytes + _Q2.kv_bytes / 2) / 1e9,
+                "The KV cache holds a key AND a value vector per token, layer and KV head: count both."),
+        Mistake((_Q2.weights_bytes + _Q2.kv_bytes * _L3.heads // _L3.kv_heads) / 1e9,
+                "That caches K/V for every query head. Llama-3-8B uses grouped-query attention: only its "
+                "KV heads are cached."),
+        Mistake((_Q2.weights_bytes + _KV1 * (_P + _N)) / 1e9,
+                "That is the KV cache of one chat. Every sequence of the batch keeps its own cache."),
+        Mistake((_Q2.weights_bytes + _KV1 * _P * _Q2_B) / 1e9,
+                "That caches the prompts only. The answers' tokens are cached too as they are generated: size "
+                "the memory for the final length."),
+        Mistake(_Q2.weights_bytes / 1e9, "That is the weights alone; add the KV cache of every sequence."),
+    ],
+    hints=["KV bytes per token: `get_model('llama-3-8b').kv_bytes_per_token('fp16')` (K and V, all layers).",
+           f"KV cache = bytes per token x ({_P} + {_N}) tokens x {_Q2_B} sequences; add the weights; / 1e9."],
+    solution=(f"{units.format_bytes(_Q2.weights_bytes, digits=4)} of weights + "
+              f"{units.format_bytes(_KV1, digits=4)} x {_P + _N:,} x {_Q2_B} = "
+              f"{units.format_bytes(_Q2.kv_bytes, digits=4)} of KV cache: "
+              f"{units.format_bytes(_Q2.memory_needed, digits=4)} (`estimate(...).memory_needed`)."),
+)
+
+# --- O2 multi-step: the largest batch that fits -------------------------------------------------------------
+_Q3_STATE = DashboardState(model="llama-3-8b", hardware="l40s", prompt_tokens=_P, new_tokens=_N)
+_Q3 = max_batch_that_fits(_Q3_STATE)
+_SEQ = _KV1 * (_P + _N)
+q3 = Question(
+    id="q3", set=SET, points=2, kind="numeric",
+    objective="O2 check the memory one GPU needs and find the largest batch that fits",
+    prompt=(f"Multi-step: the same chats ({_P:,} + {_N} tokens) with Llama-3-8B in fp16 on one L40S "
+            f"(`get_hardware('l40s').capacity` bytes). (a) Memory left after the weights. (b) KV bytes of one "
+            f"chat at its final length. (c) The largest whole number of chats whose caches fit beside the "
+            f"weights (activations not counted)."),
+    expected=_Q3, rel_tol=0, abs_tol=0.5,
+    mistakes=[
+        Mistake(math.floor(_L40S.capacity / _SEQ), "That gives the whole memory to the KV cache: the weights "
+                                                   "take their share first."),
+        Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_SEQ * _L3.heads // _L3.kv_heads)),
+                "That caches K/V for every query head; only the KV heads are cached (grouped-query attention)."),
+        Mistake(math.floor((_L40S.capacity * 1.024 ** 3 - _L3.weight_bytes()) / _SEQ),
+                "That reads the card's capacity as binary GiB. The catalog's capacity is in bytes (the vendor's "
+                "GB, 1e9 bytes)."),
+        Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_KV1 * _P)),
+                "That sizes each cache for the prompt only; the answers' tokens are cached too."),
+    ],
+    hints=["Free memory = capacity - `get_model('llama-3-8b').weight_bytes('fp16')`.",
+           "Divide by the KV bytes of one chat (prompt + answer tokens) and round down."],
+    solution=(f"({units.format_bytes(_L40S.capacity)} - {units.format_bytes(_L3.weight_bytes(), digits=4)}) / "
+              f"{units.format_bytes(_SEQ, digits=4)} per chat, rounded down: {_Q3} chats "
+              f"(`course_lib.dashboard.max_batch_that_fits`)."),
+)
+
+# --- O1: aggregate tokens per second ---------------------------------------------------------------------------
+_Q4 = _Q2                                   # Llama-3-8B, H100 SXM, batch 32, 2048 + 300 tokens
+q4 = Question(
+    id="q4", set=SET, points=1, kind="numeric",
+    objective="O1 price a deployment: TTFT, TPOT, tokens per second and the bound in each phase",
+    prompt=(f"Llama-3-8B in fp16 on an H100 SXM, a batch of {_Q2_B} chats ({_P:,}-token prompts, {_N}-token "
+            f"answers, all starting together). How many tokens per second does the GPU produce for all users "
+            f"together, counted over the whole response (prefill included)? Plain number (tokens/s)."),
+    expected=_Q4.tps_aggregate, rel_tol=0.005,
+    detect=[d.forgot_batch(_Q2_B, feedback=(
+        "That is the rate one user sees. The GPU produces that for every sequence of the batch at once."))],
+    mistakes=[
+        Mistake(_Q2_B / _Q4.tpot, "That is the batch's decode rate alone (batch / TPOT): it leaves out the "
+                                  "time of the prefill, which every response waits for first.", rel_tol=0.005),
+        Mistake(1 / _Q4.tpot, "That is one user's decode speed (1 / TPOT); the question asks for all users over "
+                              "the whole response."),
+        Mistake(_Q2_B * _H100.flops("fp16") / (2 * _L3.params),
+                "That is peak FLOP/s / FLOPs per token: the compute-bound rate. Decoding at this batch is still "
+                "limited by memory, and the prefill takes time too: use the estimator's total."),
+    ],
+    hints=["`estimate(..., batch=32)` has `tps` (one user: n / total) and `tps_aggregate`.",
+           "Aggregate = batch x n / total, where total = TTFT + (n - 1) x TPOT."],
+    solution=(f"{_Q2_B} x {_N} tokens / {units.format_time(_Q4.total, digits=4)} = {_Q4.tps_aggregate:.0f} "
+              f"tokens/s (`tps_aggregate`); each user sees {_Q4.tps:.1f} tokens/s."),
+)
+
+# --- O3: the planning function -----------------------------------------------------------------------------------
+_Q5_CASES = [
+    ("llama-3-8b", "h100-sxm", 2048, 300, 1.0, 0.05),      # the TTFT budget binds
+    ("llama-3-8b", "l40s", 128, 300, 5.0, 0.025),          # the TPOT budget binds
+    ("llama-3-8b", "rtx-4090", 2048, 2000, 30.0, 0.5),     # memory binds
+    ("llama-2-13b", "rtx-4090", 512, 100, 1.0, 0.1),       # the weights alone do not fit: 0
+    ("mistral-7b", "h200", 1024, 256, 0.03, 0.02),         # a generous device, a tight TTFT
+]
+
+
+def _scan(model, hardware, P, n, ttft_b, tpot_b, *, memory=True, ttft=True, tpot=True, first_fail=False):
+    best = 0
+    for b in range(1, BATCH_LIMIT + 1):
+        e = estimate(model, hardware, P, n, batch=b)
+        ok = ((not memory or e.fits) and (not ttft or e.ttft <= ttft_b) and (not tpot or e.tpot <= tpot_b))
+        if not ok:
+            return b if first_fail else best
+        best = b
+    return best
+
+
+q5 = Question(
+    id="q5", set=SET, points=2, kind="function",
+    objective="O3 find the largest batch that meets a latency budget",
+    prompt=(f"Write `largest_batch(model, hardware, prompt_tokens, new_tokens, ttft_budget, tpot_budget)` returning "
+            f"the largest batch in 1 ... {BATCH_LIMIT} whose `estimate(...)` (fp16, efficiencies 1) fits in memory "
+            f"(`.fits`) and meets both budgets (`.ttft <= ttft_budget`, `.tpot <= tpot_budget`, in seconds); "
+            f"0 if even batch 1 fails."),
+    expected=largest_batch_reference, rel_tol=0, abs_tol=0,
+    cases=[(args, largest_batch_reference(*args)) for args in _Q5_CASES],
+    mistakes=[
+        Mistake(lambda *a: _scan(*a, memory=False),
+                "Your function ignores memory: a batch whose weights and KV cache do not fit cannot run, however "
+                "fast it would be. Check `.fits`."),
+        Mistake(lambda *a: _scan(*a, ttft=False),
+                "Your function ignores the TTFT budget: all prompts of a batch are prefilled together, so TTFT "
+                "grows with the batch."),
+        Mistake(lambda *a: _scan(*a, tpot=False),
+                "Your function ignores the TPOT budget: every decode step reads the KV cache of the whole batch, "
+                "so TPOT grows with the batch."),
+        Mistake(lambda *a: _scan(*a, first_fail=True),
+                "Off by one: your function returns the first batch that fails, not the last one that passes."),
+    ],
+    hints=["Loop b = 1, 2, ...; compute `e = estimate(model, hardware, prompt_tokens, new_tokens, batch=b)`.",
+           "TTFT, TPOT and memory only grow with the batch: stop at the first batch that fails and return the one "
+           "before it."],
+    solution=("```python\ndef largest_batch(model, hardware, prompt_tokens, new_tokens, ttft_budget, tpot_budget):\n"
+              "    best = 0\n"
+              f"    for b in range(1, {BATCH_LIMIT + 1}):\n"
+              "        e = estimate(model, hardware, prompt_tokens, new_tokens, batch=b)\n"
+              "        if not (e.fits and e.ttft <= ttft_budget and e.tpot <= tpot_budget):\n"
+              "            break\n"
+              "        best = b\n"
+              "    return best\n```\n"
+              "`course_lib.dashboard.best_batch` does the same by bisection."),
+)
+
+# --- O4: which resource sets which budget ------------------------------------------------------------------------------
+_OPTIONS = (
+    "it stays the same: the TTFT of a batch is compute-bound and both have the same fp16 FLOP/s; "
+    "the H200 lowers TPOT and holds more sequences",
+    "it grows in proportion to the memory bandwidth",
+    "it grows in proportion to the memory capacity",
+    "it shrinks, because the H200's larger memory is slower to fill",
+)
+_H200 = get_hardware("h200")
+q6 = Question(
+    id="q6", set=SET, points=1, kind="choice",
+    objective="O4 choose hardware, precision and prefix caching and defend the choice with numbers",
+    prompt=("A deployment of Llama-3-8B in fp16 is limited by its TTFT budget (all prompts of a batch are "
+            "prefilled together). You move it from an H100 SXM to an H200, which has more memory bandwidth and "
+            "capacity but the same dense fp16 FLOP/s. What happens to the largest batch that meets the TTFT "
+            "budget? Answer with one of: " + "; ".join(repr(o) for o in _OPTIONS) + "."),
+    expected=_OPTIONS[0], options=_OPTIONS,
+    mistakes=[
+        Mistake(_OPTIONS[1], "Bandwidth sets the decode steps (memory-bound), not the prefill: a batch's prefill "
+                             "multiplies each weight by thousands of tokens and is compute-bound."),
+        Mistake(_OPTIONS[2], "Capacity decides how many sequences fit, not how fast their prompts are processed; "
+                             "here the TTFT budget binds first."),
+        Mistake(_OPTIONS[3], "Memory is not filled per request: the weights are loaded once, and the prefill's time "
+                             "is set by its FLOPs."),
+    ],
+    hints=["Check `prefill_bound` of `estimate('llama-3-8b', 'h200', 2048, 300, batch=16)`.",
+           "Compare `get_hardware('h100-sxm').flops('fp16')` with the H200's."],
+    solution=(f"Prefill of a batch is compute-bound: both GPUs have {units.format_flop_rate(_H200.flops('fp16'))} "
+              f"(fp16, dense), so the same batch gives the same TTFT and the TTFT-limited batch does not change. The "
+              f"H200's {units.format_bandwidth(_H200.bandwidth)} (against "
+              f"{units.format_bandwidth(_H100.bandwidth)}) shortens each decode step, and its capacity holds more "
+              f"caches: it helps when TPOT or memory binds."),
+)
+
+# --- O5: the all-reduce term as a formula ------------------------------------------------------------------------------
+q7 = Question(
+    id="q7", set=SET, points=2, kind="expression",
+    objective="O5 split a model over several GPUs with tensor parallelism",
+    prompt=("Tensor parallelism over G GPUs adds two all-reduces per layer to every decode step, each of the "
+            "activations of the batch: B x h values of b bytes. A ring all-reduce moves 2 (G - 1) / G of the "
+            "message through each GPU's link of bandwidth beta. Give the all-reduce time of one decode step of an "
+            "L-layer model as a sympy expression of `L, G, B, h, b, beta = sympy.symbols('L G B h b beta', "
+            "positive=True)`."),
+    expected=allreduce_expression(),
+    symbols=["L", "G", "B", "h", "b", "beta"],
+    mistakes=[
+        Mistake("L*2*(G - 1)/G*B*h*b/beta", "That is one all-reduce per layer: there are two, one after the "
+                                            "attention and one after the MLP."),
+        Mistake("2*L*B*h*b/beta", "That sends the message once: a ring all-reduce moves 2 (G - 1) / G of it "
+                                  "through each link (a reduce-scatter, then an all-gather)."),
+        Mistake("2*2*(G - 1)/G*B*h*b/beta", "That is one layer: every layer does its own two all-reduces."),
+        Mistake("2*L*2*(G - 1)*B*h*b/beta", "That sends 2 (G - 1) whole messages: in a ring each GPU passes on "
+                                            "2 (G - 1) chunks of 1/G of the message each."),
+    ],
+    hints=["One ring all-reduce of M bytes takes M x 2 (G - 1) / (G x beta) (`formulas.equation('ring_allreduce_time')`).",
+           "M = B h b; two per layer; L layers."],
+    solution=("$2L \\cdot \\frac{2(G-1)}{G} \\cdot \\frac{B h b}{\\beta}$: "
+              "`2 * L * ring_allreduce_time(G, B*h*b, beta)`."),
+)
+
+# --- O5 multi-step: the break-even link bandwidth -------------------------------------------------------------------------
+_L70 = get_model("llama-3-70b")
+_Q8_G, _Q8_B, _Q8_SHARE = 4, 32, 0.1
+_Q8_STATE = DashboardState(model="llama-3-70b", hardware="h100-sxm", batch=_Q8_B, prompt_tokens=_P, new_tokens=_N,
+                           tensor_parallel=_Q8_G, interconnect_bandwidth=1.0)
+_Q8_SPLIT = compute(_Q8_STATE).estimate.tpot           # the split decode step, without the all-reduces
+_Q8_BYTES_PER_LINK_BW = allreduce_per_step(_L70.layers, _Q8_G, _Q8_B, _L70.hidden, 2, 1.0)   # seconds x bytes/s
+_Q8 = _Q8_BYTES_PER_LINK_BW / (_Q8_SHARE * _Q8_SPLIT)
+q8 = Question(
+    id="q8", set=SET, points=2, kind="numeric",
+    objective="O5 split a model over several GPUs with tensor parallelism",
+    prompt=(f"Multi-step: Llama-3-70B in fp16 split over {_Q8_G} H100 SXM GPUs, a batch of {_Q8_B} chats "
+            f"({_P:,} + {_N} tokens). (a) The mean decode step of the split work without communication: "
+            f"`compute(DashboardState(model='llama-3-70b', hardware='h100-sxm', batch={_Q8_B}, prompt_tokens={_P}, "
+            f"new_tokens={_N}, tensor_parallel={_Q8_G}, interconnect_bandwidth=1.0)).estimate.tpot`. (b) The bytes "
+            f"per GPU link of one step's all-reduces (2 per layer of batch x hidden fp16 values, ring factor "
+            f"2 (G - 1) / G). (c) How much link bandwidth, in GB/s, keeps the all-reduces at "
+            f"{_Q8_SHARE:.0%} of (a)?"),
+    expected=_Q8 / 1e9, unit="GB/s", dimension="bandwidth", rel_tol=0.005,
+    detect=[d.gb_vs_gib(), d.bits_vs_bytes(),
+            d.forgot_batch(_Q8_B, feedback="That moves the activations of one sequence: a step all-reduces the "
+                                           "activations of every sequence of the batch."),
+            d.ratio(_Q8_G / (2 * (_Q8_G - 1)), "That leaves out the ring factor 2 (G - 1) / G: each GPU sends and "
+                                               "receives that fraction of the message.", name="ring_factor")],
+    mistakes=[
+        Mistake(_Q8 / 2, "That is one all-reduce per layer; there are two (after attention and after the MLP)."),
+        Mistake(_Q8 * 2, "That sends 4-byte values; the activations travel in fp16 (2 bytes)."),
+        Mistake(_Q8 / _L70.layers, "That is one layer's all-reduces; every one of the layers has two."),
+    ],
+    hints=[f"Bytes per link per step = 2 x {_L70.layers} layers x 2 (G - 1) / G x {_Q8_B} x {_L70.hidden} x 2.",
+           f"Link bandwidth = those bytes / ({_Q8_SHARE} x the step time of (a)); / 1e9 for GB/s."],
+    solution=(f"(a) {units.format_time(_Q8_SPLIT, digits=4)}. (b) "
+              f"{units.format_bytes(_Q8_BYTES_PER_LINK_BW, digits=4)} per link per step. (c) "
+              f"{units.format_bytes(_Q8_BYTES_PER_LINK_BW, digits=4)} / {units.format_time(_Q8_SHARE * _Q8_SPLIT)} "
+              f"= {units.format_bandwidth(_Q8, digits=4)}. Per-hop latency, which the formula leaves out, adds to it."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]
