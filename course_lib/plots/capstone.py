@@ -46,7 +46,13 @@ def plot_latency_throughput(state: DashboardState | None = None, batches: Iterab
     if fit:
         ax.plot([p.tps_aggregate for p in fit], [p.tpot * 1e3 for p in fit], marker="o",
                 label="fits in memory")
+        # label the points that are not crowded: a label at least 7% of the x range from the last one
+        span = max(p.tps_aggregate for p in fit) or 1.0
+        last_x = None
         for p in fit:
+            if last_x is not None and p.tps_aggregate - last_x < 0.07 * span and p.batch != state.batch:
+                continue
+            last_x = p.tps_aggregate
             ax.annotate(f"B={p.batch}", (p.tps_aggregate, p.tpot * 1e3), textcoords="offset points",
                         xytext=(4, -10), fontsize="x-small")
     if over:

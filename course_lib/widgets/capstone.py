@@ -71,6 +71,9 @@ def _hardware_label(name: str) -> str:
     return f"{hw.display or name} ({hw.memory_type}, {format_bandwidth(hw.bandwidth)})"
 
 
+#: the KV-precision dropdown's value for "same rule as the estimator" (kv_precision=None)
+_KV_AUTO = "auto"
+
 class CapstoneDashboard(widgets.VBox):
     """The widget returned by :func:`capstone_dashboard`; controls and outputs are attributes.
 
@@ -106,8 +109,10 @@ class CapstoneDashboard(widgets.VBox):
                                              style=wide), "course-capstone-hardware")
         self.precision = cls(widgets.Dropdown(options=list(PRECISIONS), value=init.precision,
                                               description="Weights", style=wide), "course-capstone-precision")
-        self.kv_precision = cls(widgets.Dropdown(options=[("as the weights (fp16 for integer formats)", None)]
-                                                 + [(p, p) for p in PRECISIONS], value=init.kv_precision,
+        # ipywidgets reads a Dropdown value of None as "nothing selected": the default gets a sentinel
+        self.kv_precision = cls(widgets.Dropdown(options=[("as the weights (fp16 for integer formats)", _KV_AUTO)]
+                                                 + [(p, p) for p in PRECISIONS],
+                                                 value=_KV_AUTO if init.kv_precision is None else init.kv_precision,
                                                  description="KV cache", style=wide), "course-capstone-kv-precision")
 
         def slider(kind, value, lo, hi, step, label, css):
@@ -134,6 +139,7 @@ class CapstoneDashboard(widgets.VBox):
                                                        description="Link bandwidth", style=wide),
                                           "course-capstone-interconnect")
         self.measure = cls(widgets.Button(description="Measure this machine", icon="tachometer",
+                                          layout=widgets.Layout(width="auto"),
                                           tooltip="time copy, matmul and GEMV here (torch), then select it"),
                            "course-capstone-measure")
 
@@ -181,7 +187,10 @@ class CapstoneDashboard(widgets.VBox):
     def values(self) -> dict:
         """The controls' values, keyed by :class:`DashboardState` field."""
         names = [f.name for f in fields(DashboardState) if f.name != "machine"]
-        return {n: getattr(self, n).value for n in names}
+        values = {n: getattr(self, n).value for n in names}
+        if values["kv_precision"] == _KV_AUTO:
+            values["kv_precision"] = None
+        return values
 
     def _prompt_changed(self, change) -> None:
         # the cached prefix must stay below the prompt (one new token at least produces the first output)
