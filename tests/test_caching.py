@@ -1,0 +1,293 @@
+"""course_lib.caching: the prefix, module and session cache model, its costs, and its argument checks.
+
+Unit tests pin the model to the estimator and the generated formulas; Hypothesis properties check the
+relations that must hold for any input (a cache never prefills more tokens, the mean TTFT lies between
+hit and miss, the break-even hit rate really breaks even). Timing claims are not tested here.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from course_lib import _generated as g
+from course_lib import caching, estimate, get_hardware, get_model, kv_cache_bytes
+
+counts = st.integers(min_value=0, max_value=5000)
+turns = st.integers(min_value=1, max_value=60)
+times = st.floats(min_value=1e-6, max_value=10.0, allow_nan=False)
+
+
+def test_importing_caching_leaves_torch_widgets_and_matplotlib_out():
+    code = ("import sys, course_lib.caching; "
+            "print(sorted(m for m in ('torch', 'ipywidgets', 'matplotlib', 'sympy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefix sharing
+# --------------------------------------------------------------------------------------------------
+def test_prefix_reuse_is_two_estimates():
+    r = caching.prefix_reuse("mistral-7b", "h200", 4000, 100)
+    assert r.ttft_miss == estimate("mistral-7b", "h200", 4100, 1).ttft
+    assert r.ttft_hit == estimate("mistral-7b", "h200", 4100, 1, cached_prefix_tokens=4000).ttft
+    assert r.cached_tokens == 4000 and r.prompt_tokens == 4100
+    assert r.speedup == pytest.approx(r.ttft_miss / r.ttft_hit)
+    assert r.saved == pytest.approx(r.ttft_miss - r.ttft_hit)
+    assert r.latency_reduction == pytest.approx(1 - r.ttft_hit / r.ttft_miss)
+    assert r.hit.prefill_bound == "memory" and r.miss.prefill_bound == "compute"
+    assert r.expected_ttft(0.25) == g.expected_ttft(0.25, r.ttft_hit, r.ttft_miss)
+
+
+def test_block_alignment_and_minimum():
+    assert caching.reusable_tokens(1000, 16) == 992
+    assert caching.reusable_tokens(4100, 128, 1024) == 4096
+    assert caching.reusable_tokens(1023, 128, 1024) == 0
+    assert caching.reusable_tokens(1024, 128, 1024) == 1024
+    r = caching.prefix_reuse("llama-3-8b", "a100-80gb", 1000, 10, block_tokens=16)
+    assert r.cached_tokens == 992
+    assert r.ttft_hit == estimate("llama-3-8b", "a100-80gb", 1010, 1, cached_prefix_tokens=992).ttft
+    # nothing reusable: the hit is the miss
+    r0 = caching.prefix_reuse("llama-3-8b", "a100-80gb", 10, 10, block_tokens=16)
+    assert r0.cached_tokens == 0 and r0.ttft_hit == r0.ttft_miss
+
+
+def test_write_overhead_and_break_even():
+    r = caching.prefix_reuse("mistral-7b", "h200", 4000, 100)
+    t_w = caching.write_overhead_time("mistral-7b", 4000, 64e9)
+    assert t_w == pytest.approx(kv_cache_bytes("mistral-7b", 4000) / 64e9)
+    h = r.break_even_hit_rate(t_w)
+    assert h == pytest.approx(t_w / (r.ttft_miss - r.ttft_hit + t_w))
+    mean_with_writes = h * r.ttft_hit + (1 - h) * (r.ttft_miss + t_w)
+    assert mean_with_writes == pytest.approx(r.ttft_miss)
+    assert caching.break_even_hit_rate(1.0, 2.0, 0.0) == 0.0
+
+
+def test_derivations_match_the_formulas():
+    d = caching.session_derivation()
+    assert d["matches"]
+    import sympy as sp
+
+    from course_lib.formulas import S
+    assert sp.simplify(d["sum_nocache"] - d["sum_cached"] - d["saved"]) == 0
+    assert d["saved"].subs(S.turns, 1) == 0          # one turn: nothing to save
+    b = caching.break_even_derivation()
+    assert b["matches"]
+
+
+@given(p=counts, n=st.integers(min_value=1, max_value=2000), b=st.integers(min_value=1, max_value=256))
+def test_hit_never_slower_than_miss(p, n, b):
+    r = caching.prefix_reuse("llama-3-8b", "h100-sxm", p, n, block_tokens=b)
+    assert 0 <= r.cached_tokens <= p and r.cached_tokens % b == 0
+    assert r.ttft_hit <= r.ttft_miss
+
+
+@given(h=st.floats(min_value=0, max_value=1), t1=times, t2=times)
+def test_expected_ttft_lies_between_hit_and_miss(h, t1, t2):
+    hit, miss = min(t1, t2), max(t1, t2)
+    e = caching.expected_ttft(h, hit, miss)
+    assert hit * (1 - 1e-12) <= e <= miss * (1 + 1e-12)
+
+
+@given(t1=times, t2=times, t_w=st.floats(min_value=0, max_value=10.0))
+def test_break_even_breaks_even(t1, t2, t_w):
+    if math.isclose(t1, t2, rel_tol=1e-9):
+        return
+    hit, miss = min(t1, t2), max(t1, t2)
+    h = caching.break_even_hit_rate(hit, miss, t_w)
+    assert 0 <= h < 1
+    mean = h * hit + (1 - h) * (miss + t_w)
+    assert mean == pytest.approx(miss, rel=1e-9, abs=1e-12)
+    # above break-even the cache helps, below it hurts (when writes cost anything)
+    if t_w > 0 and h < 0.99:
+        above = min(1.0, h + 0.01)
+        assert above * hit + (1 - above) * (miss + t_w) < miss
+
+
+# --------------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------------
+def test_module_reuse_costs_like_a_cached_prefix_of_the_same_size():
+    m = caching.module_reuse("mistral-7b", "h200", [1000, 2000, 500], [True, False, True], 50)
+    assert m.cached_tokens == 1500 and m.prompt_tokens == 3550
+    assert m.reused.ttft == estimate("mistral-7b", "h200", 3550, 1, cached_prefix_tokens=1500).ttft
+    assert m.full.ttft == estimate("mistral-7b", "h200", 3550, 1).ttft
+    assert m.speedup > 1
+    assert len(caching.MODULAR_REUSE_CAVEATS) >= 2
+    assert any("position" in c for c in caching.MODULAR_REUSE_CAVEATS)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sessions
+# --------------------------------------------------------------------------------------------------
+def test_turn_prompts_and_session_cost():
+    assert caching.turn_prompts(100, 10, 20, 3) == [(110, 0), (140, 130), (170, 160)]
+    s = caching.session_cost("mistral-7b", "h200", 100, 10, 20, 3)
+    assert s.tokens_nocache == (110, 140, 170) and s.tokens_cached == (110, 10, 10)
+    assert s.cumulative_tokens_nocache[-1] == caching.session_prefill_tokens(100, 10, 20, 3, cached=False) == 420
+    assert s.cumulative_tokens_cached[-1] == caching.session_prefill_tokens(100, 10, 20, 3, cached=True) == 130
+    assert s.ttft_nocache[2] == estimate("mistral-7b", "h200", 170, 1).ttft
+    assert s.ttft_cached[2] == estimate("mistral-7b", "h200", 170, 1, cached_prefix_tokens=160).ttft
+    assert s.cumulative_ttft_nocache[-1] == pytest.approx(sum(s.ttft_nocache))
+    assert s.cache_tokens == 100 + 3 * 30
+
+
+@given(S=counts, u=counts, r=counts, T=turns)
+def test_cached_session_never_prefills_more(S, u, r, T):
+    nc = caching.session_prefill_tokens(S, u, r, T, cached=False)
+    c = caching.session_prefill_tokens(S, u, r, T, cached=True)
+    assert c <= nc
+    assert nc == sum(p for p, _ in caching.turn_prompts(S, u, r, T))
+    assert c == sum(p - cached for p, cached in caching.turn_prompts(S, u, r, T))
+    if T == 1:
+        assert c == nc
+
+
+@given(u=st.integers(min_value=0, max_value=5000), T=turns)
+def test_one_turn_without_system_prompt_is_the_same_either_way(u, T):
+    assert (caching.session_prefill_tokens(0, u, 0, 1, cached=True)
+            == caching.session_prefill_tokens(0, u, 0, 1, cached=False) == u)
+    # quadratic vs linear: with replies and users only, the no-cache total is u T (T + 1) / 2
+    assert caching.session_prefill_tokens(0, u, 0, T, cached=False) == u * T * (T + 1) // 2
+    assert caching.session_prefill_tokens(0, u, 0, T, cached=True) == u * T
+
+
+@given(S=st.integers(0, 3000), u=st.integers(1, 300), r=st.integers(0, 300), T=st.integers(1, 8))
+def test_session_cache_time_never_worse(S, u, r, T):
+    s = caching.session_cost("llama-3-8b", "h100-sxm", S, u, r, T)
+    for a, b in zip(s.ttft_cached, s.ttft_nocache):
+        assert a <= b
+    assert s.ttft_cached[0] == s.ttft_nocache[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Costs
+# --------------------------------------------------------------------------------------------------
+def test_cache_memory_and_sessions_fit():
+    l3 = get_model("llama-3-8b")
+    assert caching.cache_memory_bytes(l3, 8192, 10) == 10 * 8192 * l3.kv_bytes_per_token("fp16")
+    h100 = get_hardware("h100-sxm")
+    n = caching.sessions_fit(l3, h100, 8192)
+    per = 8192 * l3.kv_bytes_per_token("fp16")
+    assert n == math.floor((h100.capacity - l3.weight_bytes("fp16")) / per)
+    assert n * per <= h100.capacity - l3.weight_bytes("fp16") < (n + 1) * per
+    # a reserve lowers it; weights that do not fit give 0
+    assert caching.sessions_fit(l3, h100, 8192, reserve_bytes=10e9) < n
+    assert caching.sessions_fit("llama-3-70b", "rtx-4090", 1024) == 0
+    # a sliding-window model keeps at most its window per session
+    mis = get_model("mistral-7b")
+    assert caching.sessions_fit(mis, "h200", 32768) == caching.sessions_fit(mis, "h200", mis.sliding_window)
+
+
+def test_hit_rate_grows_with_the_budget_and_saturates():
+    reqs = caching.shared_prefix_workload(requests=120, prefixes=6, prefix_tokens=256, suffix_tokens=16, vocab=1000)
+    assert len(reqs) == 120 and all(len(r) == 272 for r in reqs)
+    assert reqs == caching.shared_prefix_workload(requests=120, prefixes=6, prefix_tokens=256, suffix_tokens=16,
+                                                  vocab=1000)
+    bpt = 1000.0
+    rows = caching.hit_rate_vs_budget(reqs, [16e3, 100e3, 400e3, 2e6, 1e9], bpt, block_tokens=16)
+    rates = [r["hit_rate"] for r in rows]
+    assert rates == sorted(rates)
+    assert all(r["bytes_used"] <= r["budget_bytes"] for r in rows)
+    distinct = len({tuple(r[:256]) for r in reqs})
+    assert rows[-1]["hit_rate"] == pytest.approx((120 - distinct) / 120)   # only first uses miss
+    assert rows[-1]["evictions"] == 0 and rows[0]["evictions"] > 0
+
+
+def test_provider_claims():
+    ids = {r["id"] for r in caching.provider_claims()}
+    assert {"openai-prompt-caching", "anthropic-prompt-caching", "gim-2023-prompt-cache"} <= ids
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("call, name", [
+    (lambda: caching.prefix_reuse("mistral-7b", "h200", -1, 10), "prefix_tokens"),
+    (lambda: caching.prefix_reuse("mistral-7b", "h200", 100, 0), "new_tokens"),
+    (lambda: caching.prefix_reuse("mistral-7b", "h200", 100, 10, block_tokens=0), "block_tokens"),
+    (lambda: caching.prefix_reuse("mistral-7b", "h200", 100.5, 10), "prefix_tokens"),
+    (lambda: caching.expected_ttft(1.5, 1, 2), "hit_rate"),
+    (lambda: caching.expected_ttft(0.5, 0, 2), "ttft_hit"),
+    (lambda: caching.break_even_hit_rate(2, 1, 0.1), "ttft_hit"),
+    (lambda: caching.break_even_hit_rate(1, 2, -0.1), "write_overhead"),
+    (lambda: caching.session_cost("mistral-7b", "h200", 10, 0, 5, 3), "user_tokens"),
+    (lambda: caching.session_prefill_tokens(10, 5, 5, 0, cached=True), "turns"),
+    (lambda: caching.session_prefill_tokens(10, 5, 5, 2, cached="yes"), "cached"),
+    (lambda: caching.sessions_fit("mistral-7b", "h200", 0), "session_tokens"),
+    (lambda: caching.cache_memory_bytes("mistral-7b", 10, 0), "sessions"),
+    (lambda: caching.module_reuse("mistral-7b", "h200", [10, 20], [True], 5), "cached"),
+    (lambda: caching.module_reuse("mistral-7b", "h200", [10, 0], [True, False], 5), "module_tokens[1]"),
+    (lambda: caching.hit_rate_vs_budget([[1, 2]], [0], 10), "budgets_bytes[0]"),
+    (lambda: caching.hit_rate_vs_budget([], [1e6], 10), "requests"),
+    (lambda: caching.shared_prefix_workload(prefixes=0), "prefixes"),
+    (lambda: caching.write_overhead_time("mistral-7b", 10, 0), "bandwidth"),
+])
+def test_bad_arguments_name_themselves(call, name):
+    with pytest.raises((ValueError, TypeError)) as e:
+        call()
+    assert name in str(e.value)
+
+
+def test_bad_model_name_suggests():
+    with pytest.raises(ValueError, match="mistral"):
+        caching.prefix_reuse("mistrall-7b", "h200", 10, 10)
+
+
+# --------------------------------------------------------------------------------------------------
+# Measurement helpers on a real (tiny) TinyLM: structure and exactness, never timing claims
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_lm():
+    pytest.importorskip("torch")
+    from course_lib.tinylm import TinyLM
+
+    spec = get_model("llama-3-8b").scaled(name="tiny-test", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
+                                          intermediate=128, vocab=97)
+    return TinyLM(spec, dtype="fp32", device="cpu", max_seq=160, seed=0)
+
+
+def test_measure_prefix_ttft_is_exact(tiny_lm):
+    t = caching.measure_prefix_ttft(tiny_lm, 96, 8, repeats=2, warmup=0, threads=1)
+    assert t.prefix_tokens == 96 and t.new_tokens == 8 and t.repeats == 2 and t.threads == 1
+    assert t.full_q1 <= t.full_seconds <= t.full_q3 and t.cached_q1 <= t.cached_seconds <= t.cached_q3
+    assert t.max_abs_diff <= 1e-4                        # prefix reuse is exact up to rounding
+    assert t.state_bytes == 96 * tiny_lm.kv_cache_bytes_per_token()
+    assert t.speedup == pytest.approx(t.full_seconds / t.cached_seconds)
+
+
+def test_measure_session_and_modules(tiny_lm):
+    s = caching.measure_session_ttft(tiny_lm, 32, 4, 8, turns=3, repeats=1, threads=1)
+    assert len(s.ttft_nocache) == len(s.ttft_cached) == 3 and all(x > 0 for x in s.ttft_cached)
+    assert s.total_nocache == pytest.approx(sum(s.ttft_nocache))
+    m = caching.measure_module_reuse(tiny_lm, (16, 16), 4)
+    assert m.prefix_exact["kl_mean"] <= 1e-9 and m.prefix_exact["top1_agreement"] == 1.0
+    assert m.modules_in_place["max_abs_diff"] > 0          # skipping cross-module attention changes the logits
+    assert m.modules_at_zero["positions"] == 4
+
+
+def test_profile_prefill_groups(tiny_lm):
+    p = caching.profile_prefill(tiny_lm, 64, threads=1)
+    assert set(p) == {*caching.PROFILE_GROUPS, "other", "total", "calls"}
+    assert p["matrix products"] > 0 and p["calls"] > 0
+    assert p["total"] == pytest.approx(sum(p[k] for k in (*caching.PROFILE_GROUPS, "other")))
+    pc = caching.profile_prefill(tiny_lm, 64, threads=1, prefix_tokens=48)
+    assert pc["calls"] > 0
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        caching.profile_prefill(tiny_lm, 64, prefix_tokens=64)
+
+
+def test_measurements_check_their_arguments(tiny_lm):
+    with pytest.raises(ValueError, match="max_seq"):
+        caching.measure_prefix_ttft(tiny_lm, 150, 20)
+    with pytest.raises(ValueError, match="user_tokens"):
+        caching.measure_session_ttft(tiny_lm, 10, 0, 5, 2)
+    with pytest.raises(TypeError, match="lm must be"):
+        caching.measure_prefix_ttft(object(), 10, 2)
+    with pytest.raises(TypeError, match="module_tokens"):
+        caching.measure_module_reuse(tiny_lm, [], 2)

@@ -1,0 +1,197 @@
+"""Lesson 07 (first-token optimisation): the explorers, the figures, the lesson's numbers, ex07.
+
+* the three explorers (``course_lib.widgets.caching``), driven in-process, show exactly what
+  ``course_lib.caching`` computes for every control, and keep their CSS classes;
+* the figures (``course_lib.plots.caching``) have titles and axis labels with units and plot
+  ``course_lib.caching``'s values;
+* the lesson's stored (deterministic) outputs contain the values the library computes now, and the
+  measurement cells are marked ``nbval-ignore-output``;
+* ex07's solutions pass and its expected values come from course_lib.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbtext import shown_text
+
+from course_lib import caching, estimate, get_model, kv_cache_bytes, measurements
+from course_lib.checks import ex07
+from course_lib.units import format_bytes, format_time
+
+widgets = pytest.importorskip("ipywidgets")
+
+from course_lib.plots import label_has_unit  # noqa: E402
+from course_lib.plots.caching import (plot_cache_memory, plot_hit_rate_vs_budget,  # noqa: E402
+                                      plot_measured_vs_predicted_ttft, plot_session_prefill,
+                                      plot_ttft_hit_vs_miss, prefix_grid)
+from course_lib.widgets.caching import (BUDGET_WORKLOAD, cache_budget_explorer, cache_budget_reading,  # noqa: E402
+                                        prefix_cache_explorer, prefix_cache_reading, session_cache_explorer,
+                                        session_cache_reading)
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "07_first_token_optimisation.ipynb"
+SOLUTION = ROOT / "solutions" / "07_first_token_optimisation.ipynb"
+
+
+# --------------------------------------------------------------------------------------------------
+# Widgets
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix, new, h", [(4000, 100, 0.5), (0, 1, 0.0), (16384, 2048, 1.0), (1000, 7, 0.85)])
+def test_prefix_explorer_shows_caching_values(prefix, new, h):
+    w = prefix_cache_explorer()
+    w.prefix.value, w.new.value, w.hit_rate.value = prefix, new, h
+    r = caching.prefix_reuse("mistral-7b", "h200", prefix, new, block_tokens=16)
+    assert w.miss.value == format_time(r.ttft_miss)
+    assert w.hit.value == format_time(r.ttft_hit)
+    assert w.expected.value == format_time(r.expected_ttft(w.hit_rate.value))
+    assert f"{r.speedup:.2f}x" in w.speedup.value and f"{r.cached_tokens:,} tokens reused" in w.speedup.value
+    assert w.reading == prefix_cache_reading(**w.settings())
+
+
+def test_prefix_explorer_other_model_and_classes():
+    w = prefix_cache_explorer("llama-3-8b", "h100-sxm", 2000, 50, 0.3, block_tokens=128)
+    r = caching.prefix_reuse("llama-3-8b", "h100-sxm", 2000, 50, block_tokens=128)
+    assert w.hit.value == format_time(r.ttft_hit) and r.cached_tokens == 1920
+    assert "course-prefix-cache-explorer" in w._dom_classes
+    for ctl, cls in [(w.prefix, "course-prefix-tokens"), (w.new, "course-new-tokens"), (w.hit_rate, "course-hit-rate"),
+                     (w.miss, "course-ttft-miss"), (w.hit, "course-ttft-hit"), (w.expected, "course-ttft-expected"),
+                     (w.speedup, "course-speedup")]:
+        assert cls in ctl._dom_classes
+
+
+@pytest.mark.parametrize("turns", [1, 5, 17, 50])
+def test_session_explorer_shows_caching_values(turns):
+    w = session_cache_explorer()
+    w.turns.value = turns
+    s = caching.session_cost("mistral-7b", "h200", 1000, 50, 200, turns)
+    assert w.tokens_nocache.value == f"{caching.session_prefill_tokens(1000, 50, 200, turns, cached=False):,} tokens"
+    assert w.tokens_cached.value == f"{caching.session_prefill_tokens(1000, 50, 200, turns, cached=True):,} tokens"
+    assert w.time_nocache.value == format_time(s.cumulative_ttft_nocache[-1])
+    assert w.time_cached.value == format_time(s.cumulative_ttft_cached[-1])
+    assert "course-session-cache-explorer" in w._dom_classes and "course-turns" in w.turns._dom_classes
+    assert "course-session-tokens-nocache" in w.tokens_nocache._dom_classes
+
+
+@pytest.mark.parametrize("budget", [0.1, 1.0, 4.0])
+def test_budget_explorer_shows_caching_values(budget):
+    w = cache_budget_explorer()
+    w.budget.value = budget
+    m = get_model("mistral-7b")
+    per = caching.cache_memory_bytes(m, 8192)
+    assert w.sessions.value.startswith(f"{int(budget * 1e9 // per):,} sessions")
+    assert format_bytes(per) in w.sessions.value
+    reqs = caching.shared_prefix_workload(vocab=m.vocab, **BUDGET_WORKLOAD)
+    (row,) = caching.hit_rate_vs_budget(reqs, [budget * 1e9], kv_cache_bytes(m, 1), 16)
+    assert w.hit_rate.value == f"{row['hit_rate']:.1%} of requests hit"
+    assert w.reading == cache_budget_reading(**w.settings())
+    assert "course-cache-budget" in w.budget._dom_classes and "course-budget-hit-rate" in w.hit_rate._dom_classes
+
+
+def test_explorers_reject_bad_settings():
+    with pytest.raises(ValueError, match="hit_rate"):
+        prefix_cache_reading(hit_rate=2)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        prefix_cache_explorer(prefix_tokens=-5)
+    with pytest.raises(ValueError, match="user_tokens"):
+        session_cache_reading(user_tokens=0)
+    with pytest.raises(ValueError, match="budget_gb"):
+        cache_budget_reading(budget_gb=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------------
+def _line(fig, gid):
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == gid]
+    return line
+
+
+def _labels_ok(fig):
+    ax = fig.axes[0]
+    assert ax.get_title() and label_has_unit(ax.get_xlabel()) and label_has_unit(ax.get_ylabel())
+    return ax
+
+
+def test_ttft_plot_data():
+    fig = plot_ttft_hit_vs_miss("mistral-7b", "h200", new_tokens=100, max_prefix=8192, hit_rates=(0.5,), points=9)
+    ax = _labels_ok(fig)
+    assert "(ms)" in ax.get_ylabel() and "(tokens)" in ax.get_xlabel()
+    xs = prefix_grid(8192, 9)
+    rs = [caching.prefix_reuse("mistral-7b", "h200", p, 100) for p in xs]
+    assert list(_line(fig, "miss").get_xdata()) == xs
+    assert list(_line(fig, "miss").get_ydata()) == pytest.approx([r.ttft_miss * 1e3 for r in rs])
+    assert list(_line(fig, "hit").get_ydata()) == pytest.approx([r.ttft_hit * 1e3 for r in rs])
+    assert list(_line(fig, "expected:0.5").get_ydata()) == pytest.approx([r.expected_ttft(0.5) * 1e3 for r in rs])
+
+
+def test_session_plot_data():
+    fig = plot_session_prefill(1000, 50, 200, max_turns=12)
+    ax = _labels_ok(fig)
+    assert "(tokens)" in ax.get_ylabel()
+    ts = list(range(1, 13))
+    assert list(_line(fig, "nocache").get_ydata()) == [caching.session_prefill_tokens(1000, 50, 200, t, cached=False) for t in ts]
+    assert list(_line(fig, "cached").get_ydata()) == [caching.session_prefill_tokens(1000, 50, 200, t, cached=True) for t in ts]
+
+
+def test_memory_plot_data():
+    fig = plot_cache_memory("llama-3-8b", "h200", session_tokens=8192, max_sessions=20)
+    ax = _labels_ok(fig)
+    assert "(GB)" in ax.get_ylabel()
+    assert list(_line(fig, "memory").get_ydata()) == pytest.approx(
+        [caching.cache_memory_bytes("llama-3-8b", 8192, n) / 1e9 for n in range(1, 21)])
+    free = _line(fig, "free").get_ydata()[0]
+    assert free == pytest.approx((141e9 - get_model("llama-3-8b").weight_bytes("fp16")) / 1e9)
+
+
+def test_hit_rate_plot_data_and_measured_bars():
+    reqs = caching.shared_prefix_workload(requests=60, prefixes=4, prefix_tokens=64, suffix_tokens=8, vocab=100)
+    rows = caching.hit_rate_vs_budget(reqs, [5e3, 2e4, 1e6], 100.0)
+    fig = plot_hit_rate_vs_budget(rows)
+    ax = _labels_ok(fig)
+    assert "(GB)" in ax.get_xlabel() and "(%)" in ax.get_ylabel()
+    assert list(_line(fig, "hit-rate").get_ydata()) == pytest.approx([100 * r["hit_rate"] for r in rows])
+    assert list(_line(fig, "token-hit-rate").get_ydata()) == pytest.approx([100 * r["token_hit_rate"] for r in rows])
+    bars = plot_measured_vs_predicted_ttft({"a": (0.1, 0.05), "b": (0.002, 0.003)})
+    ax = _labels_ok(bars)
+    heights = sorted(p.get_height() for p in ax.patches)
+    assert heights == pytest.approx(sorted([100.0, 50.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="rows"):
+        plot_hit_rate_vs_budget([])
+
+
+# --------------------------------------------------------------------------------------------------
+# The lesson's stored numbers and structure
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lesson():
+    return nbformat.read(LESSON, as_version=4)
+
+
+def test_lesson_worked_example_numbers_are_current(lesson):
+    text = shown_text(LESSON)
+    r = caching.prefix_reuse("mistral-7b", "h200", 4000, 100)
+    for value in (format_time(r.ttft_miss), format_time(r.ttft_hit), format_time(r.expected_ttft(0.7))):
+        assert value in text
+    pc = measurements.h200()["hf_transformers_eager"]["prefix_cache"]
+    assert format_time(pc["full_ms"] / 1e3) in text and format_time(pc["cached_ms"] / 1e3) in text
+    s = caching.session_cost("mistral-7b", "h200", 1000, 50, 200, 5)
+    assert format_time(s.cumulative_ttft_nocache[-1]) in text
+    assert f"**{caching.sessions_fit('llama-3-8b', 'h200', 8192)}**" in text
+
+
+def test_lesson_measurement_cells_are_ignored_by_nbval(lesson):
+    for c in lesson.cells:
+        if c.cell_type == "code" and ("measure_" in c.source or "profile_prefill" in c.source or "explorer()" in c.source):
+            assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source[:80]
+
+
+def test_solution_checks_and_expected_values():
+    sol = nbformat.read(SOLUTION, as_version=4)
+    grades = [c for c in sol.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(grades) == len(ex07.QUESTIONS) >= 6
+    assert sum(1 for q in ex07.QUESTIONS if "Multi-step" in q.prompt) >= 2
+    assert ex07.q1.expected == pytest.approx(estimate("mistral-7b", "h200", 4100, 1, cached_prefix_tokens=4000).ttft * 1e3)
+    assert ex07.q6.expected == caching.sessions_fit("llama-3-8b", "h100-sxm", 8192)
+    assert ex07.q1.check(ex07.q1.expected).correct and not ex07.q1.check(ex07.q1.expected * 1e-3).correct
