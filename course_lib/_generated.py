@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -47,6 +47,14 @@ def cache_break_even_hit_rate(write_overhead, ttft_miss, ttft_hit):
     sympy: write_overhead/(-ttft_hit + ttft_miss + write_overhead)
     """
     return write_overhead/(-ttft_hit + ttft_miss + write_overhead)
+
+
+def calibrated_decode_time(weights_time, kv_time, ops, op_overhead, view_ops, view_overhead):
+    """A decode step as measured: the weight matrices at the GEMV bandwidth their shapes achieve, the K/V reads, and the fixed dispatch cost of every other op (ops that launch a kernel and cheaper view/metadata ops). [s]
+
+    sympy: kv_time + op_overhead*ops + view_ops*view_overhead + weights_time
+    """
+    return kv_time + op_overhead*ops + view_ops*view_overhead + weights_time
 
 
 def compute_time(flops, peak_flops, compute_efficiency):
@@ -119,6 +127,14 @@ def kv_cache_bytes(kv_values, bytes_per_kv, tokens, batch):
     sympy: batch*bytes_per_kv*kv_values*tokens
     """
     return batch*bytes_per_kv*kv_values*tokens
+
+
+def kv_read_time(batch, context, kv_bytes_per_token, kv_bandwidth):
+    """Time a decode step spends reading the K/V of `context` tokens of every sequence, at the rate attention achieves reading them (kv_bandwidth, measured on an attention-shaped probe, not the copy ceiling). [s]
+
+    sympy: batch*context*kv_bytes_per_token/kv_bandwidth
+    """
+    return batch*context*kv_bytes_per_token/kv_bandwidth
 
 
 def kv_values_per_token(layers, kv_heads, head_dim):
@@ -199,6 +215,14 @@ def prefill_flops(batch, block_params, new_prompt, vocab, hidden, layers, heads,
     sympy: batch*(2*attn_dim*heads*layers*(2*cached*new_prompt + new_prompt**2) + 2*block_params*new_prompt + 2*hidden*vocab)
     """
     return batch*(2*attn_dim*heads*layers*(2*cached*new_prompt + new_prompt**2) + 2*block_params*new_prompt + 2*hidden*vocab)
+
+
+def prefill_flops_dense(batch, block_params, new_prompt, vocab, hidden, layers, heads, attn_dim, cached):
+    """Prefill FLOPs as a simple implementation spends them: logits at every prompt position (not just the last) and a score for every query-key pair, masked rather than skipped (twice the causal attention count). [FLOP]
+
+    sympy: batch*(4*attn_dim*heads*layers*new_prompt*(cached + new_prompt) + 2*block_params*new_prompt + 2*hidden*new_prompt*vocab)
+    """
+    return batch*(4*attn_dim*heads*layers*new_prompt*(cached + new_prompt) + 2*block_params*new_prompt + 2*hidden*new_prompt*vocab)
 
 
 def ridge_point(peak_flops, bandwidth):

@@ -6,6 +6,16 @@
     mm = bench.measure_matmul_flops()            # practical compute ceiling
     hw = bench.this_machine()                    # a HardwareSpec for course_lib.estimate
 
+Whole-model timings of a :class:`course_lib.tinylm.TinyLM` (lesson 06) and the probes the
+calibrated latency model (:mod:`course_lib.validate`) uses::
+
+    bench.measure_prefill(lm, [128, 512])        # TTFT: fresh prompts from an empty cache
+    bench.measure_decode(lm, batch=4)            # TPOT after a short prompt, B sequences per step
+    bench.measure_decode_contexts(lm, [128, 1024, 4096])   # TPOT at each context length
+    bench.measure_op_overhead()                  # fixed seconds per small op, hot and cold
+    bench.measure_linear(1, 32000, 1024)         # one linear layer at a model's exact shape
+    bench.measure_kv_read(8, 4, 128, 4096)       # the rate decode attention reads K/V
+
 A decode step at batch 1 is a chain of matrix-vector products: every weight is read once and used
 for one multiply-add. This module times exactly that operation with the care a benchmark needs:
 
@@ -35,6 +45,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
@@ -50,6 +61,8 @@ __all__ = [
     "default_sizes", "rotation_buffers", "gemv_bytes", "gemv_flops",
     "measure_gemv", "measure_copy_bandwidth", "measure_matmul_flops", "probe_dtypes", "fast_dtypes",
     "dtype_verdicts", "measure_machine", "this_machine", "DecodeTiming", "measure_decode",
+    "PrefillTiming", "measure_prefill", "measure_decode_contexts", "OverheadResult", "measure_op_overhead",
+    "OVERHEAD_KINDS", "CLOCKS", "use_clock", "clock_name", "LinearResult", "measure_linear", "KVReadResult", "measure_kv_read",
 ]
 
 #: the dtypes the probes time, by course precision name
@@ -189,6 +202,38 @@ def _memory_budget(dev: torch.device) -> int:
 # --------------------------------------------------------------------------------------------------
 # Timing core
 # --------------------------------------------------------------------------------------------------
+#: clocks the CPU timings can use: "wall" (default) or "process" (CPU seconds of this process)
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+_CLOCK = {"name": "wall"}
+
+
+def _clock() -> float:
+    return CLOCKS[_CLOCK["name"]]()
+
+
+def clock_name() -> str:
+    """The clock CPU timings use now: 'wall' or 'process'."""
+    return _CLOCK["name"]
+
+
+@contextmanager
+def use_clock(name: str = "wall"):
+    """Time CPU work with ``name``: ``"wall"`` (elapsed time, what a user waits) or ``"process"``.
+
+    ``"process"`` counts only the CPU seconds of this process, so time the OS gave to other programs
+    on a shared machine does not count. It is only meaningful single-threaded (with more threads it
+    adds up every thread's time): ``torch.get_num_threads()`` must be 1 while it is active.
+    GPU timings use CUDA events whatever the clock.
+    """
+    name = require_choice("clock", name, CLOCKS)
+    previous = _CLOCK["name"]
+    _CLOCK["name"] = name
+    try:
+        yield
+    finally:
+        _CLOCK["name"] = previous
+
+
 def _sync(dev: torch.device):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -206,10 +251,10 @@ def _time_block(calls: Sequence, number: int, start: int, dev: torch.device) -> 
         end.record()
         end.synchronize()
         return begin.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
+    t0 = _clock()
     for i in range(start, start + number):
         calls[i % n]()
-    return time.perf_counter() - t0
+    return _clock() - t0
 
 
 @dataclass(frozen=True)
@@ -822,11 +867,47 @@ def this_machine(measurements: MachineMeasurements | None = None, bandwidth: str
 
 
 # --------------------------------------------------------------------------------------------------
-# A whole decode step of a real (small) model
+# A whole decode step / prefill of a real (small) model
 # --------------------------------------------------------------------------------------------------
+def _quartiles(times: Sequence[float]) -> tuple[float, float, float]:
+    """(q1, median, q3) of per-run seconds (all three equal for a single run)."""
+    if len(times) >= 2:
+        q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    else:
+        q1 = q3 = times[0]
+    return q1, statistics.median(times), q3
+
+
+def _check_lm(lm):
+    for attr in ("spec", "max_seq", "prefill", "decode_step", "device"):
+        if not hasattr(lm, attr):
+            raise TypeError(f"lm must be a course_lib.tinylm.TinyLM, got {type(lm).__name__} (no .{attr})")
+
+
+def _lm_batch(lm, batch) -> int:
+    built = int(getattr(lm, "batch", 1) or 1)
+    if batch is None:
+        return built
+    b = require_count("batch", batch, minimum=1)
+    if b > built:
+        raise ValueError(f"batch={b} but the TinyLM was built with batch={built}: build it with TinyLM(..., batch={b})")
+    return b
+
+
+def _random_prompt(lm, batch: int, tokens: int, gen: torch.Generator) -> torch.Tensor:
+    """Random token ids: shape (tokens,) for batch 1, else (batch, tokens)."""
+    shape = (tokens,) if batch == 1 else (batch, tokens)
+    return torch.randint(0, lm.spec.vocab, shape, generator=gen)
+
+
 @dataclass(frozen=True)
 class DecodeTiming:
-    """Seconds per decode step of a :class:`course_lib.tinylm.TinyLM` (median over ``steps`` steps)."""
+    """Seconds per decode step of a :class:`course_lib.tinylm.TinyLM` (median over ``steps`` steps).
+
+    ``prompt_tokens``: tokens in the cache before the warm-up steps; the timed steps attend to
+    ``first_context`` … ``last_context`` tokens (their own token included). ``batch``: sequences
+    decoded together in each step.
+    """
 
     seconds: float
     q1_seconds: float
@@ -834,37 +915,486 @@ class DecodeTiming:
     steps: int
     prompt_tokens: int
     threads: int | None
+    warmup: int = 3
+    batch: int = 1
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median."""
+        return (self.q3_seconds - self.q1_seconds) / self.seconds
+
+    @property
+    def first_context(self) -> int:
+        """Tokens the first timed step attends to (the cached ones plus its own)."""
+        return self.prompt_tokens + self.warmup + 1
+
+    @property
+    def last_context(self) -> int:
+        return self.prompt_tokens + self.warmup + self.steps
+
+    @property
+    def mean_context(self) -> float:
+        """Mean tokens attended over the timed steps."""
+        return (self.first_context + self.last_context) / 2
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens produced per second over the whole batch."""
+        return self.batch / self.seconds
+
+
+def _decode_run(lm, prompt_tokens, steps, warmup, batch, nthreads, seed) -> DecodeTiming:
+    if prompt_tokens + warmup + steps > lm.max_seq:
+        raise ValueError(f"prompt_tokens + warmup + steps = {prompt_tokens + warmup + steps} exceed the model's "
+                         f"KV cache (max_seq={lm.max_seq})")
+    dev = _device(lm.device)
+    gen = torch.Generator().manual_seed(seed)
+    prompt = _random_prompt(lm, batch, prompt_tokens, gen)
+    times = []
+    with _Threads(nthreads), torch.inference_mode():
+        tok = lm.prefill(prompt)[..., -1, :].argmax(-1)
+        for i in range(warmup + steps):
+            _sync(dev)
+            t0 = _clock()
+            tok = lm.decode_step(tok).argmax(-1)
+            _sync(dev)
+            if i >= warmup:
+                times.append(_clock() - t0)
+    q1, med, q3 = _quartiles(times)
+    return DecodeTiming(med, q1, q3, steps, prompt_tokens, nthreads, warmup, batch)
+
+
+def measure_decode(lm, prompt_tokens: int = 16, steps: int = 16, threads: int | None = None,
+                   warmup: int = 3, batch: int | None = None) -> DecodeTiming:
+    """Prefill ``prompt_tokens`` random tokens, then time ``steps`` greedy decode steps one by one.
+
+    Each step is timed separately (synchronised on a GPU); ``warmup`` untimed steps come first.
+    ``batch``: sequences decoded together (default: the batch the TinyLM was built with); the
+    TinyLM must have been built with ``batch`` at least that large.
+    """
+    _check_lm(lm)
+    prompt_tokens = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    steps = require_count("steps", steps, minimum=1)
+    warmup = require_count("warmup", warmup)
+    b = _lm_batch(lm, batch)
+    nthreads = _threads(threads, _device(lm.device))
+    return _decode_run(lm, prompt_tokens, steps, warmup, b, nthreads, seed=0)
+
+
+def _positions(name: str, values) -> list[int]:
+    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+        values = [values]
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of token counts, got {values!r}")
+    out = [require_count(name, v, minimum=1) for v in values]
+    if not out:
+        raise ValueError(f"{name} must name at least one token count")
+    return out
+
+
+def measure_decode_contexts(lm, contexts, steps: int = 8, threads: int | None = None, warmup: int = 2,
+                            batch: int | None = None) -> list[DecodeTiming]:
+    """TPOT at each context length: prefill to that context, then time ``steps`` steps there.
+
+    For each ``c`` in ``contexts``: prefill ``c - warmup`` random tokens, run ``warmup`` untimed
+    steps, then time ``steps`` steps one by one (median and quartiles over them). The timed steps
+    attend to ``c + 1`` … ``c + steps`` tokens, so the TPOT is that of context ``c`` (plus a few).
+    ``c + steps`` must fit in the model's ``max_seq``.
+    """
+    _check_lm(lm)
+    cs = _positions("contexts", contexts)
+    steps = require_count("steps", steps, minimum=1)
+    warmup = require_count("warmup", warmup)
+    b = _lm_batch(lm, batch)
+    for c in cs:
+        if c + steps > lm.max_seq:
+            raise ValueError(f"contexts: {c} + steps ({steps}) = {c + steps} exceed the model's KV cache "
+                             f"(max_seq={lm.max_seq})")
+    nthreads = _threads(threads, _device(lm.device))
+    out = []
+    for i, c in enumerate(cs):
+        w = min(warmup, c - 1)
+        out.append(_decode_run(lm, c - w, steps, w, b, nthreads, seed=1000 + i))
+    return out
+
+
+@dataclass(frozen=True)
+class PrefillTiming:
+    """Seconds to prefill ``prompt_tokens`` tokens from an empty cache (median over ``repeats`` prompts)."""
+
+    prompt_tokens: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    threads: int | None
+    batch: int = 1
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median."""
+        return (self.q3_seconds - self.q1_seconds) / self.seconds
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Prompt tokens processed per second (over the whole batch)."""
+        return self.batch * self.prompt_tokens / self.seconds
+
+
+def measure_prefill(lm, prompt_lengths, repeats: int = 5, threads: int | None = None, warmup: int = 1,
+                    batch: int | None = None) -> list[PrefillTiming]:
+    """Time prefill (the pass that produces the first token, i.e. TTFT) at each prompt length.
+
+    Each of the ``repeats`` timed runs prefills a fresh random prompt of that length from an empty
+    cache (synchronised on a GPU); ``warmup`` untimed prefills of that length come first.
+    """
+    _check_lm(lm)
+    lengths = _positions("prompt_lengths", prompt_lengths)
+    repeats = require_count("repeats", repeats, minimum=1)
+    warmup = require_count("warmup", warmup)
+    b = _lm_batch(lm, batch)
+    for p in lengths:
+        if p > lm.max_seq:
+            raise ValueError(f"prompt_lengths: {p} tokens exceed the model's KV cache (max_seq={lm.max_seq})")
+    dev = _device(lm.device)
+    nthreads = _threads(threads, dev)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    with _Threads(nthreads), torch.inference_mode():
+        for p in lengths:
+            times = []
+            for i in range(warmup + repeats):
+                prompt = _random_prompt(lm, b, p, gen).to(dev)
+                _sync(dev)
+                t0 = _clock()
+                logits = lm.prefill(prompt)
+                logits[..., -1, :].argmax(-1)  # the first token, as TTFT counts it
+                _sync(dev)
+                if i >= warmup:
+                    times.append(_clock() - t0)
+            q1, med, q3 = _quartiles(times)
+            out.append(PrefillTiming(p, med, q1, q3, repeats, nthreads, b))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-op dispatch overhead
+# --------------------------------------------------------------------------------------------------
+#: what :func:`measure_op_overhead` times: tiny ops whose data movement and arithmetic are negligible
+OVERHEAD_KINDS = ("elementwise", "matmul", "view")
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    """Fixed seconds per small op (framework dispatch + kernel launch), independent of tinylm.
+
+    Hot (a tight loop of one op, everything cached): ``per_kind`` holds the median seconds per op of
+    each kind in :data:`OVERHEAD_KINDS` (``elementwise``: an add of two 8-element vectors;
+    ``matmul``: a 1×8 by 8×8 ``F.linear``; ``view``: a reshape that moves no data); ``seconds`` is
+    the mean of ``elementwise`` and ``matmul`` (ops that launch a kernel), q1/q3 likewise.
+
+    Cold (``cold_seconds``, ``cold_view_seconds``): seconds per op of a run of distinct small ops
+    (norm-, rotary- and residual-style ops on a 1×1024 vector; then views) timed right after
+    ``flush_bytes`` were streamed through memory, as a decode step streams its weights between its
+    small ops. On a CPU that stream evicts the framework's code and data from the caches and every op
+    pays memory latency: several times the hot cost. On a GPU the weights stream through the GPU's
+    memory, not the host's caches: no flush is done (``flush_bytes=0``) and cold ≈ hot.
+    """
+
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    per_kind: dict
+    repeats: int
+    device: str
+    threads: int | None
+    cold_seconds: float | None = None
+    cold_view_seconds: float | None = None
+    cold_q1_seconds: float | None = None
+    cold_q3_seconds: float | None = None
+    flush_bytes: int = 0
+    cold_runs: int = 0
+
+    @property
+    def spread(self) -> float:
+        return (self.q3_seconds - self.q1_seconds) / self.seconds
+
+    @property
+    def cold_spread(self) -> float | None:
+        if self.cold_seconds is None:
+            return None
+        return (self.cold_q3_seconds - self.cold_q1_seconds) / self.cold_seconds
+
+    @property
+    def microseconds(self) -> float:
+        return self.seconds * 1e6
+
+    @property
+    def cold_factor(self) -> float | None:
+        """How many times a cold op costs a hot one."""
+        return None if self.cold_seconds is None else self.cold_seconds / self.seconds
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(spread=self.spread, microseconds=self.microseconds, cold_factor=self.cold_factor)
+        return d
+
+
+#: small ops of the cold run (a norm, rotary embedding, residual and gated-MLP style sequence)
+COLD_COMPUTE_OPS = 14
+COLD_VIEW_OPS = 8
+
+
+def _cold_runs(dev, flush_bytes: int, runs: int):
+    """Per-op seconds of a run of distinct compute ops and of view ops, each timed after a flush."""
+    from torch.nn import functional as F
+    n = 1024
+    a = torch.randn(1, 1, n, device=dev)
+    b = torch.randn(1, 1, n, device=dev)
+    w = torch.ones(n, device=dev)
+    table = torch.randn(256, n // 16, device=dev)
+    cache = torch.zeros(1, 4, 256, n // 16, device=dev)
+    pos = torch.tensor([7], device=dev)
+
+    def compute():  # 14 ops
+        h = a.pow(2).mean(-1, keepdim=True)             # pow, mean
+        h = a * torch.rsqrt(h + 1e-5) * w               # add, rsqrt, mul, mul
+        c = table[pos]                                  # index
+        r = torch.cat([-b[..., n // 2:], b[..., :n // 2]], -1)  # neg, cat
+        r = b * c.repeat(1, 16).view(1, 1, n) + r       # repeat, mul, add
+        cache[0, :, 7].copy_(r.view(4, n // 4)[:, : n // 16])    # copy_
+        return h + F.silu(r)                            # silu, add
+
+    def views():  # 8 views
+        v = a.view(1, n).transpose(0, 1).reshape(n)
+        v = v[: n // 2].unsqueeze(0).select(0, 0).view(2, -1)
+        return v.t()
+
+    flush_src = flush_dst = None
+    if flush_bytes:
+        flush_src = torch.ones(flush_bytes // 8, device=dev)
+        flush_dst = torch.empty_like(flush_src)
+    out = {"compute": [], "view": []}
+    for i in range(runs + 2):
+        for kind, fn, k in (("compute", compute, COLD_COMPUTE_OPS), ("view", views, COLD_VIEW_OPS)):
+            if flush_src is not None:
+                flush_dst.copy_(flush_src)
+            _sync(dev)
+            t0 = _clock()
+            fn()
+            _sync(dev)
+            if i >= 2:  # two warm-up rounds
+                out[kind].append((_clock() - t0) / k)
+    return out
+
+
+def measure_op_overhead(threads: int | None = None, device=None, repeats: int | None = None,
+                        min_block: float | None = None, cold: bool = True, flush_bytes: int | None = None,
+                        cold_runs: int | None = None) -> OverheadResult:
+    """The fixed cost of one small PyTorch op on this machine: what a roofline leaves out.
+
+    A decode step launches hundreds of ops; each costs a fixed time (Python call, dispatcher,
+    allocation, and on a GPU the kernel launch) however few bytes it moves. Hot: ops on 8-element
+    tensors in a tight loop (timed like the other probes: calibrated blocks, median and quartiles
+    over ``repeats``). Cold (``cold=True``): runs of distinct small ops each timed after streaming
+    ``flush_bytes`` (default 2 × the last-level cache, CPU only) through memory; ``cold_runs`` runs
+    (default 30, fast mode 8). All under ``torch.inference_mode()``, as a model's forward pass runs.
+    """
+    from torch.nn import functional as F
+    dev = _device(device)
+    repeats, min_block = _settings(repeats, min_block)
+    if not isinstance(cold, bool):
+        raise TypeError(f"cold must be True or False, got {cold!r}")
+    nthreads = _threads(threads, dev)
+    if flush_bytes is None:
+        flush_bytes = 0 if dev.type == "cuda" else 2 * (last_level_cache_bytes(dev) or FALLBACK_LLC_BYTES)
+        flush_bytes = min(flush_bytes, _memory_budget(dev) // 4)
+    flush_bytes = require_count("flush_bytes", flush_bytes)
+    runs = (8 if fast_mode() else 30) if cold_runs is None else require_count("cold_runs", cold_runs, minimum=1)
+    per_kind, q1s, q3s = {}, {}, {}
+    cold_res = None
+    with _Threads(nthreads), torch.inference_mode():
+        x = torch.randn(1, 8, device=dev)
+        y = torch.randn(1, 8, device=dev)
+        w = torch.randn(8, 8, device=dev)
+        calls = {"elementwise": lambda: x.add(y), "matmul": lambda: F.linear(x, w), "view": lambda: x.view(8)}
+        for kind in OVERHEAD_KINDS:
+            t = _timeit([calls[kind]], dev, repeats, min_block)
+            per_kind[kind], q1s[kind], q3s[kind] = t.median, t.q1, t.q3
+        if cold:
+            cold_res = _cold_runs(dev, flush_bytes, runs)
+    mean = lambda d: (d["elementwise"] + d["matmul"]) / 2  # noqa: E731
+    extra = {}
+    if cold_res is not None:
+        cq1, cmed, cq3 = _quartiles(cold_res["compute"])
+        extra = dict(cold_seconds=cmed, cold_q1_seconds=cq1, cold_q3_seconds=cq3,
+                     cold_view_seconds=statistics.median(cold_res["view"]), flush_bytes=flush_bytes, cold_runs=runs)
+    return OverheadResult(seconds=mean(per_kind), q1_seconds=mean(q1s), q3_seconds=mean(q3s), per_kind=per_kind,
+                          repeats=repeats, device=dev.type, threads=nthreads, **extra)
+
+
+# --------------------------------------------------------------------------------------------------
+# A linear layer at a given shape (prefill's GEMMs, decode's GEMVs) and attention's K/V reads
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LinearResult:
+    """``F.linear(x, W)``: ``tokens`` rows of x (tokens × k) times W (m × k) transposed.
+
+    ``tokens=1`` is a decode step's matrix-vector product; ``tokens=P`` a prefill GEMM. ``bytes``
+    counts W and x read and the output written; ``flops`` = 2·tokens·m·k.
+    """
+
+    tokens: int
+    m: int
+    k: int
+    dtype: str
+    device: str
+    bytes: int
+    flops: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    buffers: int
+    threads: int | None
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bytes / self.seconds
+
+    @property
+    def flop_rate(self) -> float:
+        return self.flops / self.seconds
 
     @property
     def spread(self) -> float:
         return (self.q3_seconds - self.q1_seconds) / self.seconds
 
 
-def measure_decode(lm, prompt_tokens: int = 16, steps: int = 16, threads: int | None = None,
-                   warmup: int = 3) -> DecodeTiming:
-    """Prefill ``prompt_tokens`` random tokens, then time ``steps`` greedy decode steps one by one.
+def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: int | None = None,
+                   threads: int | None = None, device=None, rotate: bool = True,
+                   min_block: float | None = None) -> LinearResult:
+    """Time one linear layer of shape (m × k) applied to ``tokens`` rows, weights rotated beyond the LLC.
 
-    Each step is timed separately (synchronised on a GPU); ``warmup`` untimed steps come first.
+    The achieved bytes/s (``tokens=1``) or FLOP/s (large ``tokens``) of a layer depends on its shape,
+    not only on its size: a 32000 × 1024 matrix streams slower than a 4096 × 4096 one on many CPUs
+    (short rows: each dot product's reduction and store weigh more). This probe times the shapes a
+    model uses, on random matrices; the model itself is not run.
     """
-    prompt_tokens = require_count("prompt_tokens", prompt_tokens, minimum=1)
-    steps = require_count("steps", steps, minimum=1)
-    warmup = require_count("warmup", warmup)
-    if prompt_tokens + warmup + steps > lm.max_seq:
-        raise ValueError(f"prompt_tokens + warmup + steps = {prompt_tokens + warmup + steps} exceed the model's "
-                         f"KV cache (max_seq={lm.max_seq})")
-    dev = lm.device
+    from torch.nn import functional as F
+    dev = _device(device)
+    tokens = require_count("tokens", tokens, minimum=1)
+    m = require_count("m", m, minimum=1)
+    k = require_count("k", k, minimum=1)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be True or False, got {rotate!r}")
+    repeats, min_block = _settings(repeats, min_block)
     nthreads = _threads(threads, dev)
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, lm.spec.vocab, (prompt_tokens,), generator=gen)
-    times = []
-    with _Threads(nthreads):
-        tok = lm.prefill(prompt)[-1].argmax()
-        for i in range(warmup + steps):
-            _sync(dev)
-            t0 = time.perf_counter()
-            tok = lm.decode_step(tok).argmax()
-            _sync(dev)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) >= 2 else (times[0],) * 3
-    return DecodeTiming(statistics.median(times), q1, q3, steps, prompt_tokens, nthreads)
+    tdt = DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    mbytes = m * k * esize
+    budget = _memory_budget(dev)
+    if mbytes + (tokens * (m + k)) * esize > budget:
+        raise ValueError(f"a {m} × {k} {dtype} layer on {tokens} tokens needs more than the "
+                         f"{budget / 1e9:.2f} GB this device allows the probe")
+    llc = last_level_cache_bytes(dev)
+    nbuf = min(rotation_buffers(mbytes, llc, rotate), max(1, budget // (2 * mbytes)), MAX_BUFFERS)
+    with _Threads(nthreads), torch.inference_mode():
+        gen = torch.Generator(device="cpu").manual_seed(m * 31 + k)
+        first = (torch.randn(m, k, generator=gen) * 0.02).to(device=dev, dtype=tdt)
+        if nbuf == 1:
+            weights = [first]
+        else:
+            block = torch.empty((nbuf, m, k), device=dev, dtype=tdt)
+            block.copy_(first.expand(nbuf, m, k))
+            weights = list(block.unbind(0))
+            del block
+        x = torch.randn(1, tokens, k, generator=gen).to(device=dev, dtype=tdt)
+        calls = [(lambda W=W: F.linear(x, W)) for W in weights]
+        t = _timeit(calls, dev, repeats, min_block)
+        del weights, calls, first
+    return LinearResult(tokens=tokens, m=m, k=k, dtype=dtype, device=dev.type,
+                        bytes=(m * k + tokens * k + tokens * m) * esize, flops=2 * tokens * m * k,
+                        seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, buffers=nbuf,
+                        threads=nthreads)
+
+
+@dataclass(frozen=True)
+class KVReadResult:
+    """One decode step's attention over ``context`` cached tokens of one layer, on random K/V.
+
+    ``bytes`` = the K and V read: 2·kv_heads·context·head_dim elements. ``bandwidth`` is the rate
+    attention achieves reading them (scores = q·Kᵀ, softmax, weights·V, the ``group`` query heads of
+    a KV head sharing its K/V without copies).
+    """
+
+    kv_heads: int
+    group: int
+    head_dim: int
+    context: int
+    dtype: str
+    device: str
+    bytes: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    buffers: int
+    threads: int | None
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bytes / self.seconds
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bandwidth / 1e9
+
+    @property
+    def spread(self) -> float:
+        return (self.q3_seconds - self.q1_seconds) / self.seconds
+
+
+def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, context: int = 4096,
+                    dtype: str = "fp32", repeats: int | None = None, threads: int | None = None, device=None,
+                    min_block: float | None = None) -> KVReadResult:
+    """The rate at which decode attention reads the KV cache, on random tensors (no model involved).
+
+    Per call: q (kv_heads, group, head_dim) against K and V (kv_heads, context, head_dim):
+    ``softmax(q Kᵀ / √d) V``: grouped-query attention with the K/V of each KV head read once for all
+    its ``group`` query heads. K/V buffers rotate so that their total exceeds 4 × the LLC.
+    """
+    dev = _device(device)
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    d = require_count("head_dim", head_dim, minimum=1)
+    c = require_count("context", context, minimum=1)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    repeats, min_block = _settings(repeats, min_block)
+    nthreads = _threads(threads, dev)
+    tdt = DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    kv_bytes = 2 * kvh * c * d * esize
+    budget = _memory_budget(dev)
+    if kv_bytes > budget:
+        raise ValueError(f"K/V of {c} tokens need {kv_bytes / 1e9:.2f} GB; this device allows the probe "
+                         f"{budget / 1e9:.2f} GB")
+    nbuf = min(rotation_buffers(kv_bytes, last_level_cache_bytes(dev)), max(1, budget // kv_bytes), 4096)
+    scale = 1.0 / math.sqrt(d)
+    with _Threads(nthreads), torch.inference_mode():
+        gen = torch.Generator(device="cpu").manual_seed(c * 7 + d)
+        first = torch.randn(2, kvh, c, d, generator=gen).to(device=dev, dtype=tdt)
+        block = torch.empty((nbuf, 2, kvh, c, d), device=dev, dtype=tdt)
+        block.copy_(first.expand(nbuf, 2, kvh, c, d))
+        q = torch.randn(kvh, grp, d, generator=gen).to(device=dev, dtype=tdt)
+
+        def attend(kv):
+            return ((q @ kv[0].transpose(-1, -2)) * scale).softmax(-1) @ kv[1]
+
+        calls = [(lambda kv=kv: attend(kv)) for kv in block.unbind(0)]
+        t = _timeit(calls, dev, repeats, min_block)
+        del block, calls, first
+    return KVReadResult(kv_heads=kvh, group=grp, head_dim=d, context=c, dtype=dtype, device=dev.type,
+                        bytes=kv_bytes, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats,
+                        buffers=nbuf, threads=nthreads)

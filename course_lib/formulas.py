@@ -107,6 +107,12 @@ class S:
     devices = _sym("devices", r"G", integer=True, positive=True)
     message_bytes = _sym("message_bytes", r"m", **_nn)
     link_bandwidth = _sym("link_bandwidth", r"\beta_{link}", **_pos)
+    # the calibrated decode model (course_lib.validate)
+    kv_bandwidth = _sym("kv_bandwidth", r"\beta_{kv}", **_pos)
+    weights_time = _sym("weights_time", r"t_W", **_nn)
+    kv_time = _sym("kv_time", r"t_{KV}", **_nn)
+    view_ops = _sym("view_ops", r"n_{view}", integer=True, nonnegative=True)
+    view_overhead = _sym("view_overhead", r"t_{view}", **_nn)
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,24 @@ _f("ring_allreduce_time", 2 * (s.devices - 1) / s.devices * s.message_bytes / s.
    (s.devices, s.message_bytes, s.link_bandwidth),
    "Bandwidth term of a ring all-reduce of message_bytes over `devices` GPUs: each sends and receives "
    "2 (G - 1)/G of the message (per-hop latency not counted).", "s")
+
+
+# --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
+_f("kv_read_time", s.batch * s.context * s.kv_bytes_per_token / s.kv_bandwidth,
+   (s.batch, s.context, s.kv_bytes_per_token, s.kv_bandwidth),
+   "Time a decode step spends reading the K/V of `context` tokens of every sequence, at the rate attention "
+   "achieves reading them (kv_bandwidth, measured on an attention-shaped probe, not the copy ceiling).", "s")
+_f("calibrated_decode_time",
+   s.weights_time + s.kv_time + s.ops * s.op_overhead + s.view_ops * s.view_overhead,
+   (s.weights_time, s.kv_time, s.ops, s.op_overhead, s.view_ops, s.view_overhead),
+   "A decode step as measured: the weight matrices at the GEMV bandwidth their shapes achieve, the K/V reads, "
+   "and the fixed dispatch cost of every other op (ops that launch a kernel and cheaper view/metadata ops).", "s")
+_f("prefill_flops_dense",
+   s.batch * (2 * s.block_params * s.new_prompt + 2 * s.vocab * s.hidden * s.new_prompt
+              + 4 * s.layers * s.heads * s.attn_dim * s.new_prompt * (s.new_prompt + s.cached)),
+   (s.batch, s.block_params, s.new_prompt, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, s.cached),
+   "Prefill FLOPs as a simple implementation spends them: logits at every prompt position (not just the last) "
+   "and a score for every query-key pair, masked rather than skipped (twice the causal attention count).", "FLOP")
 
 
 def expr(name: str) -> sp.Expr:

@@ -191,3 +191,90 @@ def test_bad_input_gets_one_clear_error(kwargs, err, match):
 def test_results_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         _row("fp32", 1.0).seconds = 2.0
+
+
+# --- whole-model timings (prefill, decode at contexts and batch) and the op-overhead probe ------------------
+def _tiny_lm(batch=1, max_seq=64):
+    from course_lib.tinylm import TinyLM
+    spec = get_model("llama-3-8b").scaled(layers=1, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64,
+                                          vocab=50)
+    return TinyLM(spec, seed=0, batch=batch, max_seq=max_seq, device="cpu")
+
+
+def test_measure_prefill_times_each_length_from_an_empty_cache():
+    lm = _tiny_lm()
+    rows = bench.measure_prefill(lm, [4, 9], repeats=3, threads=1, warmup=1)
+    assert [r.prompt_tokens for r in rows] == [4, 9]
+    for r in rows:
+        assert r.repeats == 3 and r.threads == 1 and r.batch == 1
+        assert r.q1_seconds <= r.seconds <= r.q3_seconds and r.spread >= 0
+        assert math.isclose(r.tokens_per_second, r.prompt_tokens / r.seconds)
+    assert lm.length == 9  # the last prefill filled the cache from empty
+
+
+def test_measure_decode_batch_and_contexts():
+    lm = _tiny_lm(batch=2)
+    t = bench.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1)
+    assert t.batch == 2 and t.steps == 3 and t.first_context == 6 and t.last_context == 8
+    assert math.isclose(t.tokens_per_second, 2 / t.seconds)
+    one = bench.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1, batch=1)
+    assert one.batch == 1 and lm.length == 4 + 1 + 3
+    rows = bench.measure_decode_contexts(lm, [10, 30], steps=4, threads=1)
+    assert [(r.first_context, r.last_context) for r in rows] == [(11, 14), (31, 34)]
+    assert all(r.q1_seconds <= r.seconds <= r.q3_seconds and r.steps == 4 for r in rows)
+    with pytest.raises(ValueError, match="batch=3"):
+        bench.measure_decode(lm, batch=3)
+    with pytest.raises(ValueError, match="max_seq"):
+        bench.measure_decode_contexts(lm, [60], steps=8)
+    with pytest.raises(ValueError, match="contexts"):
+        bench.measure_decode_contexts(lm, [])
+    with pytest.raises(TypeError, match="contexts"):
+        bench.measure_decode_contexts(lm, "long")
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        bench.measure_prefill(lm, [0])
+    with pytest.raises(ValueError, match="max_seq"):
+        bench.measure_prefill(lm, [65])
+    with pytest.raises(TypeError, match="TinyLM"):
+        bench.measure_prefill("model", [4])
+
+
+def test_op_overhead_reports_every_kind():
+    r = bench.measure_op_overhead(threads=1, device="cpu", repeats=3, min_block=1e-4, cold=False)
+    assert set(r.per_kind) == set(bench.OVERHEAD_KINDS)
+    assert all(v > 0 for v in r.per_kind.values())
+    assert math.isclose(r.seconds, (r.per_kind["elementwise"] + r.per_kind["matmul"]) / 2)
+    assert r.q1_seconds <= r.q3_seconds and r.threads == 1 and r.device == "cpu"
+    assert math.isclose(r.microseconds, r.seconds * 1e6)
+    assert r.cold_seconds is None and r.cold_factor is None  # cold run not asked for below
+    c = bench.measure_op_overhead(threads=1, device="cpu", repeats=1, min_block=1e-5, cold=True, flush_bytes=1 << 20,
+                                  cold_runs=3)
+    assert c.cold_seconds > 0 and c.cold_view_seconds > 0 and c.flush_bytes == 1 << 20 and c.cold_runs == 3
+    assert c.cold_q1_seconds <= c.cold_seconds <= c.cold_q3_seconds
+    assert math.isclose(c.cold_factor, c.cold_seconds / c.seconds)
+    with pytest.raises(TypeError, match="cold"):
+        bench.measure_op_overhead(cold="yes")
+
+
+def test_linear_and_kv_read_probes_count_bytes_exactly():
+    r = bench.measure_linear(3, 40, 24, threads=1, device="cpu", repeats=2, min_block=1e-5, rotate=False)
+    assert r.flops == 2 * 3 * 40 * 24 and r.bytes == (40 * 24 + 3 * 24 + 3 * 40) * 4 and r.buffers == 1
+    assert math.isclose(r.flop_rate, r.flops / r.seconds) and math.isclose(r.bandwidth, r.bytes / r.seconds)
+    kv = bench.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=2, min_block=1e-5)
+    assert kv.bytes == 2 * 2 * 50 * 16 * 4 and kv.buffers > 1 and math.isclose(kv.bandwidth, kv.bytes / kv.seconds)
+    with pytest.raises(ValueError, match="context"):
+        bench.measure_kv_read(context=0)
+    with pytest.raises(ValueError, match="tokens"):
+        bench.measure_linear(0, 4, 4)
+
+
+def test_process_clock_is_scoped_and_checked():
+    assert bench.clock_name() == "wall"
+    with bench.use_clock("process"):
+        assert bench.clock_name() == "process"
+        lm = _tiny_lm()
+        t = bench.measure_decode(lm, prompt_tokens=3, steps=2, warmup=0, threads=1)
+        assert t.seconds > 0
+    assert bench.clock_name() == "wall"
+    with pytest.raises(ValueError, match="clock"):
+        with bench.use_clock("sundial"):
+            pass

@@ -11,6 +11,13 @@ from .data_per_token import gemv_cost, plot_bytes_per_token, plot_cache_vs_weigh
 from .gemv import plot_bandwidth_vs_size, plot_dtype_times, plot_machines, plot_predicted_vs_measured
 from .kv_cache import plot_kv_crossover, plot_kv_vs_context
 from .latency import plot_total_vs_tokens, plot_tpot_vs_context
+from .prefill_decode import (RooflinePoint, attainable_flop_rate, attention_crossover, attention_share, batch_curve,
+                             fit_line, plot_attention_share, plot_batching, plot_roofline, plot_total_vs_generated,
+                             plot_tpot_measured, plot_ttft_fit, prefill_flop_split, total_vs_generated)
+from .caching import (plot_cache_memory, plot_hit_rate_vs_budget, plot_measured_vs_predicted_ttft,
+                      plot_session_prefill, plot_ttft_hit_vs_miss)
+from .compare import plot_comparison, plot_efficiencies
+from .capstone import plot_latency_throughput
 
 __all__ = [
     "UNIT_PATTERN", "label_has_unit", "new_figure",
@@ -18,4 +25,11 @@ __all__ = [
     "plot_bandwidth_vs_size", "plot_dtype_times", "plot_machines", "plot_predicted_vs_measured",
     "plot_kv_crossover", "plot_kv_vs_context",
     "plot_total_vs_tokens", "plot_tpot_vs_context",
+    "RooflinePoint", "attainable_flop_rate", "attention_crossover", "attention_share", "batch_curve", "fit_line",
+    "plot_attention_share", "plot_batching", "plot_roofline", "plot_total_vs_generated", "plot_tpot_measured",
+    "plot_ttft_fit", "prefill_flop_split", "total_vs_generated",
+    "plot_cache_memory", "plot_hit_rate_vs_budget", "plot_measured_vs_predicted_ttft", "plot_session_prefill",
+    "plot_ttft_hit_vs_miss",
+    "plot_comparison", "plot_efficiencies",
+    "plot_latency_throughput",
 ]

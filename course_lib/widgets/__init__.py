@@ -14,6 +14,10 @@ from .estimator import EstimateExplorer, estimate_explorer, estimate_summary
 from .kv_cache import kv_cache_explorer, kv_crossover_explorer
 from .latency import TpotExplorer, tpot_explorer, tpot_reading
 from .units import UnitConverter, convert, unit_converter
+from .prefill_decode import PrefillDecodeExplorer, prefill_decode_explorer, prefill_decode_reading
+from .caching import (cache_budget_explorer, cache_budget_reading, prefix_cache_explorer, prefix_cache_reading,
+                      session_cache_explorer, session_cache_reading)
+from .capstone import CapstoneDashboard, capstone_dashboard
 
 __all__ = [
     "EstimateExplorer", "estimate_explorer", "estimate_summary",        # 00
@@ -21,4 +25,8 @@ __all__ = [
     "bytes_per_token", "bytes_per_token_explorer",                      # 02
     "kv_cache_explorer", "kv_crossover_explorer",                       # 03
     "TpotExplorer", "tpot_explorer", "tpot_reading",                    # 04
+    "PrefillDecodeExplorer", "prefill_decode_explorer", "prefill_decode_reading",  # 06
+    "cache_budget_explorer", "cache_budget_reading", "prefix_cache_explorer", "prefix_cache_reading",  # 07
+    "session_cache_explorer", "session_cache_reading",
+    "CapstoneDashboard", "capstone_dashboard",                          # 09
 ]

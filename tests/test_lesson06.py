@@ -1,0 +1,351 @@
+"""Lesson 06 (prefill vs decode): the explorer, the figures and their data, ex06, the notebooks.
+
+* the explorer (``course_lib.widgets.prefill_decode``), driven in-process, shows exactly the
+  estimator's TTFT, TPOT, total and tokens/s for every control, and keeps its CSS classes;
+* the figures (``course_lib.plots.prefill_decode``) carry titles and axis labels with units and plot
+  exactly course_lib's values (the roofline from ``phase_time``, attention's share from
+  ``prefill_flops``, the batching line from ``estimate``, measured points as passed in);
+* ex06's expected answers come from course_lib, and its central wrong answers (decode FLOPs /
+  compute, n instead of n - 1 decode steps) earn their feedback;
+* every measuring cell of the lesson is tagged ``nbval-ignore-output``; the exercise source has an
+  answer and a grade cell per question, all passing.
+
+No timing claim is asserted: measured objects are built by hand where a plot needs them.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from course_lib import _generated as g
+from course_lib import estimate, get_hardware, get_model, measurements, weight_bytes
+from course_lib.checks import ex06
+from course_lib.units import format_time
+
+widgets = pytest.importorskip("ipywidgets")
+pytest.importorskip("matplotlib")
+
+from course_lib.plots import label_has_unit  # noqa: E402
+from course_lib.plots import prefill_decode as plots  # noqa: E402
+from course_lib.widgets.prefill_decode import (BATCH_RANGE, NOT_AVAILABLE, PrefillDecodeExplorer,  # noqa: E402
+                                               prefill_decode_explorer, prefill_decode_reading, rate_text)
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "06_prefill_vs_decode.ipynb"
+SOLUTION = ROOT / "solutions" / "06_prefill_vs_decode.ipynb"
+EXERCISE = ROOT / "exercises" / "06_prefill_vs_decode.ipynb"
+
+
+def _labels_ok(fig):
+    ax = fig.axes[0]
+    assert ax.get_title()
+    assert label_has_unit(ax.get_xlabel()) and label_has_unit(ax.get_ylabel())
+    return ax
+
+
+def _lines(ax):
+    return {ln.get_label(): ln for ln in ax.get_lines()}
+
+
+# --------------------------------------------------------------------------------------------------
+# The explorer
+# --------------------------------------------------------------------------------------------------
+SETTINGS = [("mistral-7b", "h100-sxm", "fp16", 1000, 200, 1), ("llama-3-8b", "rtx-4090", "int8", 4000, 50, 4),
+            ("source-7b", "a100-40gb", "fp16", 500, 1, 1), ("qwen2.5-7b", "h200", "fp8", 32768, 4096, 256)]
+
+
+@pytest.mark.parametrize("model, hardware, precision, prompt, new, batch", SETTINGS)
+def test_reading_shows_the_estimators_numbers(model, hardware, precision, prompt, new, batch):
+    r = prefill_decode_reading(model, hardware, precision, prompt, new, batch)
+    e = estimate(model, hardware, prompt, new, precision=precision, batch=batch)
+    assert r.error is None and r.estimate == e
+    assert r.ttft_text == format_time(e.ttft)
+    assert r.tpot_text == format_time(e.tpot)
+    assert r.total_text == format_time(e.total)
+    assert r.tps_text == rate_text(e.tps) and r.tps_aggregate_text == rate_text(batch * e.tps)
+    assert r.bound_text == f"prefill {e.prefill_bound}-bound, decode {e.decode_bound}-bound"
+    html = r.details_html
+    for value in (format_time(g.total_latency_n_tpot(e.ttft, new, e.tpot)),
+                  format_time(g.e2e_per_token(e.ttft, new, e.tpot)), format_time(e.source_recipe_tpot)):
+        assert value in html
+
+
+def test_every_control_updates_the_outputs():
+    w = prefill_decode_explorer()
+    assert isinstance(w, PrefillDecodeExplorer)
+    changes = [("model", "llama-3-8b"), ("hardware", "h200"), ("precision", "fp8"), ("prompt_tokens", 8000),
+               ("new_tokens", 1000), ("batch", 64)]
+    for attr, value in changes:
+        getattr(w, attr).value = value
+        s = w.settings()
+        e = estimate(s["model"], s["hardware"], s["prompt_tokens"], s["new_tokens"], precision=s["precision"],
+                     batch=s["batch"])
+        assert w.ttft.value == format_time(e.ttft), attr
+        assert w.tpot.value == format_time(e.tpot), attr
+        assert w.total.value == format_time(e.total), attr
+        assert w.tps.value == rate_text(e.tps), attr
+        assert w.tps_aggregate.value == rate_text(e.tps_aggregate), attr
+        assert w.bound.value == f"prefill {e.prefill_bound}-bound, decode {e.decode_bound}-bound"
+
+
+def test_batch_raises_aggregate_throughput_below_the_critical_batch():
+    w = prefill_decode_explorer("mistral-7b", "h200", prompt_tokens=100, new_tokens=2)
+    one = w.reading.estimate.decode_tps
+    w.batch.value = 64
+    assert 64 * w.reading.estimate.decode_tps > 30 * one      # decode tokens/s over the batch
+    assert w.reading.estimate.decode_bound == "memory"
+
+
+def test_a_device_without_peak_flops_shows_not_available():
+    w = prefill_decode_explorer()
+    w.hardware.value = "m2-ultra"
+    assert w.ttft.value == w.tpot.value == w.total.value == NOT_AVAILABLE
+    assert "course-error" in w.details.value and "peak FLOP/s" in w.details.value
+    w.hardware.value = "h100-sxm"
+    assert w.ttft.value != NOT_AVAILABLE
+
+
+def test_stable_css_classes():
+    w = prefill_decode_explorer()
+    assert "course-prefill-decode" in w._dom_classes
+    expected = {"model": "course-model", "hardware": "course-hardware", "precision": "course-precision",
+                "prompt_tokens": "course-prompt", "new_tokens": "course-new-tokens", "batch": "course-batch",
+                "ttft": "course-ttft", "tpot": "course-tpot", "total": "course-total", "tps": "course-tps",
+                "tps_aggregate": "course-tps-aggregate", "bound": "course-bound", "details": "course-pd-details"}
+    for attr, cls in expected.items():
+        assert cls in getattr(w, attr)._dom_classes, attr
+
+
+def test_bad_arguments_raise_one_clear_error():
+    with pytest.raises(ValueError, match="model"):
+        prefill_decode_reading("mistral-7", "h100-sxm")
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        prefill_decode_reading("mistral-7b", "h100-sxm", prompt_tokens=0)
+    with pytest.raises(ValueError, match="batch"):
+        prefill_decode_explorer(batch=BATCH_RANGE[1] + 1)
+    with pytest.raises(ValueError, match="new_tokens"):
+        prefill_decode_reading("mistral-7b", "h100-sxm", new_tokens=2.5)
+    with pytest.raises(TypeError, match="new_tokens"):
+        prefill_decode_reading("mistral-7b", "h100-sxm", new_tokens="many")
+
+
+@given(prompt=st.integers(1, 32768), new=st.integers(1, 4096), batch=st.integers(1, 1024))
+def test_reading_is_consistent_for_any_setting(prompt, new, batch):
+    r = prefill_decode_reading("llama-3-8b", "h100-sxm", "fp16", prompt, new, batch)
+    e = r.estimate
+    assert e.total == pytest.approx(e.ttft + (new - 1) * e.tpot)
+    assert r.total_text == format_time(e.total)
+    assert e.tps_aggregate == pytest.approx(batch * new / e.total)
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures and their data
+# --------------------------------------------------------------------------------------------------
+def test_attainable_rate_is_the_roof():
+    peak, bw = 100e9, 20e9
+    assert plots.attainable_flop_rate(1.0, peak, bw) == pytest.approx(20e9)
+    assert plots.attainable_flop_rate(100.0, peak, bw) == pytest.approx(peak)
+    ridge = g.ridge_point(peak, bw)
+    assert plots.attainable_flop_rate(ridge, peak, bw) == pytest.approx(peak)
+
+
+def test_roofline_plots_the_roof_and_the_points():
+    peak, bw = 200e9, 25e9
+    pts = [plots.RooflinePoint("decode", 2e6, 4e6, 1e-3), plots.RooflinePoint("prefill", 4e9, 5e7, 0.05)]
+    ax = _labels_ok(plots.plot_roofline(peak, bw, pts))
+    assert "FLOP/byte" in ax.get_xlabel() and "GFLOP/s" in ax.get_ylabel()
+    lines = _lines(ax)
+    roof = lines["roof of this machine"]
+    for x, y in zip(roof.get_xdata(), roof.get_ydata()):
+        assert y == pytest.approx(min(peak, x * bw) / 1e9)
+    for p in pts:
+        ln = lines[p.label]
+        assert ln.get_xdata()[0] == pytest.approx(p.flops / p.bytes)
+        assert ln.get_ydata()[0] == pytest.approx(p.flops / p.seconds / 1e9)
+    ridge = [ln for k, ln in lines.items() if k.startswith("ridge point")][0]
+    assert ridge.get_xdata()[0] == pytest.approx(peak / bw)
+
+
+def test_roofline_point_rejects_bad_values():
+    with pytest.raises(ValueError, match="seconds"):
+        plots.RooflinePoint("x", 1.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="RooflinePoint"):
+        plots.plot_roofline(1e9, 1e9, [(1, 2)])
+
+
+def test_prefill_split_adds_up_to_prefill_flops():
+    for name in ("mistral-7b", "llama-3-8b", "gpt2-small"):
+        m = get_model(name)
+        for p in (1, 100, 8192):
+            s = plots.prefill_flop_split(m, p)
+            assert s["weights"] + s["lm_head"] + s["attention"] == pytest.approx(s["total"], rel=1e-12)
+            assert s["total"] == estimate(m, "h100-sxm", p, 1).prefill.flops
+            assert s["weights"] == 2 * m.block_params * p
+            assert s["attention"] == 2 * m.layers * m.heads * m.attn_dim * p * p
+
+
+def test_attention_crossover_is_where_the_terms_meet():
+    m = get_model("mistral-7b")
+    x = plots.attention_crossover(m)
+    assert x == pytest.approx(m.block_params / (m.layers * m.heads * m.head_dim))
+    p = round(x)
+    s = plots.prefill_flop_split(m, p)
+    assert s["attention"] == pytest.approx(s["weights"], rel=1 / p)
+    assert plots.attention_share(m, 1000) < 0.05 < 0.4 < plots.attention_share(m, 100_000)
+
+
+def test_attention_share_plot_uses_prefill_flops():
+    lengths = [128, 1024, 8192, 65536]
+    ax = _labels_ok(plots.plot_attention_share(["mistral-7b"], lengths))
+    ln = _lines(ax)["mistral-7b"]
+    assert list(ln.get_xdata()) == lengths
+    assert list(ln.get_ydata()) == pytest.approx([plots.attention_share("mistral-7b", p) for p in lengths])
+    assert any("53,250" in k for k in _lines(ax))
+
+
+def test_fit_line_recovers_a_line():
+    b, k = plots.fit_line([1, 2, 3, 4], [3.5, 5.5, 7.5, 9.5])
+    assert (b, k) == pytest.approx((1.5, 2.0))
+    with pytest.raises(ValueError, match="distinct"):
+        plots.fit_line([2, 2], [1, 2])
+
+
+@dataclass
+class _Timing:
+    prompt_tokens: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+
+
+def test_ttft_plot_shows_measurements_fit_and_prediction():
+    ts = [_Timing(32, 0.010, 0.009, 0.012), _Timing(128, 0.030, 0.028, 0.031), _Timing(256, 0.061, 0.06, 0.07)]
+    b, k = plots.fit_line([t.prompt_tokens for t in ts], [t.seconds for t in ts])
+    ax = _labels_ok(plots.plot_ttft_fit(ts, predicted=[(32, 0.005), (256, 0.04)]))
+    assert "ms" in ax.get_ylabel() and "tokens" in ax.get_xlabel()
+    fit = [ln for lab, ln in _lines(ax).items() if lab.startswith("fit b + k·n")][0]
+    assert list(fit.get_ydata()) == pytest.approx([b * 1e3, (b + k * 256) * 1e3])
+    measured = ax.containers[0].lines[0]
+    assert list(measured.get_ydata()) == pytest.approx([10.0, 30.0, 61.0])
+    pred = _lines(ax)["predicted (roofline, this machine)"]
+    assert list(pred.get_ydata()) == pytest.approx([5.0, 40.0])
+
+
+def test_tpot_plot_takes_several_predictions():
+    ts = [_Timing(16, 0.004, 0.004, 0.005), _Timing(240, 0.005, 0.0045, 0.006)]
+    ax = _labels_ok(plots.plot_tpot_measured(ts, {"a": [(16, 0.001), (240, 0.002)], "b": [(16, 0.003)]}))
+    lines = _lines(ax)
+    assert list(lines["a"].get_ydata()) == pytest.approx([1.0, 2.0]) and list(lines["b"].get_ydata()) == [3.0]
+    with pytest.raises(TypeError, match="prompt_tokens"):
+        plots.plot_tpot_measured([object()])
+
+
+def test_batching_plot_uses_the_estimator_and_the_critical_batch():
+    batches = [1, 4, 16, 64, 256, 1024]
+    hd = measurements.h200()["weights_only_decode_step_cuda_graph"]["by_batch"]
+    meas = [(r["batch"], r["batch"] / (r["ms"] / 1e3)) for r in hd]
+    ax = _labels_ok(plots.plot_batching("mistral-7b", "h200", batches, context=1, measured=meas))
+    lines = _lines(ax)
+    pred = [ln for k, ln in lines.items() if k.startswith("predicted")][0]
+    for b, tps in zip(pred.get_xdata(), pred.get_ydata()):
+        e = estimate("mistral-7b", "h200", 1, 1, batch=int(b))
+        assert tps == pytest.approx(b / e.tpot)
+    h = get_hardware("h200")
+    crit = [ln for k, ln in lines.items() if k.startswith("critical batch")][0]
+    assert crit.get_xdata()[0] == pytest.approx(h.flops("fp16") * 2 / (2 * h.bandwidth))
+    assert list(lines["measured"].get_ydata()) == pytest.approx([m[1] for m in meas])
+    curve = plots.batch_curve("mistral-7b", "h200", [1, 2048], context=1)
+    assert curve[0][2] == "memory" and curve[1][2] == "compute"
+
+
+def test_total_vs_generated_is_ttft_plus_n_minus_1_tpot():
+    pts = plots.total_vs_generated("mistral-7b", "h100-sxm", 500, [1, 50, 1050])
+    for n, total in pts:
+        e = estimate("mistral-7b", "h100-sxm", 500, n)
+        assert total == e.total == pytest.approx(e.ttft + (n - 1) * e.tpot)
+    ax = _labels_ok(plots.plot_total_vs_generated("mistral-7b", "h100-sxm", 500, [1, 100, 2000], marks=[50, 1050]))
+    line = [ln for ln in ax.get_lines() if ln.get_label().startswith("mistral-7b")][0]
+    assert list(line.get_xdata()) == [1, 50, 100, 1050, 2000]
+    assert list(line.get_ydata()) == pytest.approx([estimate("mistral-7b", "h100-sxm", 500, n).total
+                                                    for n in (1, 50, 100, 1050, 2000)])
+
+
+# --------------------------------------------------------------------------------------------------
+# ex06
+# --------------------------------------------------------------------------------------------------
+def test_expected_answers_come_from_course_lib():
+    a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
+    assert ex06.q1.expected == pytest.approx(2 * 7e9 * 1000 / a100.flops("fp16") * 1e3)
+    assert ex06.q2.expected == pytest.approx(8)
+    assert ex06.q3.expected == pytest.approx(weight_bytes(7e9, "fp16") / a100.bandwidth * 1e3)
+    e = estimate("llama-3-8b", "h100-sxm", 4000, 50)
+    assert ex06.q5.expected == pytest.approx(e.tps)
+    assert ex06.q6.expected == pytest.approx(h100.flops("fp16") / (2 * h100.bandwidth))
+    assert ex06.q8.expected == pytest.approx(0.4 + 150 * 0.012)
+
+
+def test_source_recipe_and_step_count_mistakes_are_recognised():
+    a100 = get_hardware("a100-40gb")
+    recipe_ms = 2 * 7e9 / a100.flops("fp16") * 1e3
+    r = ex06.q3.evaluate(recipe_ms)
+    assert not r.correct and "source material's recipe" in r.feedback
+    assert ex06.q3.expected / recipe_ms > 100          # the recipe is about a hundred times too fast
+    r = ex06.q4.evaluate(lambda ttft, tpot, n: ttft + n * tpot)
+    assert not r.correct and "n - 1" in r.feedback
+    e = estimate("llama-3-8b", "h100-sxm", 4000, 50)
+    r = ex06.q5.evaluate(50 / (e.ttft + 50 * e.tpot))
+    assert not r.correct and "n - 1 decode steps" in r.feedback
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebooks
+# --------------------------------------------------------------------------------------------------
+MEASURES = re.compile(r"bench\.(measure_\w+|this_machine)\(|validate\.(calibrate|predict_\w+|run)\(|\bTinyLM\(")
+
+
+def test_every_measuring_cell_is_ignored_by_nbval():
+    nb = nbformat.read(LESSON, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    measuring = [c for c in code if MEASURES.search(c.source)]
+    assert len(measuring) >= 3
+    uses = {"measure_prefill", "measure_decode_contexts", "measure_decode", "measure_matmul_flops",
+            "measure_copy_bandwidth", "measure_gemv", "calibrate", "predict_tpot"}
+    src = "\n".join(c.source for c in code)
+    assert all(u + "(" in src for u in uses)
+    uses_measured = re.compile(r"\b(prefill\[|by_batch\b(?!\")|by_context|tpot_rows|cal\.|me\.|points\[|points \+|mm\.|copy\.|gemv\.)")
+    for c in code:
+        if MEASURES.search(c.source) or uses_measured.search(c.source):
+            assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source[:80]
+    widget_cells = [c for c in code if "prefill_decode_explorer(" in c.source]
+    assert widget_cells and all("nbval-ignore-output" in c.metadata.get("tags", []) for c in widget_cells)
+
+
+def test_lesson_reproduces_the_source_recipe_and_its_gap():
+    nb = nbformat.read(LESSON, as_version=4)
+    assert any("source-quote" in c.metadata.get("tags", []) for c in nb.cells)
+    text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []))
+    src = estimate("source-7b", "a100-40gb", 500, 200, compute_efficiency=0.6)
+    assert f"**{src.tpot / src.source_recipe_tpot:.0f} times too fast**" in text
+    assert f"**{plots.attention_crossover('mistral-7b'):,.0f} tokens**" in text
+
+
+def test_solution_has_an_answer_and_a_passing_grade_cell_per_question():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    grades = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert sorted(grades) == sorted(f"{q.id}-grade" for q in ex06.QUESTIONS)
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    checks = [o for o in outputs if "application/vnd.course.check+json" in o.get("data", {})]
+    assert len(checks) >= len(ex06.QUESTIONS)
+    assert all(o["data"]["application/vnd.course.check+json"]["status"] == "correct" for o in checks)
+    assert EXERCISE.exists()
+    ex = nbformat.read(EXERCISE, as_version=4)
+    assert "### BEGIN SOLUTION" not in "\n".join(c.source for c in ex.cells)
+    assert math.isfinite(len(ex.cells)) and len(ex.cells) == len(nb.cells)

@@ -1,0 +1,191 @@
+"""course_lib.validate: the benchmark runs and its predictions follow the course's formulas.
+
+No timing thresholds: the predictions are checked on a hand-made Calibration (known numbers), the
+``--fast`` run only for its shape (columns, last line) and error handling.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from course_lib import _generated as g  # noqa: E402
+from course_lib import bench, estimate, get_model, validate  # noqa: E402
+
+SPEC = validate.VALIDATION_MODELS["llama-S"]
+
+
+def _calibration(gemv_bw=10e9, copy_bw=10e9, kv_bw=5e9, flops=1e11, t_op=2e-6, t_view=5e-7, gemm=None):
+    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=2 * 10**8 / copy_bw,
+                            q1_seconds=2 * 10**8 / copy_bw, q3_seconds=2 * 10**8 / copy_bw, repeats=1, device="cpu",
+                            threads=1)
+    mm = bench.MatmulResult(n=1000, dtype="fp32", flops=2 * 10**9, seconds=2e9 / flops, q1_seconds=2e9 / flops,
+                            q3_seconds=2e9 / flops, repeats=1, device="cpu", threads=1)
+    ov = bench.OverheadResult(seconds=t_op, q1_seconds=t_op, q3_seconds=t_op,
+                              per_kind={"elementwise": t_op, "matmul": t_op, "view": t_view}, repeats=1, device="cpu",
+                              threads=1)
+    specs = list(validate.VALIDATION_MODELS.values())
+    gemv = {sh: gemv_bw for s in specs for sh in validate.weight_matrices(s)}
+    kv = {(s.kv_heads, s.heads // s.kv_heads, s.head_dim): kv_bw for s in specs}
+    return validate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
+                                load_before=(0.1, 0.2, 0.3), copy=copy, matmul=mm, overhead=ov, gemv=gemv,
+                                gemm=dict(gemm or {}), kv=kv)
+
+
+def test_weight_matrices_plus_vectors_are_the_streamed_weights():
+    for s in validate.VALIDATION_MODELS.values():
+        mats = validate.weight_matrices(s)
+        mat_params = sum(m * k * n for (m, k), n in mats.items())
+        vectors = s.layers * 2 * s.hidden + s.hidden + s.hidden  # block norms, final norm, one embedding row
+        assert mat_params + vectors == s.streamed_params(1)
+        assert sum(mats.values()) == 7 * s.layers + 1
+
+
+def test_models_span_the_promised_weight_sizes():
+    sizes = sorted(s.weight_bytes("fp32") for s in validate.VALIDATION_MODELS.values())
+    assert len(sizes) >= 3 and 0.25e9 <= sizes[0] and sizes[-1] <= 2e9
+    for s in validate.VALIDATION_MODELS.values():
+        assert s.kv_heads < s.heads and s.mlp == "gated"  # Llama-like: GQA, SwiGLU
+
+
+def test_tpot_terms_follow_the_formulas():
+    cal = _calibration()
+    c = 1000
+    p = validate.predict_tpot(SPEC, c, cal)
+    ops = validate.count_ops(SPEC, "decode", c)
+    k_tok = SPEC.kv_bytes_per_token("fp32")
+    # same GEMV and copy bandwidth: the weights term is the streamed bytes over that bandwidth
+    assert math.isclose(p.terms["weights"], SPEC.decode_weight_bytes("fp32") / 10e9, rel_tol=1e-12)
+    assert math.isclose(p.terms["kv"], g.kv_read_time(1, c, k_tok, 5e9), rel_tol=1e-12)
+    assert math.isclose(p.terms["overhead"], ops["ops"] * 2e-6) and math.isclose(p.terms["views"], ops["views"] * 5e-7)
+    assert math.isclose(p.seconds, g.calibrated_decode_time(p.terms["weights"], p.terms["kv"], ops["ops"], 2e-6,
+                                                            ops["views"], 5e-7))
+    # uncalibrated: the course's estimate with the copy bandwidth, i.e. decode bytes / copy bandwidth
+    est = estimate(SPEC, cal.hardware(), prompt_tokens=c - 1, new_tokens=2, precision="fp32")
+    assert math.isclose(p.uncalibrated, est.decode_first.time)
+    assert math.isclose(p.uncalibrated, (SPEC.decode_weight_bytes("fp32") + c * k_tok) / 10e9, rel_tol=1e-12)
+    # faster shapes, faster weights term; more context, more K/V time; a batch reads the weights once
+    assert validate.predict_tpot(SPEC, c, _calibration(gemv_bw=20e9)).terms["weights"] < p.terms["weights"]
+    assert validate.predict_tpot(SPEC, 2 * c, cal).terms["kv"] == pytest.approx(2 * p.terms["kv"])
+    b4 = validate.predict_tpot(SPEC, c, cal, batch=4)
+    assert b4.terms["kv"] == pytest.approx(4 * p.terms["kv"]) and b4.batch == 4
+    assert b4.terms["weights"] >= p.terms["weights"]
+
+
+def test_cold_op_costs_interpolate_between_probed_streams():
+    cal = _calibration()
+    assert cal.op_costs(10**9) == (2e-6, 5e-7)  # no cold probe: the hot costs
+    cal.cold_ops = [(0, 3e-6, 1e-6), (2**25, 9e-6, 3e-6), (2**26, 2e-5, 5e-6)]
+    assert cal.op_costs(0) == (3e-6, 1e-6) and cal.op_costs(2**30) == (2e-5, 5e-6)
+    t_op, t_view = cal.op_costs(2**24)
+    assert math.isclose(t_op, 6e-6) and math.isclose(t_view, 2e-6)
+    s = SPEC
+    per_layer = (s.heads * s.head_dim * s.hidden * 2 + 2 * s.kv_heads * s.head_dim * s.hidden
+                 + 3 * s.hidden * s.intermediate) * 4
+    assert validate.stream_between_ops(s) == per_layer
+    p = validate.predict_tpot(s, 100, cal)
+    ops = validate.count_ops(s, "decode", 100)
+    t_op, t_view = cal.op_costs(per_layer)
+    assert math.isclose(p.terms["overhead"], ops["ops"] * t_op)
+    assert math.isclose(p.terms["views"], ops["views"] * t_view)
+
+
+def test_decode_op_count_does_not_depend_on_context():
+    small = SPEC.scaled(name="ctx-check", layers=1)
+    a = validate.count_ops(small, "decode", 5)
+    b = validate.count_ops(small, "decode", 40)
+    c = validate.count_ops(small, "decode", 4096)
+    assert a["by_name"] == b["by_name"] == c["by_name"]
+
+
+def test_op_counts_grow_by_a_fixed_amount_per_layer():
+    counts = [validate.count_ops(SPEC.scaled(name=f"x{n}", layers=n), "decode", 20) for n in (1, 2, 3)]
+    per_layer = counts[1]["ops"] - counts[0]["ops"]
+    assert per_layer > 0 and counts[2]["ops"] - counts[1]["ops"] == per_layer
+    assert counts[1]["views"] - counts[0]["views"] == counts[2]["views"] - counts[1]["views"]
+    assert not any("linear" in k for k in counts[0]["by_name"]) or counts[0]["ops"] < sum(counts[0]["by_name"].values())
+
+
+def test_ttft_terms_follow_the_formulas():
+    P = 128
+    gemm = {(P, m, k): 5e10 for (m, k) in validate.weight_matrices(SPEC)}
+    cal = _calibration(gemm=gemm)
+    p = validate.predict_ttft(SPEC, P, cal)
+    dense = g.prefill_flops_dense(1, SPEC.block_params, P, SPEC.vocab, SPEC.hidden, SPEC.layers, SPEC.heads,
+                                  SPEC.head_dim, 0)
+    attn = 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * P * P
+    assert math.isclose(p.terms["attention"], attn / 1e11)
+    # every linear at 5e10 FLOP/s: logits at every position, so the linear FLOPs are dense minus attention
+    vectors_flops = 2 * P * (SPEC.block_params - sum(m * k * n for (m, k), n in validate.weight_matrices(SPEC).items()
+                                                      if (m, k) != (SPEC.vocab, SPEC.hidden)))
+    assert math.isclose(p.terms["linear"] * 5e10 + vectors_flops, dense - attn, rel_tol=1e-9)
+    assert math.isclose(p.uncalibrated, estimate(SPEC, cal.hardware(), P, 1, precision="fp32").ttft)
+    assert p.uncalibrated < p.seconds  # the estimate counts causal attention and one position's logits
+
+
+@pytest.fixture(scope="module")
+def fast_output():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = validate.main(["--fast", "--threads", "1", "--device", "cpu", "--no-progress"])
+    return rc, out.getvalue()
+
+
+def test_fast_run_prints_the_table_and_the_last_line(fast_output):
+    rc, text = fast_output
+    assert rc == 0
+    lines = text.strip().splitlines()
+    assert validate.LAST_LINE_RE.match(lines[-1]), lines[-1]
+    header = next(line for line in lines if line.startswith("phase"))
+    for col in validate.COLUMNS:
+        assert col in header
+    rows = [line.split() for line in lines if line.split()[:1] in (["TPOT"], ["TTFT"])]
+    rows = [r for r in rows if len(r) > 1 and r[1] in validate.FAST_MODELS]
+    n_models, n_ctx, n_prompts = len(validate.FAST_MODELS), len(validate.FAST_CONTEXTS), len(validate.FAST_PROMPTS)
+    assert len(rows) == n_models * n_ctx + n_prompts
+    assert "threads=1" in text and "load_avg" in text and "torch=" in text and "device=cpu" in text
+
+
+def test_report_numbers_are_consistent():
+    cal = _calibration()
+    pts = []
+    for c, measured in ((128, 0.02), (1024, 0.03)):
+        pr = validate.predict_tpot(SPEC, c, cal)
+        pts.append(validate.Point("tpot", SPEC.name, 3e8, c, pr.seconds, measured, 0.05, pr.uncalibrated, 8, pr))
+    rep = validate.ValidationReport(cal, pts, (0.0, 0.0, 0.0), 1.0)
+    errs = [abs(p.predicted - p.measured) / p.measured for p in pts]
+    assert math.isclose(rep.decode_max_abs_error, max(errs))
+    assert math.isclose(rep.decode_geomean_abs_error, math.sqrt(errs[0] * errs[1]))
+    assert validate.LAST_LINE_RE.match(rep.last_line())
+    assert rep.last_line() == (f"decode_geomean_abs_error={rep.decode_geomean_abs_error:.3f} "
+                               f"decode_max_abs_error={rep.decode_max_abs_error:.3f}")
+    assert len(rep.table().splitlines()) == 2 + len(pts)
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda cal: validate.predict_tpot(SPEC, 0, cal), ValueError, "context"),
+    (lambda cal: validate.predict_tpot(SPEC, 10, cal, batch=0), ValueError, "batch"),
+    (lambda cal: validate.predict_tpot(SPEC, 10, "fast"), TypeError, "calibration"),
+    (lambda cal: validate.predict_ttft(SPEC, -1, cal), ValueError, "prompt_tokens"),
+    (lambda cal: validate.predict_tpot("no-such-model", 10, cal), ValueError, "model"),
+    (lambda cal: validate.predict_tpot("deepseek-v3", 10, cal), ValueError, "dense"),
+    (lambda cal: validate.run(models=[], calibration=cal), ValueError, "models"),
+    (lambda cal: validate.run(contexts=[0], calibration=cal), ValueError, "contexts"),
+    (lambda cal: validate.run(fast="yes"), TypeError, "fast"),
+    (lambda cal: validate.run(runs=2, calibration=cal), ValueError, "runs"),
+    (lambda cal: validate.count_ops(SPEC, "training"), ValueError, "phase"),
+    (lambda cal: validate.run(clock="process", threads=2, device="cpu", calibration=cal), ValueError, "threads=1"),
+    (lambda cal: validate.calibrate(clock="sundial"), ValueError, "clock"),
+])
+def test_bad_input_gets_one_clear_error(call, err, match):
+    with pytest.raises(err, match=match):
+        call(_calibration())
+
+
+def test_main_reports_bad_arguments_without_a_traceback(capsys):
+    assert validate.main(["--threads", "0", "--fast", "--no-progress"]) == 2
+    assert "threads" in capsys.readouterr().err
