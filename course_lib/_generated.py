@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -23,6 +23,14 @@ def attention_params(hidden, heads, kv_heads, head_dim, qkv_bias, o_bias):
     sympy: 2*head_dim*heads*hidden + 2*head_dim*hidden*kv_heads + head_dim*qkv_bias*(heads + 2*kv_heads) + hidden*o_bias
     """
     return 2*head_dim*heads*hidden + 2*head_dim*hidden*kv_heads + head_dim*qkv_bias*(heads + 2*kv_heads) + hidden*o_bias
+
+
+def attention_scores_bytes(heads, new_prompt, bytes_per_element):
+    """One layer's P x P attention-score matrices (every query head) if a naive kernel writes them to memory; FlashAttention keeps them in on-chip SRAM. [B]
+
+    sympy: bytes_per_element*heads*new_prompt**2
+    """
+    return bytes_per_element*heads*new_prompt**2
 
 
 def block_aligned_tokens(tokens, block_tokens):
@@ -97,6 +105,14 @@ def e2e_per_token(ttft, n, tpot):
     return (tpot*(n - 1) + ttft)/n
 
 
+def efficiency(predicted_time, measured_time):
+    """Fraction of the predicted floor's speed a measurement reaches: 1 means at the floor, 0.25 four times slower. [fraction]
+
+    sympy: predicted_time/measured_time
+    """
+    return predicted_time/measured_time
+
+
 def expected_experts(experts, experts_per_token, routed_tokens):
     """Expected number of distinct experts touched when routed_tokens tokens each pick experts_per_token of experts (uniform routing): each expert is missed by one token with probability 1 - k/E. [experts]
 
@@ -143,6 +159,14 @@ def kv_values_per_token(layers, kv_heads, head_dim):
     sympy: 2*head_dim*kv_heads*layers
     """
     return 2*head_dim*kv_heads*layers
+
+
+def linear_flops(params, tokens):
+    """Matrix products of `params` weights applied to `tokens` tokens: one multiply and one add per weight per token. [FLOP]
+
+    sympy: 2*params*tokens
+    """
+    return 2*params*tokens
 
 
 def linear_step_sum(intercept, slope, first, last):
@@ -225,6 +249,14 @@ def prefill_flops_dense(batch, block_params, new_prompt, vocab, hidden, layers, 
     return batch*(4*attn_dim*heads*layers*new_prompt*(cached + new_prompt) + 2*block_params*new_prompt + 2*hidden*new_prompt*vocab)
 
 
+def qkv_bytes(new_prompt, heads, kv_heads, head_dim, bytes_per_element):
+    """One layer's Q, K and V activations for P prompt tokens. [B]
+
+    sympy: bytes_per_element*head_dim*new_prompt*(heads + 2*kv_heads)
+    """
+    return bytes_per_element*head_dim*new_prompt*(heads + 2*kv_heads)
+
+
 def ridge_point(peak_flops, bandwidth):
     """Intensity at which a device turns from memory-bound to compute-bound. [FLOP/B]
 
@@ -241,12 +273,12 @@ def ring_allreduce_time(devices, message_bytes, link_bandwidth):
     return message_bytes*(2*devices - 2)/(devices*link_bandwidth)
 
 
-def session_prefill_tokens_cached(system_tokens, user_tokens, turns):
-    """Prompt tokens prefilled over `turns` turns with a session cache: the system prompt once, then each new user message (replies already have K/V from decoding; linear in turns). [tokens]
+def session_prefill_tokens_cached(system_tokens, user_tokens, reply_tokens, turns):
+    """Prompt tokens prefilled over `turns` turns with a session cache: the system prompt once, then each new user message plus the previous reply's last token (sampled but never fed back, so it has no K/V yet; every other reply token got its K/V while it was decoded). Linear in turns. [tokens]
 
-    sympy: system_tokens + turns*user_tokens
+    sympy: system_tokens + turns*user_tokens + (turns - 1)*Min(1, reply_tokens)
     """
-    return system_tokens + turns*user_tokens
+    return system_tokens + turns*user_tokens + (turns - 1)*min(1, reply_tokens)
 
 
 def session_prefill_tokens_nocache(system_tokens, user_tokens, reply_tokens, turns):
@@ -263,6 +295,14 @@ def sessions_that_fit(capacity, weights_bytes, kv_bytes_per_token, session_token
     sympy: floor((capacity - weights_bytes)/(kv_bytes_per_token*session_tokens))
     """
     return floor((capacity - weights_bytes)/(kv_bytes_per_token*session_tokens))
+
+
+def square_matmul_bytes(rows, bytes_per_element):
+    """Bytes an m x m by m x m matrix product must move at least: read A and B, write C. [B]
+
+    sympy: 3*bytes_per_element*rows**2
+    """
+    return 3*bytes_per_element*rows**2
 
 
 def step_time_with_overhead(roofline_time, ops, op_overhead):

@@ -281,14 +281,16 @@ def turn_prompts(system_tokens, user_tokens, reply_tokens, turns) -> list[tuple[
     """Per turn t = 1..T: (prompt tokens, tokens already cached with a session cache).
 
     Turn t's prompt is the system prompt, t user messages and the t - 1 replies before it:
-    ``S + t u + (t - 1) r``. With a session cache everything but the new user message is cached
-    (the replies got their K/V while they were decoded): ``S + (t - 1)(u + r)`` for t >= 2, 0 at turn 1.
+    ``S + t u + (t - 1) r``. With a session cache everything but the new user message and the previous
+    reply's last token is cached: decoding fed every reply token but the last back into the model (that
+    one was sampled, never processed), so its K/V come with the next turn. Cached at turn t >= 2:
+    ``S + (t - 1)(u + r) - min(r, 1)``; 0 at turn 1.
     """
     S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns)
     out = []
     for t in range(1, T + 1):
         prompt = S + t * u + (t - 1) * r
-        out.append((prompt, 0 if t == 1 else prompt - u))
+        out.append((prompt, 0 if t == 1 else prompt - u - min(r, 1)))
     return out
 
 
@@ -298,7 +300,7 @@ def session_prefill_tokens(system_tokens, user_tokens, reply_tokens, turns, cach
     if not isinstance(cached, bool):
         raise TypeError(f"cached must be True or False, got {type(cached).__name__} {cached!r}")
     if cached:
-        return int(g.session_prefill_tokens_cached(S, u, T))
+        return int(g.session_prefill_tokens_cached(S, u, r, T))
     return int(round(g.session_prefill_tokens_nocache(S, u, r, T)))
 
 
@@ -374,8 +376,8 @@ def session_cost(model, hardware, system_tokens, user_tokens, reply_tokens, turn
 def session_derivation() -> dict:
     """The sympy derivation of the session totals (imports sympy).
 
-    Returns ``per_turn_nocache`` (S + t u + (t-1) r), ``per_turn_cached`` (S + u at t = 1, u after:
-    written as u + S [t = 1]), their sums over t = 1..T by ``sympy.summation`` (``sum_nocache``,
+    Returns ``per_turn_nocache`` (S + t u + (t-1) r), ``per_turn_cached`` (S + u at t = 1, then
+    u + min(r, 1): the new message and the previous reply's last, never-fed token), their sums over t = 1..T by ``sympy.summation`` (``sum_nocache``,
     ``sum_cached``), ``saved`` (their difference, factored) and ``matches``: whether the sums equal the
     formulas ``session_prefill_tokens_nocache`` / ``_cached`` of ``course_lib.formulas``.
     """
@@ -386,12 +388,14 @@ def session_derivation() -> dict:
     s = formulas.S
     per_nc = s.system_tokens + s.turn * s.user_tokens + (s.turn - 1) * s.reply_tokens
     sum_nc = sp.factor(sp.summation(per_nc, (s.turn, 1, s.turns)))
-    # the system prompt is prefilled once (turn 1), every turn prefills its user message
-    sum_c = sp.expand(s.system_tokens + sp.summation(s.user_tokens, (s.turn, 1, s.turns)))
+    # the system prompt is prefilled once (turn 1), every turn prefills its user message, and every turn after
+    # the first also the previous reply's last token (sampled, never fed back, so it has no K/V yet)
+    per_c = s.user_tokens + sp.Min(s.reply_tokens, 1)
+    sum_c = sp.expand(s.system_tokens + s.user_tokens + sp.summation(per_c, (s.turn, 2, s.turns)))
     saved = sp.factor(sp.expand(sum_nc - sum_c))
     matches = (sp.simplify(sum_nc - formulas.expr("session_prefill_tokens_nocache")) == 0
                and sp.simplify(sum_c - formulas.expr("session_prefill_tokens_cached")) == 0)
-    return {"per_turn_nocache": per_nc, "per_turn_cached": s.user_tokens, "sum_nocache": sum_nc,
+    return {"per_turn_nocache": per_nc, "per_turn_cached": per_c, "sum_nocache": sum_nc,
             "sum_cached": sum_c, "saved": saved, "matches": bool(matches)}
 
 
@@ -614,8 +618,9 @@ def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, re
                          turns: int = 5, repeats: int = 3, threads: int | None = None, seed: int = 0) -> SessionTiming:
     """Time each turn's first token: ``lm.prefill(whole conversation)`` vs ``lm.extend(new user message)``.
 
-    The replies are random ids fed with ``lm.extend`` between turns (untimed): the cache then holds
-    exactly what decoding them would have left there. The first turn of a cached session is a plain
+    The replies are random ids fed with ``lm.extend`` between turns (untimed), all but their last
+    token: the cache then holds exactly what decoding them would have left there, and the next turn
+    processes the reply's last token with its user message (as a server does). The first turn of a cached session is a plain
     prefill of the system prompt and the first message. One untimed session runs first (warm-up).
     """
     bench = _timing_tools()
@@ -649,10 +654,12 @@ def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, re
                     nc[t].append(dt)
             for t in range(T):
                 a = starts[t]
-                dt = timed(lm.prefill, conv[:a + u]) if t == 0 else timed(lm.extend, conv[a:a + u])
+                pending = 1 if (t and r) else 0     # the previous reply's last token
+                dt = timed(lm.prefill, conv[:a + u]) if t == 0 else timed(lm.extend, conv[a - pending:a + u])
                 if rep:
                     c[t].append(dt)
-                lm.extend(conv[a + u:a + u + r]) if r else None
+                if r > 1:
+                    lm.extend(conv[a + u:a + u + r - 1])
     return SessionTiming(S, u, r, T, tuple(statistics.median(x) for x in nc), tuple(statistics.median(x) for x in c),
                          reps, nthreads)
 

@@ -114,7 +114,7 @@ class Comparison:
     @property
     def efficiency(self) -> float:
         """predicted / measured: the fraction of the floor's speed reached (1 = at the floor)."""
-        return self.predicted_s / self.measured_s
+        return g.efficiency(self.predicted_s, self.measured_s)
 
     @property
     def slowdown(self) -> float:

@@ -103,6 +103,10 @@ class S:
     capacity = _sym("capacity", r"M", **_pos)
     weights_bytes = _sym("weights_bytes", r"W", **_nn)
     session_tokens = _sym("session_tokens", r"T_s", integer=True, positive=True)
+    # lessons 06 and 08: roofline points, attention traffic, efficiency
+    bytes_per_element = _sym("bytes_per_element", r"b_e", **_pos)
+    predicted_time = _sym("predicted_time", r"t_{pred}", **_pos)
+    measured_time = _sym("measured_time", r"t_{meas}", **_pos)
     # lesson 09: tensor parallelism
     devices = _sym("devices", r"G", integer=True, positive=True)
     message_bytes = _sym("message_bytes", r"m", **_nn)
@@ -258,10 +262,12 @@ _f("session_prefill_tokens_nocache",
    (s.system_tokens, s.user_tokens, s.reply_tokens, s.turns),
    "Prompt tokens prefilled over `turns` chat turns without a cache: turn t re-reads the system prompt, t user "
    "messages and t - 1 replies (quadratic in turns).", "tokens")
-_f("session_prefill_tokens_cached", s.system_tokens + s.turns * s.user_tokens,
-   (s.system_tokens, s.user_tokens, s.turns),
+_f("session_prefill_tokens_cached",
+   s.system_tokens + s.turns * s.user_tokens + (s.turns - 1) * sp.Min(s.reply_tokens, 1),
+   (s.system_tokens, s.user_tokens, s.reply_tokens, s.turns),
    "Prompt tokens prefilled over `turns` turns with a session cache: the system prompt once, then each new user "
-   "message (replies already have K/V from decoding; linear in turns).", "tokens")
+   "message plus the previous reply's last token (sampled but never fed back, so it has no K/V yet; every other "
+   "reply token got its K/V while it was decoded). Linear in turns.", "tokens")
 _f("sessions_that_fit", sp.floor((s.capacity - s.weights_bytes) / (s.kv_bytes_per_token * s.session_tokens)),
    (s.capacity, s.weights_bytes, s.kv_bytes_per_token, s.session_tokens),
    "Whole sessions whose cached K/V (session_tokens each) fit in the memory left beside the weights.", "sessions")
@@ -290,6 +296,23 @@ _f("prefill_flops_dense",
    "Prefill FLOPs as a simple implementation spends them: logits at every prompt position (not just the last) "
    "and a score for every query-key pair, masked rather than skipped (twice the causal attention count).", "FLOP")
 
+
+# --- roofline points, attention traffic and efficiency (lessons 06 and 08) --------------------------------------
+_f("linear_flops", 2 * s.params * s.tokens, (s.params, s.tokens),
+   "Matrix products of `params` weights applied to `tokens` tokens: one multiply and one add per weight per token.",
+   "FLOP")
+_f("square_matmul_bytes", 3 * s.rows ** 2 * s.bytes_per_element, (s.rows, s.bytes_per_element),
+   "Bytes an m x m by m x m matrix product must move at least: read A and B, write C.", "B")
+_f("attention_scores_bytes", s.heads * s.new_prompt ** 2 * s.bytes_per_element,
+   (s.heads, s.new_prompt, s.bytes_per_element),
+   "One layer's P x P attention-score matrices (every query head) if a naive kernel writes them to memory; "
+   "FlashAttention keeps them in on-chip SRAM.", "B")
+_f("qkv_bytes", s.new_prompt * (s.heads + 2 * s.kv_heads) * s.head_dim * s.bytes_per_element,
+   (s.new_prompt, s.heads, s.kv_heads, s.head_dim, s.bytes_per_element),
+   "One layer's Q, K and V activations for P prompt tokens.", "B")
+_f("efficiency", s.predicted_time / s.measured_time, (s.predicted_time, s.measured_time),
+   "Fraction of the predicted floor's speed a measurement reaches: 1 means at the floor, 0.25 four times slower.",
+   "fraction")
 
 def expr(name: str) -> sp.Expr:
     """The sympy expression of formula ``name``."""

@@ -126,13 +126,15 @@ def test_module_reuse_costs_like_a_cached_prefix_of_the_same_size():
 # Sessions
 # --------------------------------------------------------------------------------------------------
 def test_turn_prompts_and_session_cost():
-    assert caching.turn_prompts(100, 10, 20, 3) == [(110, 0), (140, 130), (170, 160)]
+    # turns 2 and 3 prefill the new message and the previous reply's last token (sampled, never fed back)
+    assert caching.turn_prompts(100, 10, 20, 3) == [(110, 0), (140, 129), (170, 159)]
+    assert caching.turn_prompts(100, 10, 0, 3) == [(110, 0), (120, 110), (130, 120)]   # no reply: nothing pending
     s = caching.session_cost("mistral-7b", "h200", 100, 10, 20, 3)
-    assert s.tokens_nocache == (110, 140, 170) and s.tokens_cached == (110, 10, 10)
+    assert s.tokens_nocache == (110, 140, 170) and s.tokens_cached == (110, 11, 11)
     assert s.cumulative_tokens_nocache[-1] == caching.session_prefill_tokens(100, 10, 20, 3, cached=False) == 420
-    assert s.cumulative_tokens_cached[-1] == caching.session_prefill_tokens(100, 10, 20, 3, cached=True) == 130
+    assert s.cumulative_tokens_cached[-1] == caching.session_prefill_tokens(100, 10, 20, 3, cached=True) == 132
     assert s.ttft_nocache[2] == estimate("mistral-7b", "h200", 170, 1).ttft
-    assert s.ttft_cached[2] == estimate("mistral-7b", "h200", 170, 1, cached_prefix_tokens=160).ttft
+    assert s.ttft_cached[2] == estimate("mistral-7b", "h200", 170, 1, cached_prefix_tokens=159).ttft
     assert s.cumulative_ttft_nocache[-1] == pytest.approx(sum(s.ttft_nocache))
     assert s.cache_tokens == 100 + 3 * 30
 

@@ -155,7 +155,8 @@ q4 = Question(
             "`S, u, r, T = sympy.symbols('S u r T', positive=True)` (a closed form, or `sympy.summation`)."),
     expected=session_nocache_expression(), symbols=["S", "u", "r", "T"],
     mistakes=[
-        Mistake("S + T*u", "That is the total *with* a session cache. Without one, every turn prefills the whole "
+        Mistake("S + T*u", "That is (but for the pending reply tokens) the total *with* a session cache. Without "
+                           "one, every turn prefills the whole "
                            "conversation again."),
         Mistake("T*S + T*(T + 1)/2*(u + r)", "That counts t replies in turn t: the reply of turn t comes after "
                                              "its prompt, so turn t re-reads only t - 1 replies."),
@@ -177,20 +178,25 @@ q5 = Question(
     objective="O3 derive the prefill tokens of a chat session without and with a cache",
     prompt=(f"Multi-step: a {_T5}-turn chat with a {_S5:,}-token system prompt, {_U5}-token user messages and "
             f"{_R5}-token replies. (a) Tokens prefilled without a cache. (b) With a session cache (the system "
-            f"prompt once, then each user message). (c) How many prefill tokens does the cache save? Give a count."),
+            f"prompt once, then each user message together with the previous reply's last token, which was "
+            f"sampled but never fed back). (c) How many prefill tokens does the cache save? Give a count."),
     expected=_Q5, rel_tol=0, abs_tol=0.5,
     mistakes=[
+        Mistake(caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=False) - (_S5 + _T5 * _U5),
+                "Almost: after turn 1 every turn also prefills the previous reply's last token (it was sampled, "
+                "never processed, so it has no K/V yet): the cached total is S + T u + (T - 1)."),
         Mistake(caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=False),
                 "That is the total without a cache, (a); subtract the cached total (b)."),
         Mistake(caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=True),
                 "That is the total with the cache, (b); the question asks for the difference."),
-        Mistake(_T5 * _S5 + _T5 * (_T5 + 1) // 2 * (_U5 + _R5) - (_S5 + _T5 * _U5),
+        Mistake(_T5 * _S5 + _T5 * (_T5 + 1) // 2 * (_U5 + _R5) - (_S5 + _T5 * _U5 + _T5 - 1),
                 "Turn t re-reads t - 1 replies, not t: the reply of turn t is generated after its prefill."),
-        Mistake(_T5 * (_S5 + _T5 * _U5 + (_T5 - 1) * _R5) - (_S5 + _T5 * _U5),
+        Mistake(_T5 * (_S5 + _T5 * _U5 + (_T5 - 1) * _R5) - (_S5 + _T5 * _U5 + _T5 - 1),
                 "That charges every turn the last turn's prompt; the prompt grows turn by turn."),
     ],
     hints=["`caching.session_prefill_tokens(S, u, r, T, cached=False)` and `cached=True`.",
-           "Without: T S + T (T + 1) / 2 u + T (T - 1) / 2 r. With: S + T u."],
+           "Without: T S + T (T + 1) / 2 u + T (T - 1) / 2 r. With: S + T u + (T - 1) (one pending reply token "
+           "per later turn)."],
     solution=(f"{caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=False):,} - "
               f"{caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=True):,} = {_Q5:,} tokens."),
 )
