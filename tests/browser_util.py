@@ -364,3 +364,35 @@ class Voila(_JupyterProcess):
             proc.send_signal(signal.SIGTERM)  # Voila: stop the loop, shut all kernels down, exit
         except ProcessLookupError:
             pass
+
+
+def require_browser_tools(*, voila: bool = False) -> None:
+    """chromium and playwright (and voila), or skip the test; under CI=true a missing tool fails it.
+
+    Called before any server starts, so a skipped test costs nothing.
+    """
+    from conftest import require_tool
+
+    require_tool("chromium", why="Debian package chromium; see .ci/run")
+    require_tool("playwright", module=True, why="pip install playwright (Python package only)")
+    if voila:
+        require_tool("voila", module=True, why="the classroom extra: pip install -e '.[classroom]'")
+
+
+def serve_copy(server_cls, source: Path, tmp_path: Path, log_name: str, **kwargs):
+    """Start ``server_cls`` over a temporary copy of ``source``; stop it and keep its log afterwards.
+
+    A generator for pytest fixtures (``yield from serve_copy(...)``): the repository's files are
+    never served (a test run cannot modify them), and the server log lands in ``ARTIFACTS/log_name``
+    whatever the test's outcome.
+    """
+    root = tmp_path / "root"
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    server = server_cls(root_dir=root, home=tmp_path / "jupyter-home", **kwargs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copyfile(server.log_path, ARTIFACTS / log_name)

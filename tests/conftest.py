@@ -141,3 +141,18 @@ def _require_tool_fixture():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Run a module's torch code on one thread (restored afterwards).
+
+    Tiny test models gain nothing from threads, and on a shared CPU (two xdist workers on two cores)
+    spinning threads cost seconds. Use with ``pytestmark = pytest.mark.usefixtures("torch_one_thread")``.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,12 +15,11 @@ where that is a failure (see tests/conftest.py ``require_tool``).
 from __future__ import annotations
 
 import inspect
-import shutil
 
 import pytest
 
-from browser_util import ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, run_all_cells, wait_for_notebook_kernel
-from conftest import require_tool
+from browser_util import (ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, require_browser_tools, run_all_cells,
+                          serve_copy, wait_for_notebook_kernel)
 
 pytestmark = pytest.mark.browser
 
@@ -44,25 +43,10 @@ def _expected(setting: dict) -> tuple[str, str]:
 
 
 @pytest.fixture
-def browser_tools():
-    """chromium and playwright, or skip (fail under CI) before any server is started."""
-    require_tool("chromium", why="Debian package chromium; see .ci/run")
-    require_tool("playwright", module=True, why="pip install playwright (Python package only)")
-
-
-@pytest.fixture
-def lab(browser_tools, tmp_path):
+def lab(tmp_path):
     """A JupyterLab server over a temporary copy of notebooks/; stopped (with its kernels) afterwards."""
-    root = tmp_path / "root"
-    shutil.copytree(REPO_ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    server = JupyterLab(root_dir=root, home=tmp_path / "jupyter-home")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copyfile(server.log_path, ARTIFACTS / "browser_lesson04_server.log")
+    require_browser_tools()
+    yield from serve_copy(JupyterLab, REPO_ROOT / "notebooks", tmp_path, "browser_lesson04_server.log")
 
 
 def test_lesson04_tpot_explorer_in_jupyterlab(lab):

@@ -19,12 +19,10 @@ tests/conftest.py ``require_tool``).
 """
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from browser_util import ARTIFACTS, REPO_ROOT, Voila, launch_chromium
-from conftest import require_tool
+from browser_util import ARTIFACTS, REPO_ROOT, Voila, launch_chromium, require_browser_tools, serve_copy
 
 pytestmark = pytest.mark.browser
 
@@ -41,26 +39,10 @@ def _expected(state) -> tuple[str, str]:
 
 
 @pytest.fixture
-def browser_tools():
-    """chromium, playwright and voila, or skip (fail under CI) before any server is started."""
-    require_tool("chromium", why="Debian package chromium; see .ci/run")
-    require_tool("playwright", module=True, why="pip install playwright (Python package only)")
-    require_tool("voila", module=True, why="the classroom extra: pip install -e '.[classroom]'")
-
-
-@pytest.fixture
-def app(browser_tools, tmp_path):
+def app(tmp_path):
     """A Voila server over a temporary copy of app/; stopped (with its kernels) afterwards."""
-    root = tmp_path / "app"
-    shutil.copytree(APP_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    server = Voila(root_dir=root, home=tmp_path / "voila-home", notebook=NOTEBOOK)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copyfile(server.log_path, ARTIFACTS / "browser_voila_server.log")
+    require_browser_tools(voila=True)
+    yield from serve_copy(Voila, APP_DIR, tmp_path, "browser_voila_server.log", notebook=NOTEBOOK)
 
 
 def test_capstone_dashboard_in_voila(app):

@@ -11,13 +11,7 @@ from course_lib.tinylm import TinyLM  # noqa: E402
 TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=101)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a shared CPU spinning threads cost seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def _spec(base="llama-3-8b", **extra):

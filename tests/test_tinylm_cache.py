@@ -21,13 +21,7 @@ SPECS = {
 ATOL, RTOL = 1e-5, 1e-4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a shared CPU spinning threads cost seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def _spec(name="gqa", **extra):
