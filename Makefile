@@ -20,7 +20,7 @@ NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null ||
 WORKERS ?= $(shell n=$(NPROC); if [ "$$n" -gt 2 ]; then n=2; fi; if [ "$$n" -lt 1 ]; then n=1; fi; echo $$n)
 
 # Notebooks that carry stored outputs and are checked cell by cell by nbval.
-NB_DIRS := $(wildcard notebooks solutions)
+NB_DIRS := $(wildcard notebooks solutions app)
 
 # JupyterLab refuses to run as root unless told to.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)

@@ -1,7 +1,7 @@
-"""Notebook hygiene: what is stored in notebooks/, solutions/ and exercises/.
+"""Notebook hygiene: what is stored in notebooks/, solutions/, app/ and exercises/.
 
 * every notebook is valid nbformat v4 with the ``python3`` kernelspec and no widget state;
-* notebooks/ and solutions/ are stored executed (``make notebooks``): code cells numbered 1..n in
+* notebooks/, solutions/ and app/ are stored executed (``make notebooks``): code cells numbered 1..n in
   order, no error outputs, no machine-specific paths (a learner's or CI's home, temp or checkout
   folder) in any text output;
 * exercises/ are stored without outputs (learners start from a clean notebook);
@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXECUTED_DIRS = ("notebooks", "solutions")
+EXECUTED_DIRS = ("notebooks", "solutions", "app")
 CLEAN_DIRS = ("exercises",)
 
 #: A machine path: /root, /home/<user>, /tmp/..., /work/... (not preceded by a word character or

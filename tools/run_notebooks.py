@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-execute course notebooks top to bottom and save them in canonical form (``make notebooks``).
 
-    python tools/run_notebooks.py                      # every notebook in notebooks/ and solutions/
+    python tools/run_notebooks.py                      # every notebook in notebooks/, solutions/ and app/
     python tools/run_notebooks.py notebooks/03_kv_cache.ipynb solutions/
     python tools/run_notebooks.py --timeout 900 notebooks/05_gemv_timing.ipynb
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nb_canonical import write_canonical  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIRS = ("notebooks", "solutions")
+DEFAULT_DIRS = ("notebooks", "solutions", "app")
 
 #: What every kernel gets on top of the inherited environment (kept in step with tests/conftest.py).
 KERNEL_ENV = {
@@ -119,7 +119,7 @@ def execute(path: Path, timeout: int, position: int = 1) -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", type=Path,
-                        help="notebooks or folders (default: notebooks/ and solutions/)")
+                        help="notebooks or folders (default: notebooks/, solutions/ and app/)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default 600)")
     args = parser.parse_args(argv)
 
