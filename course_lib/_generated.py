@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -271,6 +271,14 @@ def ring_allreduce_time(devices, message_bytes, link_bandwidth):
     sympy: message_bytes*(2*devices - 2)/(devices*link_bandwidth)
     """
     return message_bytes*(2*devices - 2)/(devices*link_bandwidth)
+
+
+def score_pass_time(batch, layers, heads, new_prompt, cached, score_rate):
+    """Time a simple prefill spends on the elementwise passes over its attention scores (scale, causal mask, softmax), one score per query head, new token and key (cached + new, masked rather than skipped), at the rate (scores/s) a probe of those passes at that shape achieves. The FLOP count leaves this traffic out. [s]
+
+    sympy: batch*heads*layers*new_prompt*(cached + new_prompt)/score_rate
+    """
+    return batch*heads*layers*new_prompt*(cached + new_prompt)/score_rate
 
 
 def session_prefill_tokens_cached(system_tokens, user_tokens, reply_tokens, turns):

@@ -16,6 +16,12 @@ calibrated latency model (:mod:`course_lib.validate`) uses::
     bench.measure_linear(1, 32000, 1024)         # one linear layer at a model's exact shape
     bench.measure_kv_read(8, 4, 128, 4096)       # the rate decode attention reads K/V
 
+and for timing whole calls elsewhere (lesson 07's cache measurements)::
+
+    with bench.Stopwatch(lm.device, threads=1) as sw:
+        seconds, logits = sw.time(lm.prefill, ids)
+    q1, median, q3 = bench.quartiles(times)
+
 A decode step at batch 1 is a chain of matrix-vector products: every weight is read once and used
 for one multiply-add. This module times exactly that operation with the care a benchmark needs:
 
@@ -53,7 +59,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from .hardware import HardwareSpec, custom_hardware
-from .validation import require_choice, require_count, require_positive
+from .validation import require_choice, require_count, require_nonnegative, require_positive
 
 __all__ = [
     "DTYPES", "GemvResult", "GemvTable", "CopyResult", "MatmulResult", "DtypeProbe", "MachineMeasurements",
@@ -63,6 +69,7 @@ __all__ = [
     "dtype_verdicts", "measure_machine", "this_machine", "DecodeTiming", "measure_decode",
     "PrefillTiming", "measure_prefill", "measure_decode_contexts", "OverheadResult", "measure_op_overhead",
     "OVERHEAD_KINDS", "CLOCKS", "use_clock", "clock_name", "LinearResult", "measure_linear", "KVReadResult", "measure_kv_read",
+    "Stopwatch", "quartiles",
 ]
 
 #: the dtypes the probes time, by course precision name
@@ -876,6 +883,52 @@ def _quartiles(times: Sequence[float]) -> tuple[float, float, float]:
     else:
         q1 = q3 = times[0]
     return q1, statistics.median(times), q3
+
+
+def quartiles(times: Sequence[float]) -> tuple[float, float, float]:
+    """(q1, median, q3) of per-run seconds (all three equal for a single run); ``times`` must not be empty."""
+    if isinstance(times, (str, bytes)) or not isinstance(times, Iterable):
+        raise TypeError(f"times must be a list of seconds, got {type(times).__name__}")
+    ts = [require_nonnegative(f"times[{i}]", t) for i, t in enumerate(times)]
+    if not ts:
+        raise ValueError("times must hold at least one timing (seconds)")
+    return _quartiles(ts)
+
+
+class Stopwatch:
+    """Time whole calls (a prefill, a turn of a chat) as the probes time theirs.
+
+    ``with bench.Stopwatch(device, threads) as sw: seconds, result = sw.time(fn, *args)``: the CPU
+    thread count is fixed inside the block (default: all physical cores; ignored on a GPU) and restored
+    after it; each timed call is synchronised on a GPU before and after, and timed with the clock
+    :func:`use_clock` selects (wall by default). ``sw.threads``: the thread count used (None on a GPU).
+    """
+
+    def __init__(self, device=None, threads: int | None = None):
+        self.device = _device(device)
+        self.threads = _threads(threads, self.device)
+        self._pin = _Threads(self.threads)
+
+    def __enter__(self) -> "Stopwatch":
+        self._pin.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._pin.__exit__(*exc)
+
+    def sync(self):
+        """Wait for the device's queued work (a no-op on a CPU)."""
+        _sync(self.device)
+
+    def time(self, fn, *args, **kwargs) -> tuple[float, object]:
+        """(seconds, return value) of one call ``fn(*args, **kwargs)``, synchronised on a GPU."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        _sync(self.device)
+        t0 = _clock()
+        out = fn(*args, **kwargs)
+        _sync(self.device)
+        return _clock() - t0, out
 
 
 def _check_lm(lm):

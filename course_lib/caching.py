@@ -30,9 +30,11 @@ Every number comes from ``course_lib.formulas`` (through ``_generated``) and the
   :mod:`course_lib.prefix_cache` (:func:`hit_rate_vs_budget`).
 
 The measurement helpers at the end (:func:`measure_prefix_ttft`, :func:`measure_session_ttft`,
-:func:`measure_module_reuse`) time a :class:`course_lib.tinylm.TinyLM`; they import
-``course_lib.bench`` (torch) inside the function, so importing this module never imports torch,
-ipywidgets or matplotlib.
+:func:`measure_module_reuse`) time a :class:`course_lib.tinylm.TinyLM` with ``bench.Stopwatch``;
+:func:`predict_prefix_ttft_calibrated` / :func:`predict_session_ttft_calibrated` predict the same
+cases with the calibrated model of :mod:`course_lib.validate` (probes only). They import
+``course_lib.bench`` / ``course_lib.validate`` (torch) inside the function, so importing this module
+never imports torch, ipywidgets or matplotlib.
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ __all__ = [
     "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget",
     "PrefixTiming", "measure_prefix_ttft", "SessionTiming", "measure_session_ttft", "ModuleAgreement",
     "measure_module_reuse", "provider_claims", "profile_prefill", "PROFILE_GROUPS",
+    "calibration_shapes", "CalibratedPrefix", "predict_prefix_ttft_calibrated", "CalibratedSession",
+    "predict_session_ttft_calibrated",
 ]
 
 
@@ -506,7 +510,7 @@ def provider_claims() -> list[dict]:
 # Measurements on a real (small) model: course_lib.tinylm.TinyLM (torch is imported only in here)
 # --------------------------------------------------------------------------------------------------
 def _timing_tools():
-    """course_lib.bench's synchronisation, thread pinning and quartiles (imports torch)."""
+    """course_lib.bench, for its public timing helpers ``Stopwatch`` and ``quartiles`` (imports torch)."""
     from . import bench
 
     return bench
@@ -565,31 +569,21 @@ def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, rep
     reps = require_count("repeats", repeats, minimum=1)
     w = require_count("warmup", warmup)
     _check_lm(lm, P + n)
-    dev = bench._device(lm.device)
-    nthreads = bench._threads(threads, dev)
     ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P + n)
-    import time
-
     full_t, cached_t, diff = [], [], 0.0
-    with bench._Threads(nthreads):
+    with bench.Stopwatch(lm.device, threads) as sw:
         lm.prefill(ids[:P])
         state = lm.save_state()
         for i in range(w + reps):
-            bench._sync(dev)
-            t0 = time.perf_counter()
-            full = lm.prefill(ids)
-            bench._sync(dev)
-            t1 = time.perf_counter()
-            cached = lm.prefill(ids, prefix=state)
-            bench._sync(dev)
-            t2 = time.perf_counter()
+            t_full, full = sw.time(lm.prefill, ids)
+            t_cached, cached = sw.time(lm.prefill, ids, prefix=state)
             if i >= w:
-                full_t.append(t1 - t0)
-                cached_t.append(t2 - t1)
+                full_t.append(t_full)
+                cached_t.append(t_cached)
             diff = max(diff, float((full[P:].float() - cached.float()).abs().max()))
-    fq1, fmed, fq3 = bench._quartiles(full_t)
-    cq1, cmed, cq3 = bench._quartiles(cached_t)
-    return PrefixTiming(P, n, fmed, fq1, fq3, cmed, cq1, cq3, reps, nthreads, diff, state.nbytes)
+    fq1, fmed, fq3 = bench.quartiles(full_t)
+    cq1, cmed, cq3 = bench.quartiles(cached_t)
+    return PrefixTiming(P, n, fmed, fq1, fq3, cmed, cq1, cq3, reps, sw.threads, diff, state.nbytes)
 
 
 @dataclass(frozen=True)
@@ -627,26 +621,18 @@ def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, re
     S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=1)
     reps = require_count("repeats", repeats, minimum=1)
     _check_lm(lm, S + T * (u + r))
-    dev = bench._device(lm.device)
-    nthreads = bench._threads(threads, dev)
     rng = random.Random(require_count("seed", seed))
     conv = _random_ids(rng, lm.spec.vocab, S)
     starts = []
     for _ in range(T):
         starts.append(len(conv))
         conv += _random_ids(rng, lm.spec.vocab, u + r)
-    import time
-
-    def timed(fn, *args):
-        bench._sync(dev)
-        t0 = time.perf_counter()
-        fn(*args)
-        bench._sync(dev)
-        return time.perf_counter() - t0
-
     nc = [[] for _ in range(T)]
     c = [[] for _ in range(T)]
-    with bench._Threads(nthreads):
+    with bench.Stopwatch(lm.device, threads) as sw:
+        def timed(fn, *args):
+            return sw.time(fn, *args)[0]
+
         for rep in range(reps + 1):
             for t in range(T):
                 dt = timed(lm.prefill, conv[:starts[t] + u])
@@ -661,7 +647,7 @@ def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, re
                 if r > 1:
                     lm.extend(conv[a + u:a + u + r - 1])
     return SessionTiming(S, u, r, T, tuple(statistics.median(x) for x in nc), tuple(statistics.median(x) for x in c),
-                         reps, nthreads)
+                         reps, sw.threads)
 
 
 @dataclass(frozen=True)
@@ -737,26 +723,147 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
     if C >= P:
         raise ValueError(f"prefix_tokens must be < prompt_tokens ({P}), got {C}")
     _check_lm(lm, P)
-    dev = bench._device(lm.device)
     ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    with bench._Threads(bench._threads(threads, dev)):
+    with bench.Stopwatch(lm.device, threads) as sw:
+        gpu = sw.device.type == "cuda"
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         state = None
         if C:
             lm.prefill(ids[:C])
             state = lm.save_state()
         lm.prefill(ids, prefix=state)
-        bench._sync(dev)
+        sw.sync()
         with profile(activities=acts) as prof:
             lm.prefill(ids, prefix=state)
-            bench._sync(dev)
+            sw.sync()
     out = {k: 0.0 for k in PROFILE_GROUPS}
     out["other"] = 0.0
     for ev in prof.key_averages():
         us = (getattr(ev, "self_device_time_total", 0) or getattr(ev, "self_cuda_time_total", 0)
-              if dev.type == "cuda" else ev.self_cpu_time_total)
+              if gpu else ev.self_cpu_time_total)
         group = next((g_ for g_, names in PROFILE_GROUPS.items() if ev.key in names), "other")
         out[group] += us / 1e6
     out["total"] = sum(out[k] for k in (*PROFILE_GROUPS, "other"))
     out["calls"] = sum(ev.count for ev in prof.key_averages() if ev.key.startswith("aten::"))
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The same cases predicted by the calibrated model (course_lib.validate: probes only, torch imported inside)
+# --------------------------------------------------------------------------------------------------
+def _validate():
+    from . import validate
+
+    return validate
+
+
+def calibration_shapes(prefix_tokens=None, new_tokens=None, system_tokens=None, user_tokens=None,
+                       reply_tokens=None, turns=None) -> dict:
+    """The prefill shapes :func:`predict_prefix_ttft_calibrated` and/or :func:`predict_session_ttft_calibrated`
+    price, as keyword arguments of ``validate.calibrate``: ``{"prompt_lengths": [...], "cached_prefills":
+    [(prompt_tokens, cached_tokens), ...]}``, so that every GEMM and score pass is probed at its exact shape.
+
+    A prefix case is a full prefill of ``prefix_tokens + new_tokens`` and the same prompt with the prefix
+    cached; a session case is every turn's prompt without a cache and, from turn 2, with the session's
+    cached tokens (:func:`turn_prompts`).
+    """
+    full: set[int] = set()
+    cached: set[tuple[int, int]] = set()
+    if prefix_tokens is not None or new_tokens is not None:
+        P = require_count("prefix_tokens", prefix_tokens, minimum=1)
+        n = require_count("new_tokens", new_tokens, minimum=1)
+        full.add(P + n)
+        cached.add((P + n, P))
+    session = (system_tokens, user_tokens, reply_tokens, turns)
+    if any(x is not None for x in session):
+        for prompt, c in turn_prompts(*_session_args(*session, user_min=1)):
+            full.add(prompt)
+            if c:
+                cached.add((prompt, c))
+    if not full:
+        raise ValueError("calibration_shapes needs a prefix case (prefix_tokens, new_tokens) and/or a "
+                         "session case (system_tokens, user_tokens, reply_tokens, turns)")
+    return {"prompt_lengths": sorted(full), "cached_prefills": sorted(cached)}
+
+
+@dataclass(frozen=True)
+class CalibratedPrefix:
+    """:func:`measure_prefix_ttft`'s two passes predicted by the calibrated model (``validate.Prediction`` each)."""
+
+    prefix_tokens: int
+    new_tokens: int
+    full: object     # validate.Prediction: lm.prefill(prompt)
+    cached: object   # validate.Prediction: lm.prefill(prompt, prefix=state)
+
+    @property
+    def ttft_miss(self) -> float:
+        return self.full.seconds
+
+    @property
+    def ttft_hit(self) -> float:
+        return self.cached.seconds
+
+    @property
+    def speedup(self) -> float:
+        return self.ttft_miss / self.ttft_hit
+
+
+def predict_prefix_ttft_calibrated(spec, prefix_tokens, new_tokens, calibration) -> CalibratedPrefix:
+    """Predict :func:`measure_prefix_ttft` with the calibrated model (``course_lib.validate``).
+
+    ``full``: ``validate.predict_ttft(spec, P + n, calibration)``; ``cached``: the same with
+    ``cached_tokens=P`` on the ``prefix`` path (the state's K/V copied in, n new tokens computed).
+    ``calibration`` comes from ``validate.calibrate(...)`` (pass ``**calibration_shapes(...)`` for GEMM
+    and score-pass rates at these exact shapes).
+    """
+    validate = _validate()
+    P = require_count("prefix_tokens", prefix_tokens, minimum=1)
+    n = require_count("new_tokens", new_tokens, minimum=1)
+    full = validate.predict_ttft(spec, P + n, calibration)
+    cached = validate.predict_ttft(spec, P + n, calibration, cached_tokens=P, reuse="prefix")
+    return CalibratedPrefix(P, n, full, cached)
+
+
+@dataclass(frozen=True)
+class CalibratedSession:
+    """:func:`measure_session_ttft` predicted per turn by the calibrated model (``validate.Prediction`` each)."""
+
+    system_tokens: int
+    user_tokens: int
+    reply_tokens: int
+    turns: int
+    nocache: tuple    # per turn: lm.prefill(the whole conversation)
+    cached: tuple     # per turn: lm.prefill at turn 1, then lm.extend(pending reply token + new message)
+
+    @property
+    def ttft_nocache(self) -> tuple[float, ...]:
+        return tuple(p.seconds for p in self.nocache)
+
+    @property
+    def ttft_cached(self) -> tuple[float, ...]:
+        return tuple(p.seconds for p in self.cached)
+
+    @property
+    def total_nocache(self) -> float:
+        return sum(self.ttft_nocache)
+
+    @property
+    def total_cached(self) -> float:
+        return sum(self.ttft_cached)
+
+
+def predict_session_ttft_calibrated(spec, system_tokens, user_tokens, reply_tokens, turns,
+                                    calibration) -> CalibratedSession:
+    """Predict :func:`measure_session_ttft` with the calibrated model, turn by turn.
+
+    Turn t's prompt and cached tokens are :func:`turn_prompts`'; without a cache each turn is
+    ``validate.predict_ttft(spec, prompt, calibration)``, with one ``cached_tokens=<cached>`` on the
+    ``session`` path (``TinyLM.extend``: the K/V are already in place).
+    """
+    validate = _validate()
+    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=1)
+    nc, c = [], []
+    for prompt, cached in turn_prompts(S, u, r, T):
+        nc.append(validate.predict_ttft(spec, prompt, calibration))
+        c.append(validate.predict_ttft(spec, prompt, calibration, cached_tokens=cached, reuse="session"))
+    return CalibratedSession(S, u, r, T, tuple(nc), tuple(c))

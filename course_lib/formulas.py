@@ -347,3 +347,13 @@ def derive_decode_sum() -> dict[str, sp.Expr]:
     k = per_step.subs(s.step, s.n / 2)
     return {"per_step": per_step, "exact_sum": sp.factor(exact), "mean_tpot": sp.simplify(exact / (s.n - 1)),
             "k_at_mean_context": k}
+
+
+# --- prefill score passes (course_lib.validate, lesson 07) -------------------------------------------------------
+S.score_rate = _sym("score_rate", r"r_{score}", **_pos)
+_f("score_pass_time",
+   s.batch * s.layers * s.heads * s.new_prompt * (s.new_prompt + s.cached) / s.score_rate,
+   (s.batch, s.layers, s.heads, s.new_prompt, s.cached, s.score_rate),
+   "Time a simple prefill spends on the elementwise passes over its attention scores (scale, causal mask, "
+   "softmax), one score per query head, new token and key (cached + new, masked rather than skipped), at the "
+   "rate (scores/s) a probe of those passes at that shape achieves. The FLOP count leaves this traffic out.", "s")

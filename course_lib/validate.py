@@ -60,8 +60,16 @@ copy bandwidth and square-matmul FLOP/s and no other term: ``course_lib.estimate
 **TTFT** (prefill): every linear layer is a GEMM of P rows timed at its shape
 (``bench.measure_linear(P, m, k)``), TinyLM computes logits at every prompt position and a score for
 every query-key pair (masked, not skipped): formula ``prefill_flops_dense``; the attention FLOPs run at
-the square-matmul rate; plus the counted ops' overhead. Score traffic (softmax over P × P scores) is
-not modelled: TTFT is reported, the accuracy target is for decode.
+the rate the attention products reach at that shape (:func:`measure_attention_products`; the square-matmul
+rate for a calibration without that probe); plus the counted ops' overhead; plus the elementwise passes over the P × P
+scores (scale, mask, softmax: formula ``score_pass_time``, at the rate :func:`measure_score_passes`
+measures at that shape). TTFT is reported, the accuracy target is for decode.
+
+**A prefill from cached K/V** (lesson 07: prefix and session caches), ``predict_ttft(...,
+cached_tokens=C, reuse=...)``: only the n = P - C new tokens go through the linear layers (GEMMs of n
+rows), their n × P scores through attention, the op count is that of the call the measurement runs
+(``TinyLM.prefill(tokens, prefix=state)`` or ``TinyLM.extend``), and the prefix path first copies
+the state's K/V into the cache (``kv_load``, at the copy bandwidth).
 """
 from __future__ import annotations
 
@@ -86,7 +94,7 @@ from .validation import require_choice, require_count
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "Calibration", "Prediction",
            "Point", "ValidationReport", "calibrate", "predict_tpot", "predict_ttft", "count_ops", "weight_matrices",
-           "run", "main", "LAST_LINE_RE"]
+           "run", "main", "LAST_LINE_RE", "REUSE_PATHS", "measure_score_passes", "measure_attention_products"]
 
 _BASE = get_model("llama-3-8b")
 
@@ -188,14 +196,22 @@ def _classify(counts: Mapping[str, int]) -> tuple[int, int]:
 _OPS_CACHE: dict = {}
 #: decode op counts are taken at this context (or less)
 DECODE_COUNT_CONTEXT = 64
+#: how a prefill finds cached K/V: ``TinyLM.prefill(tokens, prefix=state)`` or ``TinyLM.extend`` (a session)
+REUSE_PATHS = ("prefix", "session")
 
 
-def count_ops(model, phase: str = "decode", tokens: int = 1, batch: int = 1) -> dict:
+def count_ops(model, phase: str = "decode", tokens: int = 1, batch: int = 1, cached_tokens: int = 0,
+              reuse: str = "prefix") -> dict:
     """Ops a TinyLM runs per step, counted with a PyTorch dispatch counter on a miniature of ``model``.
 
     ``phase="decode"``: one decode step at context ``tokens`` (counted at context
     ``min(tokens, DECODE_COUNT_CONTEXT)``: a decode step's ops do not depend on the context).
-    ``phase="prefill"``: the prefill of ``tokens`` tokens (query chunking is kept: same heads).
+    ``phase="prefill"``: the prefill of ``tokens`` tokens (query chunking is kept: same heads). With
+    ``cached_tokens`` = C > 0 (batch 1) the first C tokens' K/V are already there and the counted call
+    is the one the cached measurements run: ``reuse="prefix"`` counts
+    ``TinyLM.prefill(tokens, prefix=state)`` (state saved from a prefill of the first C tokens; it loads
+    the state, checks its tokens and computes the others), ``reuse="session"`` counts
+    ``TinyLM.extend(new tokens)`` on a cache holding the C tokens (a chat's next turn).
     Returns ``{"ops": n_op, "views": n_view, "by_name": {...}}`` where matrix
     products and softmax (timed inside the probes) are left out of ``ops``/``views``.
     """
@@ -206,9 +222,21 @@ def count_ops(model, phase: str = "decode", tokens: int = 1, batch: int = 1) -> 
     phase = require_choice("phase", phase, ("decode", "prefill"))
     tokens = require_count("tokens", tokens, minimum=1)
     batch = require_count("batch", batch, minimum=1)
+    cached = require_count("cached_tokens", cached_tokens)
+    reuse = require_choice("reuse", reuse, REUSE_PATHS)
+    if cached:
+        if phase != "prefill":
+            raise ValueError(f"cached_tokens applies to phase='prefill' only, got phase={phase!r}")
+        if cached >= tokens:
+            raise ValueError(f"cached_tokens must be < tokens ({tokens}): a prefill computes at least one new "
+                             f"token, got cached_tokens={cached}")
+        if batch != 1:
+            raise ValueError(f"cached_tokens needs batch=1 (the cached measurements run one sequence), got batch={batch}")
+    else:
+        reuse = "prefix"  # no cache: one prefill whatever the path
     if phase == "decode":
         tokens = min(tokens, DECODE_COUNT_CONTEXT)
-    key = (spec, phase, tokens, batch)
+    key = (spec, phase, tokens, batch) if not cached else (spec, phase, tokens, batch, cached, reuse)
     if key in _OPS_CACHE:
         return _OPS_CACHE[key]
     counts: dict[str, int] = {}
@@ -228,11 +256,22 @@ def count_ops(model, phase: str = "decode", tokens: int = 1, batch: int = 1) -> 
         tok = torch.zeros(batch, dtype=torch.long) if batch > 1 else torch.tensor(0)
         with _Count():
             lm.decode_step(tok)
-    else:
+    elif not cached:
         lm = TinyLM(_miniature(spec), device="cpu", max_seq=tokens, batch=batch)
         prompt = torch.zeros((batch, tokens) if batch > 1 else (tokens,), dtype=torch.long)
         with _Count():
             lm.prefill(prompt)
+    else:
+        lm = TinyLM(_miniature(spec), device="cpu", max_seq=tokens, batch=1)
+        prompt = torch.zeros(tokens, dtype=torch.long)
+        lm.prefill(prompt[:cached])
+        if reuse == "prefix":
+            state = lm.save_state()
+            with _Count():
+                lm.prefill(prompt, prefix=state)
+        else:
+            with _Count():
+                lm.extend(prompt[cached:])
     ops, views = _classify(counts)
     out = {"ops": ops, "views": views, "by_name": dict(sorted(counts.items()))}
     _OPS_CACHE[key] = out
@@ -265,6 +304,12 @@ class Calibration:
     #: (bytes streamed before the ops, t_op, t_view) from bench.measure_op_overhead at several flush sizes
     cold_ops: list = field(default_factory=list)
     clock: str = "wall"
+    #: {(kv_heads, group, queries, keys): scores/s} of the prefill score passes (:func:`measure_score_passes`)
+    scores: dict = field(default_factory=dict)
+    #: whether the GEMM probes read their weights from memory (rotated beyond the LLC) rather than from cache
+    gemm_rotated: bool = False
+    #: {(kv_heads, group, head_dim, queries, keys): FLOP/s} of a prefill's attention products (q·kᵀ, p·v)
+    attention: dict = field(default_factory=dict)
 
     def op_costs(self, streamed_bytes: float) -> tuple[float, float]:
         """(t_op, t_view): seconds per small op / view when ``streamed_bytes`` went through memory since
@@ -299,6 +344,29 @@ class Calibration:
         """FLOP/s of a P-row linear of shape m × k: measured, else the square-matmul rate."""
         return self.gemm.get((tokens, m, k), self.matmul.flop_rate)
 
+    def score_rate(self, kv_heads: int, group: int, queries: int, keys: int) -> float | None:
+        """Scores/s of the prefill score passes at this shape: measured, else the probe of the same head layout
+        (any layout if none) whose queries and keys are nearest (sum of their log distances); None if unprobed."""
+        if (kv_heads, group, queries, keys) in self.scores:
+            return self.scores[(kv_heads, group, queries, keys)]
+        if not self.scores:
+            return None
+        same = [k for k in self.scores if k[:2] == (kv_heads, group)] or list(self.scores)
+        best = min(same, key=lambda k: abs(math.log(k[2] / queries)) + abs(math.log(k[3] / keys)))
+        return self.scores[best]
+
+    def attention_rate(self, kv_heads: int, group: int, head_dim: int, queries: int, keys: int) -> float:
+        """FLOP/s of the attention products (q·kᵀ and p·v) at this shape: measured, else the probe of the same
+        layout nearest in queries and keys, else (no probe of this layout) the square-matmul rate."""
+        key = (kv_heads, group, head_dim, queries, keys)
+        if key in self.attention:
+            return self.attention[key]
+        same = [k for k in self.attention if k[:3] == key[:3]]
+        if not same:
+            return self.matmul.flop_rate
+        best = min(same, key=lambda k: abs(math.log(k[3] / queries)) + abs(math.log(k[4] / keys)))
+        return self.attention[best]
+
     def kv_bandwidth(self, kv_heads: int, group: int, head_dim: int) -> float:
         """Bytes/s at which decode attention reads K/V of this layout (else the nearest probed head_dim)."""
         if (kv_heads, group, head_dim) in self.kv:
@@ -325,8 +393,15 @@ class Calibration:
             lines.append(f"GEMV {m}×{k}: {bw / 1e9:.2f} GB/s")
         for (kvh, grp, d), bw in sorted(self.kv.items()):
             lines.append(f"attention K/V read (kv_heads={kvh}, group={grp}, head_dim={d}): {bw / 1e9:.2f} GB/s")
+        rot = " (weights from memory)" if self.gemm_rotated else ""
         for (p, m, k), r in sorted(self.gemm.items()):
-            lines.append(f"GEMM {p} tokens × {m}×{k}: {r / 1e9:.1f} GFLOP/s")
+            lines.append(f"GEMM {p} tokens × {m}×{k}{rot}: {r / 1e9:.1f} GFLOP/s")
+        for (kvh, grp, d, q, k), r in sorted(self.attention.items()):
+            lines.append(f"attention products (kv_heads={kvh}, group={grp}, head_dim={d}, {q} queries × {k} keys): "
+                         f"{r / 1e9:.1f} GFLOP/s")
+        for (kvh, grp, q, k), r in sorted(self.scores.items()):
+            lines.append(f"score passes (kv_heads={kvh}, group={grp}, {q} queries × {k} keys): "
+                         f"{r / 1e9:.3f} G scores/s")
         return "\n".join(lines)
 
 
@@ -391,27 +466,127 @@ def _check_clock(clock, dev, nthreads) -> str:
     return clock
 
 
+def measure_score_passes(kv_heads: int, group: int, queries: int, keys: int, threads: int | None = None,
+                         device=None, repeats: int | None = None, min_block: float | None = None) -> float:
+    """Scores/s of the elementwise passes a simple prefill runs over its attention scores (a probe).
+
+    Random fp32 scores of shape (kv_heads, group × queries, keys), as ``q @ kᵀ`` leaves them for one
+    layer (the ``group`` query heads sharing a K/V head are rows of one matrix), then: scale by
+    1/√d (a new tensor, as the matmul's output is), causal mask (``masked_fill_`` with the mask of
+    ``queries`` new tokens after ``keys - queries`` cached ones) and softmax over the keys. Nothing
+    of the model under test is used: only the shape. Returns ``kv_heads · group · queries · keys /
+    seconds`` (median of the probe's timed blocks, :mod:`course_lib.bench`'s timing core).
+    """
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    q = require_count("queries", queries, minimum=1)
+    k = require_count("keys", keys, minimum=1)
+    if q > k:
+        raise ValueError(f"queries must be <= keys (the new tokens are among the keys), got {q} > {k}")
+    dev = bench._device(device)
+    nthreads = bench._threads(threads, dev)
+    repeats, min_block = bench._settings(repeats, min_block)
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(kvh, grp * q, k, generator=gen).to(dev)
+    qslot = torch.arange(k - q, k, device=dev).view(-1, 1)
+    blocked = ~(torch.arange(k, device=dev).view(1, -1) <= qslot)
+    scale = math.sqrt(64.0)
+
+    def passes():
+        x = torch.div(base, scale)
+        if q > 1:  # TinyLM masks only chunks of several queries (one query sees every key in its range)
+            x.view(kvh, grp, q, k).masked_fill_(blocked, float("-inf"))
+        return torch.softmax(x, -1)
+
+    with bench._Threads(nthreads), torch.inference_mode():
+        t = bench._timeit([passes], dev, repeats, min_block)
+    return kvh * grp * q * k / t.median
+
+
+def measure_attention_products(kv_heads: int, group: int, head_dim: int, queries: int, keys: int,
+                                threads: int | None = None, device=None, repeats: int | None = None,
+                                min_block: float | None = None) -> float:
+    """FLOP/s of one layer's attention products in a prefill, ``q·kᵀ`` then ``p·v`` (a probe).
+
+    Random fp32 tensors laid out as TinyLM's: q (1, kv_heads, group × queries, head_dim) against
+    k and v (1, kv_heads, keys, head_dim), the scores (1, kv_heads, group × queries, keys) times v.
+    ``4 · kv_heads · group · queries · keys · head_dim`` FLOP per call (the dense count of
+    ``prefill_flops_dense``). Thin products (head_dim deep, few queries) run well below a square matmul.
+    """
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    d = require_count("head_dim", head_dim, minimum=1)
+    q = require_count("queries", queries, minimum=1)
+    k = require_count("keys", keys, minimum=1)
+    dev = bench._device(device)
+    nthreads = bench._threads(threads, dev)
+    repeats, min_block = bench._settings(repeats, min_block)
+    gen = torch.Generator().manual_seed(0)
+    qq = torch.randn(1, kvh, grp * q, d, generator=gen).to(dev)
+    kk = torch.randn(1, kvh, k, d, generator=gen).to(dev)
+    vv = torch.randn(1, kvh, k, d, generator=gen).to(dev)
+    pp = torch.rand(1, kvh, grp * q, k, generator=gen).to(dev)
+
+    def products():
+        return qq @ kk.transpose(-1, -2), pp @ vv
+
+    with bench._Threads(nthreads), torch.inference_mode():
+        t = bench._timeit([products], dev, repeats, min_block)
+    return 4 * kvh * grp * q * k * d / t.median
+
+
 def calibrate(threads: int | None = None, fast: bool = False, models=None, prompt_lengths=None,
-              ttft_model=None, device=None, progress: bool = True, clock: str = "wall") -> Calibration:
+              ttft_model=None, device=None, progress: bool = True, clock: str = "wall",
+              cached_prefills=(), rotate_gemm: bool = False) -> Calibration:
     """Run the probes (never the model under test) and return a :class:`Calibration`.
 
     Copy bandwidth, square-matmul FLOP/s, the per-op overhead, the GEMV bandwidth of every weight
     shape of ``models`` (default: :data:`VALIDATION_MODELS`, or :data:`FAST_MODELS` with ``fast``),
     the attention K/V read rate of their head layouts, and the GEMM rate of ``ttft_model``'s shapes at
-    ``prompt_lengths`` (default :data:`TTFT_PROMPTS`). ``threads``: CPU threads (default: all physical
-    cores); recorded in the result. ``clock``: "wall" (default) or "process" (CPU seconds of this
-    process: for a shared machine, only with ``threads=1`` on a CPU; see :func:`bench.use_clock`).
+    ``prompt_lengths`` (default :data:`TTFT_PROMPTS`), and the rate of the prefill score passes
+    (:func:`measure_score_passes`) of ``ttft_model``'s head layout at each prompt length.
+    ``cached_prefills``: (prompt_tokens, cached_tokens) pairs of prefills that start from cached K/V
+    (:func:`predict_ttft` with ``cached_tokens``): their new-token GEMM rows and score / attention-product
+    shapes (new × prompt) are probed too; the attention products (:func:`measure_attention_products`)
+    are probed at the same shapes as the score passes. ``rotate_gemm``: time the GEMMs with their weights read from memory
+    (rotated beyond the last-level cache, as a model larger than the cache reads them) instead of
+    from cache (default, as before): it matters for short prefills, whose few rows per weight cannot
+    hide the read. ``threads``: CPU threads (default: all physical cores); recorded in the result.
+    ``clock``: "wall" (default) or "process" (CPU seconds of this process: for a shared machine, only
+    with ``threads=1`` on a CPU; see :func:`bench.use_clock`).
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
+    if not isinstance(rotate_gemm, bool):
+        raise TypeError(f"rotate_gemm must be True or False, got {rotate_gemm!r}")
+    pairs = _cached_pairs(cached_prefills)
     dev = bench._device(device)
     nthreads = bench._threads(threads, dev)
     clock = _check_clock(clock, dev, nthreads)
     with bench.use_clock(clock):
-        return _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress, clock)
+        return _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress, clock, pairs,
+                          rotate_gemm)
 
 
-def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress, clock) -> Calibration:
+def _cached_pairs(cached_prefills) -> list[tuple[int, int]]:
+    if isinstance(cached_prefills, (str, bytes)) or not isinstance(cached_prefills, Iterable):
+        raise TypeError(f"cached_prefills must be a list of (prompt_tokens, cached_tokens) pairs, got "
+                        f"{cached_prefills!r}")
+    out = []
+    for i, pair in enumerate(cached_prefills):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Iterable) or len(tuple(pair)) != 2:
+            raise TypeError(f"cached_prefills[{i}] must be a (prompt_tokens, cached_tokens) pair, got {pair!r}")
+        p, c = tuple(pair)
+        p = require_count(f"cached_prefills[{i}] prompt_tokens", p, minimum=1)
+        c = require_count(f"cached_prefills[{i}] cached_tokens", c)
+        if c >= p:
+            raise ValueError(f"cached_prefills[{i}]: cached_tokens must be < prompt_tokens, got ({p}, {c})")
+        out.append((p, c))
+    return out
+
+
+def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress, clock, pairs=(),
+               rotate_gemm=False) -> Calibration:
     specs = _models_arg(models, fast)
     prompts = _counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                       else prompt_lengths)
@@ -421,7 +596,10 @@ def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress
     load = _load()
     shapes = sorted({sh for s in specs.values() for sh in weight_matrices(s)})
     layouts = sorted({(s.kv_heads, s.heads // s.kv_heads, s.head_dim) for s in specs.values()})
-    gemm_jobs = [(p, m, k) for p in prompts for (m, k) in sorted(weight_matrices(ttft_spec))]
+    rows = sorted(set(prompts) | {p - c for p, c in pairs})
+    gemm_jobs = [(p, m, k) for p in rows for (m, k) in sorted(weight_matrices(ttft_spec))]
+    layout = (ttft_spec.kv_heads, ttft_spec.heads // ttft_spec.kv_heads)
+    score_jobs = sorted({(*layout, p, p) for p in prompts} | {(*layout, p - c, p) for p, c in pairs})
     llc = bench.last_level_cache_bytes(dev) or bench.FALLBACK_LLC_BYTES
     if dev.type == "cuda":
         streams = [0]  # the weights stream through GPU memory, not the host caches the dispatcher runs from
@@ -431,9 +609,10 @@ def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress
         streams = [0, llc // 4, llc // 2, llc, 2 * llc, 4 * llc]
     jobs = ["copy", "matmul", "overhead"] + [("cold", x) for x in streams] + [("gemv", sh) for sh in shapes] \
         + [("kv", lay) for lay in layouts] \
-        + [("gemm", j) for j in gemm_jobs]
+        + [("gemm", j) for j in gemm_jobs] + [("scores", j) for j in score_jobs] \
+        + [("attention", (*j[:2], ttft_spec.head_dim, *j[2:])) for j in score_jobs]
     kw = dict(threads=nthreads, device=dev)
-    res: dict = {"gemv": {}, "kv": {}, "gemm": {}, "cold": []}
+    res: dict = {"gemv": {}, "kv": {}, "gemm": {}, "cold": [], "scores": {}, "attention": {}}
     kv_context = 256 if fast else 4096
     tqdm = bench._tqdm()
     with tqdm(jobs, desc="calibrate (probes)", unit="probe", disable=not progress, file=sys.stderr) as bar:
@@ -458,15 +637,22 @@ def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress
                 kvh, grp, d = job[1]
                 r = bench.measure_kv_read(kvh, grp, d, kv_context, repeats=repeats, min_block=min_block, **kw)
                 res["kv"][job[1]] = r.bandwidth
+            elif job[0] == "attention":
+                res["attention"][job[1]] = measure_attention_products(*job[1], repeats=max(3, repeats // 2),
+                                                                      min_block=min_block, **kw)
+            elif job[0] == "scores":
+                res["scores"][job[1]] = measure_score_passes(*job[1], repeats=max(3, repeats // 2),
+                                                             min_block=min_block, **kw)
             else:
                 p, m, k = job[1]
-                r = bench.measure_linear(p, m, k, repeats=max(3, repeats // 2), min_block=min_block, rotate=False,
-                                         **kw)
+                r = bench.measure_linear(p, m, k, repeats=max(3, repeats // 2), min_block=min_block,
+                                         rotate=rotate_gemm, **kw)
                 res["gemm"][job[1]] = r.flop_rate
     return Calibration(device=dev.type, device_name=bench.device_name(dev), threads=nthreads,
                        torch_version=torch.__version__, load_before=load, copy=res["copy"], matmul=res["matmul"],
                        overhead=res["overhead"], gemv=res["gemv"], gemm=res["gemm"], kv=res["kv"],
-                       seconds=time.perf_counter() - t0, cold_ops=res["cold"], clock=clock)
+                       seconds=time.perf_counter() - t0, cold_ops=res["cold"], clock=clock, scores=res["scores"],
+                       gemm_rotated=rotate_gemm, attention=res["attention"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -483,6 +669,7 @@ class Prediction:
     terms: dict                # name -> seconds; they add up to ``seconds``
     uncalibrated: float        # course_lib.estimate on Calibration.hardware(): no overhead, no shape effects
     counts: dict               # bytes, FLOPs and op counts behind the terms
+    cached_tokens: int = 0     # ttft: prompt tokens whose K/V were already cached (prefilled: tokens - cached_tokens)
 
     @property
     def seconds(self) -> float:
@@ -537,29 +724,57 @@ def predict_tpot(spec, context: int, calibration: Calibration, batch: int = 1) -
     return Prediction("tpot", s.name, c, b, terms, unc, counts)
 
 
-def predict_ttft(spec, prompt_tokens: int, calibration: Calibration) -> Prediction:
-    """Predicted seconds to prefill ``prompt_tokens`` tokens from an empty cache (batch 1).
+def predict_ttft(spec, prompt_tokens: int, calibration: Calibration, cached_tokens: int = 0,
+                 reuse: str = "prefix") -> Prediction:
+    """Predicted seconds to prefill ``prompt_tokens`` tokens (batch 1), the first ``cached_tokens`` from a cache.
 
-    Terms: ``linear`` Σ 2·P·m·k / GEMM rate of that shape (logits at every position, as TinyLM
-    computes them), ``attention`` the dense score FLOPs (``prefill_flops_dense`` minus its linear part)
-    at the square-matmul rate, ``overhead``/``views`` the counted ops.
+    With ``cached_tokens`` = 0 (default) the prefill starts from an empty cache. With C > 0 only the
+    n = P - C new tokens are computed; they attend to the C cached tokens and causally to each other.
+    Terms: ``linear`` Σ 2·n·m·k / GEMM rate of that shape (n rows; logits at every new position, as
+    TinyLM computes them), ``attention`` the dense score FLOPs of the n queries against all C + n keys
+    (``prefill_flops_dense`` minus its linear part) at the rate :func:`measure_attention_products` measured
+    at (or nearest) that shape, else the square-matmul rate, ``overhead``/``views``
+    the ops counted on the call the measurement runs (:func:`count_ops` with ``cached_tokens`` and
+    ``reuse``), ``scores`` (formula ``score_pass_time``, when the calibration probed the score passes):
+    the scale/mask/softmax passes over the n × P scores of every layer and query head at the rate
+    :func:`measure_score_passes` measured at (or nearest) that shape, and, when C > 0, ``kv_load``: ``reuse="prefix"`` (``TinyLM.prefill(tokens,
+    prefix=state)``) copies the state's K/V into the cache first, read + write at the copy bandwidth
+    (``memory_time``); ``reuse="session"`` (``TinyLM.extend``) finds them in place (0 s).
+    ``uncalibrated``: ``course_lib.estimate(..., cached_prefix_tokens=C)`` on :meth:`Calibration.hardware`.
     """
     _check_cal(calibration)
     s = _spec(spec)
     p = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    c = require_count("cached_tokens", cached_tokens)
+    reuse = require_choice("reuse", reuse, REUSE_PATHS)
+    if c >= p:
+        raise ValueError(f"cached_tokens must be < prompt_tokens ({p}): a prefill computes at least one new token, "
+                         f"got cached_tokens={c}")
+    n = p - c
     mats = weight_matrices(s)
-    linear_time = sum(2 * p * m * k * n / calibration.gemm_rate(p, m, k) for (m, k), n in mats.items())
-    dense = g.prefill_flops_dense(1, s.active_block_params, p, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, 0)
-    attn_flops = dense - g.prefill_flops_dense(1, s.active_block_params, p, s.vocab, s.hidden, s.layers, s.heads,
+    linear_time = sum(2 * n * m * k * cnt / calibration.gemm_rate(n, m, k) for (m, k), cnt in mats.items())
+    dense = g.prefill_flops_dense(1, s.active_block_params, n, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, c)
+    attn_flops = dense - g.prefill_flops_dense(1, s.active_block_params, n, s.vocab, s.hidden, s.layers, s.heads,
                                                0, 0)
-    attn_time = g.compute_time(attn_flops, calibration.matmul.flop_rate, 1.0)
-    ops = count_ops(s, "prefill", p)
+    attn_rate = calibration.attention_rate(s.kv_heads, s.heads // s.kv_heads, s.head_dim, n, p)
+    attn_time = g.compute_time(attn_flops, attn_rate, 1.0)
+    ops = count_ops(s, "prefill", p, cached_tokens=c, reuse=reuse)
     t_op, t_view = calibration.op_costs(stream_between_ops(s))
     terms = {"linear": linear_time, "attention": attn_time, "overhead": g.overhead_time(ops["ops"], t_op),
              "views": g.overhead_time(ops["views"], t_view)}
-    unc = estimate(s, calibration.hardware(), prompt_tokens=p, new_tokens=1, precision="fp32").ttft
     counts = {"flops_dense": dense, "attention_flops": attn_flops, "ops": ops["ops"], "views": ops["views"]}
-    return Prediction("ttft", s.name, p, 1, terms, unc, counts)
+    rate = calibration.score_rate(s.kv_heads, s.heads // s.kv_heads, n, p)
+    if rate is not None:  # a calibration without the score probe (older ones) leaves the term out
+        terms["scores"] = g.score_pass_time(1, s.layers, s.heads, n, c, rate)
+        counts.update(scores=s.layers * s.heads * n * p, score_rate=rate)
+    if c:
+        # the copy probe counts read + write, as the state's K/V are read and written into the cache
+        load_bytes = 2 * c * s.kv_bytes_per_token("fp32") if reuse == "prefix" else 0
+        terms["kv_load"] = g.memory_time(load_bytes, calibration.copy.bandwidth, 1.0)
+        counts.update(new_tokens=n, kv_load_bytes=load_bytes, reuse=reuse)
+    unc = estimate(s, calibration.hardware(), prompt_tokens=p, new_tokens=1, precision="fp32",
+                   cached_prefix_tokens=c).ttft
+    return Prediction("ttft", s.name, p, 1, terms, unc, counts, c)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -293,3 +293,96 @@ def test_measurements_check_their_arguments(tiny_lm):
         caching.measure_prefix_ttft(object(), 10, 2)
     with pytest.raises(TypeError, match="module_tokens"):
         caching.measure_module_reuse(tiny_lm, [], 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# The calibrated model's predictions of the same cases, and the public timing helper they use
+# --------------------------------------------------------------------------------------------------
+def _hand_calibration():
+    """A Calibration with known numbers (no probe runs): predictions are then pure arithmetic."""
+    torch = pytest.importorskip("torch")
+    from course_lib import bench, validate
+
+    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.02, q1_seconds=0.02,
+                            q3_seconds=0.02, repeats=1, device="cpu", threads=1)
+    mm = bench.MatmulResult(n=1000, dtype="fp32", flops=2e9, seconds=0.02, q1_seconds=0.02, q3_seconds=0.02,
+                            repeats=1, device="cpu", threads=1)
+    ov = bench.OverheadResult(seconds=2e-6, q1_seconds=2e-6, q3_seconds=2e-6,
+                              per_kind={"elementwise": 2e-6, "matmul": 2e-6, "view": 5e-7}, repeats=1, device="cpu",
+                              threads=1)
+    return validate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
+                                load_before=(), copy=copy, matmul=mm, overhead=ov,
+                                scores={(1, 2, 32, 32): 5e8, (1, 2, 8, 96): 5e8})
+
+
+SMALL = get_model("llama-3-8b").scaled(name="tiny-cal", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
+                                       intermediate=128, vocab=97)
+
+
+def test_calibration_shapes_list_every_prefill_the_predictions_price():
+    shapes = caching.calibration_shapes(96, 8)
+    assert shapes == {"prompt_lengths": [104], "cached_prefills": [(104, 96)]}
+    both = caching.calibration_shapes(96, 8, 32, 4, 8, 3)
+    prompts = caching.turn_prompts(32, 4, 8, 3)
+    assert both["prompt_lengths"] == sorted({104} | {p for p, _ in prompts})
+    assert both["cached_prefills"] == sorted({(104, 96)} | {(p, c) for p, c in prompts if c})
+    with pytest.raises(ValueError, match="prefix case"):
+        caching.calibration_shapes()
+    with pytest.raises(ValueError, match="new_tokens"):
+        caching.calibration_shapes(96, 0)
+
+
+def test_calibrated_prefix_prediction_is_two_validate_predictions():
+    from course_lib import validate
+
+    cal = _hand_calibration()
+    r = caching.predict_prefix_ttft_calibrated(SMALL, 96, 8, cal)
+    full = validate.predict_ttft(SMALL, 104, cal)
+    hit = validate.predict_ttft(SMALL, 104, cal, cached_tokens=96, reuse="prefix")
+    assert r.full.terms == full.terms and r.cached.terms == hit.terms
+    assert r.ttft_hit < r.ttft_miss and r.speedup == pytest.approx(r.ttft_miss / r.ttft_hit)
+    assert r.cached.terms["kv_load"] > 0                   # the prefix path copies the state's K/V in
+
+
+def test_calibrated_session_prediction_per_turn():
+    from course_lib import validate
+
+    cal = _hand_calibration()
+    s = caching.predict_session_ttft_calibrated(SMALL, 32, 4, 8, 3, cal)
+    assert len(s.nocache) == len(s.cached) == 3
+    assert s.ttft_cached[0] == pytest.approx(s.ttft_nocache[0])           # turn 1: a plain prefill either way
+    for (prompt, cached), nc, c in zip(caching.turn_prompts(32, 4, 8, 3), s.nocache, s.cached):
+        assert nc.tokens == c.tokens == prompt and c.cached_tokens == cached
+        if cached:
+            assert c.seconds < nc.seconds and c.terms["kv_load"] == 0     # extend: the K/V are in place
+            assert c.terms == validate.predict_ttft(SMALL, prompt, cal, cached, reuse="session").terms
+    assert s.total_nocache == pytest.approx(sum(s.ttft_nocache)) and s.total_cached < s.total_nocache
+
+
+def test_calibrated_predictions_check_their_arguments():
+    cal = _hand_calibration()
+    with pytest.raises(TypeError, match="calibration"):
+        caching.predict_prefix_ttft_calibrated(SMALL, 96, 8, "fast")
+    with pytest.raises(ValueError, match="new_tokens"):
+        caching.predict_prefix_ttft_calibrated(SMALL, 96, 0, cal)
+    with pytest.raises(ValueError, match="user_tokens"):
+        caching.predict_session_ttft_calibrated(SMALL, 32, 0, 8, 3, cal)
+
+
+def test_measurements_use_only_bench_public_timing_helpers():
+    import inspect
+
+    src = inspect.getsource(caching)
+    assert "bench._" not in src
+    bench = pytest.importorskip("course_lib.bench")
+    with bench.Stopwatch("cpu", threads=1) as sw:
+        import torch
+
+        assert torch.get_num_threads() == 1 and sw.threads == 1
+        seconds, out = sw.time(sum, [1, 2, 3])
+    assert out == 6 and seconds >= 0
+    assert bench.quartiles([3.0, 1.0, 2.0]) == (1.5, 2.0, 2.5)
+    with pytest.raises(ValueError, match="times"):
+        bench.quartiles([])
+    with pytest.raises(TypeError, match="fn"):
+        bench.Stopwatch("cpu", 1).time(42)

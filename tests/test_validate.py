@@ -189,3 +189,94 @@ def test_bad_input_gets_one_clear_error(call, err, match):
 def test_main_reports_bad_arguments_without_a_traceback(capsys):
     assert validate.main(["--threads", "0", "--fast", "--no-progress"]) == 2
     assert "threads" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefill from cached K/V (lesson 07) and the score-pass term
+# --------------------------------------------------------------------------------------------------
+def test_cached_tokens_zero_is_the_full_prefill():
+    cal = _calibration()
+    a, b = validate.predict_ttft(SPEC, 96, cal), validate.predict_ttft(SPEC, 96, cal, cached_tokens=0, reuse="session")
+    assert a.terms == b.terms and a.uncalibrated == b.uncalibrated and a.counts == b.counts
+    assert set(a.terms) == {"linear", "attention", "overhead", "views"} and a.cached_tokens == 0
+
+
+@pytest.mark.parametrize("reuse", validate.REUSE_PATHS)
+def test_cached_prefill_terms_follow_the_formulas(reuse):
+    P, C = 80, 64
+    n = P - C
+    cal = _calibration(gemm={(n, m, k): 4e10 for (m, k) in validate.weight_matrices(SPEC)})
+    full, hit = validate.predict_ttft(SPEC, P, cal), validate.predict_ttft(SPEC, P, cal, cached_tokens=C, reuse=reuse)
+    assert hit.seconds < full.seconds and hit.cached_tokens == C and hit.tokens == P
+    assert math.isclose(sum(hit.terms.values()), hit.seconds, rel_tol=1e-12)          # the terms add up
+    mats = validate.weight_matrices(SPEC)
+    assert math.isclose(hit.terms["linear"], sum(2 * n * m * k * c for (m, k), c in mats.items()) / 4e10)
+    attn = 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * n * P                      # n queries x all P keys
+    assert math.isclose(hit.terms["attention"], attn / 1e11)
+    load = 2 * C * SPEC.kv_bytes_per_token("fp32") / 10e9 if reuse == "prefix" else 0.0
+    assert math.isclose(hit.terms["kv_load"], load)
+    ops = validate.count_ops(SPEC, "prefill", P, cached_tokens=C, reuse=reuse)
+    assert hit.counts["ops"] == ops["ops"] and math.isclose(hit.terms["overhead"], ops["ops"] * 2e-6)
+    assert math.isclose(hit.uncalibrated, estimate(SPEC, cal.hardware(), P, 1, precision="fp32",
+                                                   cached_prefix_tokens=C).ttft)
+    more = validate.predict_ttft(SPEC, P + 32, cal, cached_tokens=C + 32, reuse=reuse)  # more cached, same new
+    assert more.terms["attention"] > hit.terms["attention"] and more.terms["linear"] == hit.terms["linear"]
+
+
+def test_cached_op_counts_are_those_of_the_real_call():
+    plain = validate.count_ops(SPEC, "prefill", 48)
+    prefix = validate.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="prefix")
+    session = validate.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="session")
+    # the prefix path also checks the state's tokens and copies its K/V into the cache: more ops than extend
+    assert prefix["ops"] + prefix["views"] > session["ops"] + session["views"] > 0
+    assert any("copy_" in name for name in prefix["by_name"])
+    assert validate.count_ops(SPEC, "prefill", 48, cached_tokens=0, reuse="session") == plain
+
+
+def test_score_term_uses_the_probed_rate_and_nearest_shape():
+    cal = _calibration()
+    cal.scores = {(SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, 128, 128): 1e9,
+                  (SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, 16, 1024): 2e9}
+    p = validate.predict_ttft(SPEC, 128, cal)
+    assert math.isclose(p.terms["scores"], g.score_pass_time(1, SPEC.layers, SPEC.heads, 128, 0, 1e9))
+    assert math.isclose(p.terms["scores"], SPEC.layers * SPEC.heads * 128 * 128 / 1e9)
+    h = validate.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)   # 16 x 1040: nearest probe 16 x 1024
+    assert math.isclose(h.terms["scores"], SPEC.layers * SPEC.heads * 16 * 1040 / 2e9)
+    assert math.isclose(sum(p.terms.values()), p.seconds)
+    assert "scores" not in validate.predict_ttft(SPEC, 128, _calibration()).terms   # older calibrations: no term
+
+
+def test_score_probe_runs_on_random_scores():
+    rate = validate.measure_score_passes(2, 2, 8, 32, threads=1, device="cpu", repeats=1, min_block=1e-4)
+    assert rate > 0
+    with pytest.raises(ValueError, match="queries"):
+        validate.measure_score_passes(1, 1, 64, 32)
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=64), ValueError, "cached_tokens"),
+    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=-1), ValueError, "cached_tokens"),
+    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=8, reuse="sesion"), ValueError, "session"),
+    (lambda cal: validate.count_ops(SPEC, "decode", 64, cached_tokens=8), ValueError, "prefill"),
+    (lambda cal: validate.count_ops(SPEC, "prefill", 64, batch=2, cached_tokens=8), ValueError, "batch"),
+    (lambda cal: validate.calibrate(cached_prefills=[(64, 64)]), ValueError, "cached_prefills"),
+    (lambda cal: validate.calibrate(cached_prefills=[64]), TypeError, "cached_prefills"),
+    (lambda cal: validate.calibrate(rotate_gemm="yes"), TypeError, "rotate_gemm"),
+])
+def test_cached_prefill_bad_input(call, err, match):
+    with pytest.raises(err, match=match):
+        call(_calibration())
+
+
+def test_attention_products_use_the_probed_rate():
+    cal = _calibration()
+    layout = (SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, SPEC.head_dim)
+    cal.attention = {(*layout, 16, 1040): 2e10}
+    h = validate.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)
+    assert math.isclose(h.terms["attention"], 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * 16 * 1040 / 2e10)
+    assert cal.attention_rate(*layout, 32, 1056) == 2e10                 # nearest probe of the same layout
+    assert cal.attention_rate(layout[0], layout[1], 2 * SPEC.head_dim, 16, 1040) == cal.matmul.flop_rate
+    rate = validate.measure_attention_products(1, 2, 8, 4, 16, threads=1, device="cpu", repeats=1, min_block=1e-4)
+    assert rate > 0
+    with pytest.raises(ValueError, match="head_dim"):
+        validate.measure_attention_products(1, 1, 0, 4, 16)

@@ -11,7 +11,8 @@ values in the units of the axis labels (ms, tokens, GB, %):
   against ``n``, with the memory left beside the weights as a horizontal line;
 * :func:`plot_hit_rate_vs_budget` -- an LRU prefix cache's hit rate (%) against its byte budget (GB),
   from :func:`course_lib.caching.hit_rate_vs_budget` rows;
-* :func:`plot_measured_vs_predicted_ttft` -- grouped bars of measured and predicted TTFT (ms).
+* :func:`plot_measured_vs_predicted_ttft` -- grouped bars of measured and predicted TTFT (ms), one bar
+  per series (measured, roofline, calibrated …).
 
 Lines carry a ``gid`` (``"miss"``, ``"hit"``, ``"expected:<h>"``, ``"nocache"``, ``"cached"``,
 ``"memory"``, ``"free"``, ``"hit-rate"``, ``"token-hit-rate"``) so tests can find them.
@@ -105,15 +106,30 @@ def plot_hit_rate_vs_budget(rows: Sequence[Mapping], title: str = "LRU prefix ca
     return fig
 
 
-def plot_measured_vs_predicted_ttft(cases: Mapping[str, tuple[float, float]], title: str = "TTFT: measured vs predicted"):
-    """Grouped bars: for each case name, (measured s, predicted s) shown in ms."""
+def plot_measured_vs_predicted_ttft(cases: Mapping[str, Sequence[float]], title: str = "TTFT: measured vs predicted",
+                                    series: Sequence[str] = ("measured", "predicted")):
+    """Grouped bars: for each case name, one bar per ``series`` (seconds, shown in ms).
+
+    ``cases`` maps a case name to one value in seconds per series, in order: by default
+    (measured, predicted); lesson 07 passes ``series=("measured", "roofline", "calibrated")``. Each
+    series' bars carry the series name as ``gid``.
+    """
     if not cases:
-        raise ValueError("cases must map at least one name to (measured seconds, predicted seconds)")
-    fig, ax = new_figure(title, "case (name)", "TTFT (ms)")
+        raise ValueError("cases must map at least one name to one time in seconds per series")
+    if isinstance(series, str) or not series:
+        raise TypeError(f"series must be a non-empty list of series names, got {series!r}")
     names = list(cases)
+    k = len(series)
+    for n in names:
+        v = cases[n]
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or len(v) != k:
+            raise ValueError(f"cases[{n!r}] must hold {k} times in seconds ({', '.join(series)}), got {v!r}")
+    fig, ax = new_figure(title, "case (name)", "TTFT (ms)")
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [cases[n][0] * 1e3 for n in names], width=0.4, label="measured", gid="measured")
-    ax.bar([x + 0.2 for x in xs], [cases[n][1] * 1e3 for n in names], width=0.4, label="predicted", gid="predicted")
+    width = 0.8 / k
+    for j, label in enumerate(series):
+        offset = (j - (k - 1) / 2) * width
+        ax.bar([x + offset for x in xs], [cases[n][j] * 1e3 for n in names], width=width, label=label, gid=label)
     ax.set_xticks(list(xs), names)
     ax.legend()
     return fig
