@@ -742,7 +742,11 @@ def dtype_verdicts(table: Iterable[GemvResult]) -> list[dict]:
 
     bytes/bandwidth predicts time ∝ bytes, so a 2-byte dtype should take half fp32's time. When the
     measured speed-up falls short by more than a third, the row is flagged ``contradicts=True``:
-    the kernel is not memory-bound (typically no native half-precision kernel: compute-bound).
+    the kernel is not memory-bound (typically no native half-precision kernel: compute-bound). A
+    speed-up more than half again above the prediction is no evidence of memory-boundedness either:
+    the fp32 reference itself missed the memory ceiling (its kernel or its cache behaviour differs), so
+    that row is reported as ``"inconclusive"``. ``bound`` is ``"compute"``, ``"memory"`` or
+    ``"inconclusive"``.
     """
     rows = list(table)
     out = []
@@ -755,12 +759,18 @@ def dtype_verdicts(table: Iterable[GemvResult]) -> list[dict]:
         measured = f.seconds / r.seconds
         contradicts = measured < predicted * (1 - 1 / 3)
         if contradicts:
+            bound = "compute"
             why = ("slower than its bytes predict: the time is set by converting and multiplying, not by memory "
                    "(no native kernel for this dtype here: compute-bound)")
+        elif measured > predicted * 1.5:
+            bound = "inconclusive"
+            why = ("faster than its bytes predict: the fp32 reference did not run at the memory ceiling (another "
+                   "kernel, or cache effects), so this ratio says nothing about the memory bound")
         else:
+            bound = "memory"
             why = "as bytes/bandwidth predicts: memory-bound"
         out.append({"m": r.m, "k": r.k, "dtype": r.dtype, "predicted_speedup": predicted,
-                    "measured_speedup": measured, "contradicts": contradicts, "verdict": why})
+                    "measured_speedup": measured, "contradicts": contradicts, "bound": bound, "verdict": why})
     return out
 
 

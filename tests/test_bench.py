@@ -106,6 +106,13 @@ def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
     assert math.isclose(v["fp16"]["predicted_speedup"], 2.0) and not v["fp16"]["contradicts"]
     assert v["bf16"]["contradicts"] and "compute-bound" in v["bf16"]["verdict"]
     assert math.isclose(v["bf16"]["measured_speedup"], 1 / 1.5)
+    assert v["fp16"]["bound"] == "memory" and v["bf16"]["bound"] == "compute"
+
+
+def test_dtype_verdicts_do_not_call_a_speedup_far_above_the_bytes_memory_bound():
+    v = bench.dtype_verdicts([_row("fp32", 1.0), _row("fp16", 0.2)])[0]   # 5x from halving the bytes
+    assert v["bound"] == "inconclusive" and not v["contradicts"]
+    assert "memory-bound" not in v["verdict"]
 
 
 def test_probe_reports_every_dtype_and_fp32_is_always_fast():
