@@ -264,6 +264,41 @@ def _time_block(calls: Sequence, number: int, start: int, dev: torch.device) -> 
     return _clock() - t0
 
 
+class _Spread:
+    """Mixin for a result timed as a median with quartiles (fields seconds, q1_seconds, q3_seconds)."""
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median: how much the repeats disagree."""
+        return (self.q3_seconds - self.q1_seconds) / self.seconds
+
+
+class _Rates(_Spread):
+    """Mixin for a timed result that moved ``bytes`` and/or did ``flops``: rates in base units and GB/s, G/TFLOP/s."""
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        return self.bytes / self.seconds
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bandwidth / 1e9
+
+    @property
+    def flop_rate(self) -> float:
+        """FLOP per second."""
+        return self.flops / self.seconds
+
+    @property
+    def gflop_per_s(self) -> float:
+        return self.flop_rate / 1e9
+
+    @property
+    def tflop_per_s(self) -> float:
+        return self.flop_rate / 1e12
+
+
 @dataclass(frozen=True)
 class _Timing:
     median: float
@@ -320,7 +355,7 @@ def gemv_flops(m: int, k: int) -> int:
 
 
 @dataclass(frozen=True)
-class GemvResult:
+class GemvResult(_Rates):
     """One timed GEMV shape: seconds are per call (median over repeats; q1/q3 the quartiles)."""
 
     m: int
@@ -345,28 +380,6 @@ class GemvResult:
     @property
     def matrix_bytes(self) -> int:
         return self.m * self.k * self.element_bytes
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range relative to the median (0.05 = the middle half of runs within 5 %)."""
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
-
-    @property
-    def bandwidth(self) -> float:
-        """Achieved bytes per second (median)."""
-        return self.bytes / self.seconds
-
-    @property
-    def gb_per_s(self) -> float:
-        return self.bandwidth / 1e9
-
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds
-
-    @property
-    def gflop_per_s(self) -> float:
-        return self.flop_rate / 1e9
 
     @property
     def bandwidth_range(self) -> tuple[float, float]:
@@ -548,7 +561,7 @@ def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bo
 # Ceilings: copy bandwidth and matmul FLOP/s
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class CopyResult:
+class CopyResult(_Rates):
     """``dst.copy_(src)`` of one buffer: bytes counts the read AND the write (2 × buffer bytes)."""
 
     buffer_bytes: int
@@ -560,18 +573,6 @@ class CopyResult:
     repeats: int
     device: str
     threads: int | None
-
-    @property
-    def bandwidth(self) -> float:
-        return self.bytes / self.seconds
-
-    @property
-    def gb_per_s(self) -> float:
-        return self.bandwidth / 1e9
-
-    @property
-    def spread(self) -> float:
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -607,7 +608,7 @@ def measure_copy_bandwidth(buffer_bytes: int | None = None, repeats: int | None 
 
 
 @dataclass(frozen=True)
-class MatmulResult:
+class MatmulResult(_Rates):
     """C = A·B for n×n matrices: 2·n³ FLOP per call."""
 
     n: int
@@ -619,18 +620,6 @@ class MatmulResult:
     repeats: int
     device: str
     threads: int | None
-
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds
-
-    @property
-    def tflop_per_s(self) -> float:
-        return self.flop_rate / 1e12
-
-    @property
-    def gflop_per_s(self) -> float:
-        return self.flop_rate / 1e9
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -964,7 +953,7 @@ def _random_prompt(lm, batch: int, tokens: int, gen: torch.Generator) -> torch.T
 
 
 @dataclass(frozen=True)
-class DecodeTiming:
+class DecodeTiming(_Spread):
     """Seconds per decode step of a :class:`course_lib.tinylm.TinyLM` (median over ``steps`` steps).
 
     ``prompt_tokens``: tokens in the cache before the warm-up steps; the timed steps attend to
@@ -980,11 +969,6 @@ class DecodeTiming:
     threads: int | None
     warmup: int = 3
     batch: int = 1
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range over the median."""
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
     @property
     def first_context(self) -> int:
@@ -1082,7 +1066,7 @@ def measure_decode_contexts(lm, contexts, steps: int = 8, threads: int | None = 
 
 
 @dataclass(frozen=True)
-class PrefillTiming:
+class PrefillTiming(_Spread):
     """Seconds to prefill ``prompt_tokens`` tokens from an empty cache (median over ``repeats`` prompts)."""
 
     prompt_tokens: int
@@ -1092,11 +1076,6 @@ class PrefillTiming:
     repeats: int
     threads: int | None
     batch: int = 1
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range over the median."""
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
     @property
     def tokens_per_second(self) -> float:
@@ -1148,7 +1127,7 @@ OVERHEAD_KINDS = ("elementwise", "matmul", "view")
 
 
 @dataclass(frozen=True)
-class OverheadResult:
+class OverheadResult(_Spread):
     """Fixed seconds per small op (framework dispatch + kernel launch), independent of tinylm.
 
     Hot (a tight loop of one op, everything cached): ``per_kind`` holds the median seconds per op of
@@ -1177,10 +1156,6 @@ class OverheadResult:
     cold_q3_seconds: float | None = None
     flush_bytes: int = 0
     cold_runs: int = 0
-
-    @property
-    def spread(self) -> float:
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
     @property
     def cold_spread(self) -> float | None:
@@ -1300,7 +1275,7 @@ def measure_op_overhead(threads: int | None = None, device=None, repeats: int | 
 # A linear layer at a given shape (prefill's GEMMs, decode's GEMVs) and attention's K/V reads
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class LinearResult:
+class LinearResult(_Rates):
     """``F.linear(x, W)``: ``tokens`` rows of x (tokens × k) times W (m × k) transposed.
 
     ``tokens=1`` is a decode step's matrix-vector product; ``tokens=P`` a prefill GEMM. ``bytes``
@@ -1321,17 +1296,8 @@ class LinearResult:
     buffers: int
     threads: int | None
 
-    @property
-    def bandwidth(self) -> float:
-        return self.bytes / self.seconds
 
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds
 
-    @property
-    def spread(self) -> float:
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
 
 def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: int | None = None,
@@ -1384,7 +1350,7 @@ def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: in
 
 
 @dataclass(frozen=True)
-class KVReadResult:
+class KVReadResult(_Rates):
     """One decode step's attention over ``context`` cached tokens of one layer, on random K/V.
 
     ``bytes`` = the K and V read: 2·kv_heads·context·head_dim elements. ``bandwidth`` is the rate
@@ -1406,17 +1372,8 @@ class KVReadResult:
     buffers: int
     threads: int | None
 
-    @property
-    def bandwidth(self) -> float:
-        return self.bytes / self.seconds
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.bandwidth / 1e9
 
-    @property
-    def spread(self) -> float:
-        return (self.q3_seconds - self.q1_seconds) / self.seconds
 
 
 def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, context: int = 4096,
