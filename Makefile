@@ -98,7 +98,7 @@ test: install
 NOTEBOOKS ?=
 
 notebooks: install
-	COURSE_FAST=1 $(PY) tools/run_notebooks.py $(NOTEBOOKS)
+	COURSE_FAST=1 $(PY) tools/run_notebooks.py $(if $(FULL),--full,) $(NOTEBOOKS)
 
 exercises: install
 	$(PY) -m course_lib.exgen

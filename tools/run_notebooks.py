@@ -4,11 +4,15 @@
     python tools/run_notebooks.py                      # every notebook in notebooks/, solutions/ and app/
     python tools/run_notebooks.py notebooks/03_kv_cache.ipynb solutions/
     python tools/run_notebooks.py --timeout 900 notebooks/05_gemv_timing.ipynb
+    python tools/run_notebooks.py --full notebooks/07_first_token_optimisation.ipynb
 
 Each notebook runs in a fresh kernel of *this* Python environment (the same kernel nbval uses in
 ``make test`` with ``--nbval-current-env``), with the notebook's folder as working directory and
 the same environment as the test suite: ``COURSE_FAST=1`` and the inline matplotlib backend, so
-the stored outputs are what nbval regenerates. Outputs are saved with images, without widget
+the stored outputs are what nbval regenerates. ``--full`` (``make notebooks FULL=1``) runs the
+measurement lessons at their learner sizes instead (``COURSE_FAST=0``): their measured cells are
+tagged ``nbval-ignore-output``, so nbval still compares everything else, and readers see the
+measurements a learner gets rather than the test-mode miniatures. Outputs are saved with images, without widget
 state, with execution counts 1..n (see ``tools/nb_canonical.py``).
 
 A notebook whose execution fails is left untouched on disk; the failing cell is reported and the
@@ -121,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="*", type=Path,
                         help="notebooks or folders (default: notebooks/, solutions/ and app/)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default 600)")
+    parser.add_argument("--full", action="store_true",
+                        help="learner-size measurements (COURSE_FAST=0) instead of the test suite's fast mode")
     args = parser.parse_args(argv)
+    if args.full:
+        KERNEL_ENV["COURSE_FAST"] = "0"
 
     paths = args.paths or [REPO_ROOT / d for d in DEFAULT_DIRS if (REPO_ROOT / d).is_dir()]
     notebooks = find_notebooks(paths)
