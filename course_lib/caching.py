@@ -38,7 +38,9 @@ never imports torch, ipywidgets or matplotlib.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import random
 import statistics
 from dataclasses import dataclass
@@ -703,6 +705,30 @@ PROFILE_GROUPS = {
 }
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Send file descriptor 2 to the null device for a moment (Python exceptions still propagate).
+
+    torch.profiler's C++ layer writes "profiler_start/stop" trace lines straight to fd 2, which a
+    Jupyter kernel shows under the cell; they say nothing to a learner.
+    """
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):      # no real fd 2 (an embedded interpreter): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int | None = None,
                     prefix_tokens: int = 0) -> dict:
     """Seconds of one ``lm.prefill`` of ``prompt_tokens`` random ids, by kind of operator (torch.profiler).
@@ -733,7 +759,7 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
             state = lm.save_state()
         lm.prefill(ids, prefix=state)
         sw.sync()
-        with profile(activities=acts) as prof:
+        with _native_stderr_silenced(), profile(activities=acts) as prof:
             lm.prefill(ids, prefix=state)
             sw.sync()
     out = {k: 0.0 for k in PROFILE_GROUPS}

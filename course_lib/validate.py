@@ -677,7 +677,8 @@ class Prediction:
 
     def breakdown(self) -> str:
         parts = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.terms.items())
-        return f"{self.kind} {self.model} @ {self.tokens}: {self.seconds * 1e3:.3f} ms = {parts}"
+        cached = f" ({self.cached_tokens} cached)" if self.cached_tokens else ""
+        return f"{self.kind} {self.model} @ {self.tokens}{cached}: {self.seconds * 1e3:.3f} ms = {parts}"
 
 
 def _check_cal(calibration):
