@@ -71,7 +71,7 @@ class DashboardState:
     (``None``: the estimator's rule, same as the weights or fp16 for integer formats). Times per
     request: ``prompt_tokens`` in, ``new_tokens`` out, the first ``cached_prefix_tokens`` of the prompt
     already cached. ``tensor_parallel`` GPUs hold one copy of the model; ``interconnect_bandwidth``
-    (bytes/s) is required when it is above 1. Bad values raise one ValueError/TypeError naming the field.
+    (bytes/s per GPU and direction) is required when it is above 1. Bad values raise one ValueError/TypeError naming the field.
     """
 
     model: str = "llama-3-8b"
@@ -122,9 +122,9 @@ class DashboardState:
                 raise ValueError(f"tensor_parallel must divide the model's attention heads ({m.heads}) and KV heads "
                                  f"({m.kv_heads}) so that each GPU holds whole heads; got {tp}")
             if self.interconnect_bandwidth is None:
-                raise ValueError("interconnect_bandwidth (bytes/s per GPU, e.g. from your system's datasheet) is "
-                                 "required when tensor_parallel > 1: the hardware catalog has no interconnect "
-                                 "figures and the course does not invent one")
+                raise ValueError("interconnect_bandwidth (bytes/s per GPU and direction, e.g. from your system's "
+                                 "datasheet, halved if it adds both directions) is required when tensor_parallel > 1: "
+                                 "the hardware catalog has no interconnect figures and the course does not invent one")
         if self.machine is not None and not isinstance(self.machine, HardwareSpec):
             raise TypeError(f"machine must be a HardwareSpec (from course_lib.bench.this_machine()), "
                             f"got {type(self.machine).__name__}")

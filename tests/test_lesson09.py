@@ -405,6 +405,16 @@ def test_ex09_targets_the_lessons_mistakes():
     e4 = estimate("llama-3-8b", "h100-sxm", 2048, 300, batch=32)
     assert "one user" in ex09.q4.evaluate(e4.tps).feedback
     assert "prefill" in ex09.q4.evaluate(32 / e4.tpot).feedback
+    # the compute-only recipe a student would write: peak FLOP/s / FLOPs per token (no batch factor)
+    from course_lib import get_hardware, get_model
+    peak_rate = get_hardware("h100-sxm").flops("fp16") / (2 * get_model("llama-3-8b").params)
+    assert "peak FLOP/s / FLOPs per token" in ex09.q4.evaluate(peak_rate).feedback
+    assert not ex09.q4.evaluate(peak_rate).correct
+    # reading the capacity as GiB gets feedback that does not claim the memory chips hold 1e9-byte GB
+    l40s, m8 = get_hardware("l40s"), get_model("llama-3-8b")
+    gib = int((l40s.capacity * 1.024 ** 3 - m8.weight_bytes()) // (m8.kv_bytes_per_token("fp16") * 2348))
+    fb = ex09.q3.evaluate(gib).feedback
+    assert "binary GiB" in fb and "headroom" in fb
     assert "Bandwidth sets the decode" in ex09.q6.evaluate(ex09.q6.options[1]).feedback
     assert "ring factor" in ex09.q8.evaluate(ex09.q8.expected * 4 / 6).feedback
     assert "one sequence" in ex09.q8.evaluate(ex09.q8.expected / 32).feedback
@@ -423,3 +433,28 @@ def test_ex09_questions_name_lesson_objectives_and_have_multi_step_problems():
     assert len(ex09.QUESTIONS) >= 6
     assert sum("Multi-step" in q.prompt for q in ex09.QUESTIONS) >= 2
     assert any(q.kind == "function" for q in ex09.QUESTIONS)
+
+
+def test_link_bandwidth_field_asks_for_one_direction(dash):
+    """The all-reduce formula wants the per-direction bandwidth; the field says so and warns about datasheets."""
+    from course_lib.widgets.capstone import LINK_HELP, LINK_PLACEHOLDER
+
+    assert "per direction" in dash.interconnect_bandwidth.placeholder == LINK_PLACEHOLDER
+    assert dash.interconnect_bandwidth.tooltip == LINK_HELP and "both directions" in LINK_HELP
+
+
+def test_lesson_states_the_fp8_kv_cache_and_the_fp16_alternative(lesson_text):
+    """fp8 in the plans means an fp8 KV cache too; the lesson shows what an fp16 cache changes (computed)."""
+    s70 = D.DashboardState(model="llama-3-70b", precision="fp8", prompt_tokens=2048, new_tokens=300)
+    assert "fp8 weights, activations and KV cache" in lesson_text
+    assert f"and {D.max_batch_that_fits(s70.replace(kv_precision='fp16'))} chats fit" in lesson_text
+    # the L40S row of the fp8-KV -> fp16-KV table, with the prefix cached and the lesson's efficiencies
+    from course_lib import get_hardware, measurements
+
+    h, h200 = measurements.h200(), get_hardware("h200")
+    run = next(r for r in h["full_decode_step_cuda_graph"]["runs"] if r["batch"] == 1 and r["context"] == 1)
+    s = D.DashboardState(hardware="l40s", precision="fp8", prompt_tokens=2048, new_tokens=300, cached_prefix_tokens=1536,
+                         bandwidth_efficiency=run["achieved_GBps"] * 1e9 / h200.bandwidth,
+                         compute_efficiency=h["ceilings"]["matmul_8192_fp16_TFLOPs"] * 1e12 / h200.flops("fp16"))
+    b8, b16 = D.best_batch(s, 1.0, 0.05), D.best_batch(s.replace(kv_precision="fp16"), 1.0, 0.05)
+    assert b16 <= b8 and f"| NVIDIA L40S | {b8} → {b16} |" in lesson_text

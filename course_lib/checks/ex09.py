@@ -146,8 +146,10 @@ q3 = Question(
         Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_SEQ * _L3.heads // _L3.kv_heads)),
                 "That caches K/V for every query head; only the KV heads are cached (grouped-query attention)."),
         Mistake(math.floor((_L40S.capacity * 1.024 ** 3 - _L3.weight_bytes()) / _SEQ),
-                "That reads the card's capacity as binary GiB. The catalog's capacity is in bytes (the vendor's "
-                "GB, 1e9 bytes)."),
+                "That reads the capacity as binary GiB. The course's catalog stores the vendor's figure counted "
+                "in GB of 1e9 bytes (`capacity` is already in bytes): use it as it is. The memory chips may hold "
+                "a little more (HBM parts sold as '80 GB' hold 80 GiB); the course leaves that as headroom, which "
+                "a real server keeps back anyway for activations and the runtime."),
         Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_KV1 * _P)),
                 "That sizes each cache for the prompt only; the answers' tokens are cached too."),
     ],
@@ -174,9 +176,10 @@ q4 = Question(
                                   "time of the prefill, which every response waits for first.", rel_tol=0.005),
         Mistake(1 / _Q4.tpot, "That is one user's decode speed (1 / TPOT); the question asks for all users over "
                               "the whole response."),
-        Mistake(_Q2_B * _H100.flops("fp16") / (2 * _L3.params),
-                "That is peak FLOP/s / FLOPs per token: the compute-bound rate. Decoding at this batch is still "
-                "limited by memory, and the prefill takes time too: use the estimator's total."),
+        Mistake(_H100.flops("fp16") / (2 * _L3.params),
+                "That is peak FLOP/s / FLOPs per token: the rate if every token cost only its FLOPs at the "
+                "datasheet peak. Decoding at this batch is limited by memory (each step reads the weights and "
+                "every sequence's KV cache), and the prefill takes time too: use the estimator's total."),
     ],
     hints=["`estimate(..., batch=32)` has `tps` (one user: n / total) and `tps_aggregate`.",
            "Aggregate = batch x n / total, where total = TTFT + (n - 1) x TPOT."],

@@ -38,7 +38,7 @@ from ..precision import PRECISIONS
 from ..units import format_bandwidth, parse_bandwidth
 
 __all__ = ["CapstoneDashboard", "capstone_dashboard", "status_html", "BATCH_RANGE", "PROMPT_RANGE",
-           "NEW_TOKENS_RANGE", "EFFICIENCY_RANGE"]
+           "NEW_TOKENS_RANGE", "EFFICIENCY_RANGE", "LINK_PLACEHOLDER", "LINK_HELP"]
 
 #: (min, max, step) of the sliders, in sequences / tokens.
 BATCH_RANGE = (1, 256, 1)
@@ -70,6 +70,12 @@ def _hardware_label(name: str) -> str:
     hw = get_hardware(name)
     return f"{hw.display or name} ({hw.memory_type}, {format_bandwidth(hw.bandwidth)})"
 
+
+#: The link field's placeholder and tooltip: the all-reduce formula wants the bandwidth of each GPU's link in
+#: ONE direction, while interconnect datasheets often add both directions together.
+LINK_PLACEHOLDER = "GB/s per GPU, per direction"
+LINK_HELP = ("Bandwidth of each GPU's link in one direction, e.g. '450 GB/s'. Datasheets often quote both "
+             "directions added together (an H100 SXM's NVLink '900 GB/s' is 450 GB/s each way): halve such a figure.")
 
 #: the KV-precision dropdown's value for "same rule as the estimator" (kv_precision=None)
 _KV_AUTO = "auto"
@@ -135,7 +141,7 @@ class CapstoneDashboard(widgets.VBox):
         self.tensor_parallel = cls(widgets.Dropdown(options=tp_options, value=init.tensor_parallel,
                                                     description="GPUs (TP)", style=wide), "course-capstone-tp")
         link = "" if init.interconnect_bandwidth is None else _link_text(init.interconnect_bandwidth)
-        self.interconnect_bandwidth = cls(widgets.Text(value=link, placeholder="GB/s, from your system's datasheet",
+        self.interconnect_bandwidth = cls(widgets.Text(value=link, placeholder=LINK_PLACEHOLDER, tooltip=LINK_HELP,
                                                        description="Link bandwidth", style=wide),
                                           "course-capstone-interconnect")
         self.measure = cls(widgets.Button(description="Measure this machine", icon="tachometer",
