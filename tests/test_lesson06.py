@@ -202,12 +202,20 @@ def test_attention_crossover_is_where_the_terms_meet():
 
 
 def test_attention_share_plot_uses_prefill_flops():
-    lengths = [128, 1024, 8192, 65536]
-    ax = _labels_ok(plots.plot_attention_share(["mistral-7b"], lengths))
-    ln = _lines(ax)["mistral-7b"]
-    assert list(ln.get_xdata()) == lengths
-    assert list(ln.get_ydata()) == pytest.approx([plots.attention_share("mistral-7b", p) for p in lengths])
-    assert any("53,250" in k for k in _lines(ax))
+    lengths = [128, 1024, 8192, 65536, 131072]
+    ax = _labels_ok(plots.plot_attention_share(["llama-3-8b", "qwen2.5-7b", "mistral-7b"], lengths))
+    lines = _lines(ax)
+    for name in ("llama-3-8b", "qwen2.5-7b"):
+        window = get_model(name).max_positions
+        inside = [p for p in lengths if p <= window]
+        ln = lines[name]
+        assert list(ln.get_xdata()) == inside           # each line stops at the model's context window
+        assert list(ln.get_ydata()) == pytest.approx([plots.attention_share(name, p) for p in inside])
+    # Llama-3-8B's crossover (53,250) lies past its 8192-token window: not marked; Qwen2.5-7B's is
+    assert not any("53,250" in k for k in lines)
+    assert any(f"{plots.attention_crossover('qwen2.5-7b'):,.0f}" in k for k in lines)
+    # a sliding-window model's full-causal count is an upper bound past the window, and the legend says so
+    assert any(k.startswith("mistral-7b (upper bound past its 4,096-token sliding window") for k in lines)
 
 
 def test_fit_line_recovers_a_line():
@@ -296,7 +304,7 @@ def test_source_recipe_and_step_count_mistakes_are_recognised():
     recipe_ms = 2 * 7e9 / a100.flops("fp16") * 1e3
     r = ex06.q3.evaluate(recipe_ms)
     assert not r.correct and "source material's recipe" in r.feedback
-    assert ex06.q3.expected / recipe_ms > 100          # the recipe is about a hundred times too fast
+    assert ex06.q3.expected / recipe_ms > 100          # two orders of magnitude (about 200 at equal utilisation)
     r = ex06.q4.evaluate(lambda ttft, tpot, n: ttft + n * tpot)
     assert not r.correct and "n - 1" in r.feedback
     e = estimate("llama-3-8b", "h100-sxm", 4000, 50)
@@ -334,7 +342,8 @@ def test_lesson_reproduces_the_source_recipe_and_its_gap():
                      for o in c.get("outputs", []))
     src = estimate("source-7b", "a100-40gb", 500, 200, compute_efficiency=0.6)
     assert f"**{src.tpot / src.source_recipe_tpot:.0f} times too fast**" in text
-    assert f"**{plots.attention_crossover('mistral-7b'):,.0f} tokens**" in text
+    assert f"**{plots.attention_crossover('llama-3-8b'):,.0f} tokens**" in text
+    assert "sliding window" in text     # why Mistral-7B (v0.1) is not the section 4 example
 
 
 def test_solution_has_an_answer_and_a_passing_grade_cell_per_question():
@@ -349,3 +358,10 @@ def test_solution_has_an_answer_and_a_passing_grade_cell_per_question():
     ex = nbformat.read(EXERCISE, as_version=4)
     assert "### BEGIN SOLUTION" not in "\n".join(c.source for c in ex.cells)
     assert math.isfinite(len(ex.cells)) and len(ex.cells) == len(nb.cells)
+
+
+def test_reading_flags_the_sliding_window_upper_bound():
+    long = prefill_decode_reading("mistral-7b", "h100-sxm", prompt_tokens=8192, new_tokens=2)
+    assert "sliding window" in long.details_html and "upper bound" in long.details_html
+    assert "sliding window" not in prefill_decode_reading("mistral-7b", "h100-sxm", prompt_tokens=4096).details_html
+    assert "sliding window" not in prefill_decode_reading("llama-3-8b", "h100-sxm", prompt_tokens=8192).details_html

@@ -111,8 +111,12 @@ q3 = Question(
     ],
     hints=["Bytes per step: every weight once, 2 bytes each.", "TPOT floor = bytes / bandwidth, in ms."],
     solution=(f"{units.format_bytes(weight_bytes(_SOURCE_7B, 'fp16'))} / {units.format_bandwidth(_A100.bandwidth)} "
-              f"= **{_Q3_MS:.2f} ms**. The source's recipe (2·N FLOPs / compute) gives {_Q3_RECIPE_MS:.4f} ms, "
-              f"{_Q3_MS / _Q3_RECIPE_MS:.0f} times too fast: it treats decode as compute-bound."),
+              f"= **{_Q3_MS:.2f} ms**. The source's recipe (2·N FLOPs / compute) gives {_Q3_RECIPE_MS:.4f} ms: "
+              f"about two hundred times too fast at equal utilisation ({_Q3_MS / _Q3_RECIPE_MS:.0f} times here: the "
+              f"A100's ridge point of {_A100.ridge_point('fp16'):.0f} FLOP per byte over the one FLOP per byte of a "
+              f"weights-only decode step), and "
+              f"{_Q3_MS / (_Q3_RECIPE_MS / 0.6):.0f} times against the recipe's 60 % utilisation. It treats decode as "
+              f"compute-bound."),
 )
 
 
@@ -189,6 +193,10 @@ q6 = Question(
 )
 
 # --- q7: where attention overtakes the weights (expression) -------------------------------------------------
+_Q7_M = get_model("llama-3-8b")
+# the two terms of prefill_flops at P = 1 (weights 2·N, causal attention 2·L·H·d): their ratio is the crossover
+_Q7_P = (g.prefill_flops(1, _Q7_M.block_params, 1, 0, 0, 0, _Q7_M.heads, _Q7_M.attn_dim, 0)
+         / g.prefill_flops(1, 0, 1, 0, 0, _Q7_M.layers, _Q7_M.heads, _Q7_M.attn_dim, 0))
 q7 = Question(
     id="q7", set=SET, points=2, kind="expression", symbols=["N", "L", "H", "d"],
     objective="O3 find where causal attention's FLOPs overtake 2·N·P",
@@ -198,13 +206,17 @@ q7 = Question(
     expected="N/(L*H*d)",
     mistakes=[
         Mistake("2*N/(L*H*d)", "Both terms carry the factor 2: it cancels."),
-        Mistake("N/(2*L*H*d)", "Both terms carry the factor 2: it cancels."),
+        Mistake("N/(2*L*H*d)", "That counts all P² (query, key) pairs, a full score matrix (4·L·H·d·P² FLOPs). "
+                               "Causal attention scores each token only against itself and the earlier ones: "
+                               "about P²/2 pairs, 2·L·H·d·P² FLOPs."),
         Mistake("sqrt(N/(L*H*d))", "Divide both sides by P first: 2·N = 2·L·H·d·P is linear in P."),
     ],
     hints=["Solve 2·N·P = 2·L·H·d·P² for P > 0.", "Divide both sides by 2·P."],
-    solution=(f"P = N / (L·H·d). For Mistral-7B: {get_model('mistral-7b').block_params:,} / (32 · 32 · 128) ≈ "
-              f"{get_model('mistral-7b').block_params / (32 * 32 * 128):,.0f} tokens. Below that the weights dominate "
-              f"and TTFT grows nearly linearly with the prompt; FlashAttention does not change these FLOPs."),
+    solution=(f"P = N / (L·H·d). For Llama-3-8B: {_Q7_M.block_params:,} / ({_Q7_M.layers} · {_Q7_M.heads} · "
+              f"{_Q7_M.attn_dim}) ≈ {_Q7_P:,.0f} tokens, beyond its {_Q7_M.max_positions:,}-token context window. "
+              f"Below that the weights dominate and TTFT grows nearly linearly with the prompt; FlashAttention does "
+              f"not change these FLOPs. (For a sliding-window model such as Mistral-7B v0.1 the P² term stops "
+              f"growing quadratically past the window, so the formula is only an upper bound there.)"),
 )
 
 # --- q8: a roofline plus per-op overhead (multi-step) ----------------------------------------------------------

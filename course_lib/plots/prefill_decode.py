@@ -149,7 +149,12 @@ def attention_crossover(model) -> float:
 
 def plot_attention_share(models: Sequence, prompt_lengths: Iterable[int],
                          title: str = "Share of prefill FLOPs spent in causal attention") -> Figure:
-    """Attention's share (fraction) of prefill FLOPs against prompt length, one line per model."""
+    """Attention's share (fraction) of prefill FLOPs against prompt length, one line per model.
+
+    Each model's line stops at its context window (``max_positions``); the crossover N_blocks / (L·H·d) is
+    marked only where the line reaches it. ``prefill_flops`` counts full causal attention, so for a
+    sliding-window model the share past its window is an upper bound: its legend entry says so.
+    """
     lengths = sorted({require_count("prompt length", p, minimum=1) for p in prompt_lengths})
     if not lengths:
         raise ValueError("prompt_lengths must hold at least one length")
@@ -158,9 +163,15 @@ def plot_attention_share(models: Sequence, prompt_lengths: Iterable[int],
     fig, ax = new_figure(title, "prompt length (tokens)", "attention share of prefill FLOPs (fraction)")
     for mdl in models:
         m = get_model(mdl)
-        line = ax.plot(lengths, [attention_share(m, p) for p in lengths], label=m.name)[0]
+        xs = [p for p in lengths if m.max_positions is None or p <= m.max_positions]
+        if not xs:
+            continue
+        label = m.name
+        if m.sliding_window is not None and xs[-1] > m.sliding_window:
+            label += f" (upper bound past its {m.sliding_window:,}-token sliding window)"
+        line = ax.plot(xs, [attention_share(m, p) for p in xs], label=label)[0]
         x = attention_crossover(m)
-        if lengths[0] <= x <= lengths[-1]:
+        if xs[0] <= x <= xs[-1]:
             ax.axvline(x, color=line.get_color(), linestyle=":", linewidth=1,
                        label=f"{m.name}: attention = 2·N·P at {x:,.0f} tokens")
     ax.axhline(0.5, color="grey", linewidth=0.8)

@@ -134,6 +134,9 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
     if e.fits is False:
         notes.append(f"Weights + KV cache ({esc(format_bytes(e.memory_needed))}) do NOT fit in the "
                      f"{esc(format_bytes(hw.capacity))} of {esc(hw.display or hw.name)}.")
+    if m.sliding_window is not None and P > m.sliding_window:
+        notes.append(f"{esc(m.name)} attends to at most the last {m.sliding_window:,} tokens (sliding window): the "
+                     f"prefill FLOPs count full causal attention, an upper bound for a {P:,}-token prompt.")
     if P + n > (m.max_positions or P + n):
         notes.append(f"{esc(m.name)} was trained for {m.max_positions:,} positions: a longer sequence is arithmetic only.")
     note_html = "".join(f'<p style="color:#b00;margin:0.2em 0">{x}</p>' for x in notes)
