@@ -129,11 +129,12 @@ def break_even_hit_rate(ttft_hit, ttft_miss, write_overhead) -> float:
 
 
 def write_overhead_time(model, tokens, bandwidth, kv_precision="fp16") -> float:
-    """Seconds to copy the K/V of ``tokens`` tokens into a cache store at ``bandwidth`` (bytes/s).
+    """Seconds to copy the K/V of ``tokens`` tokens into (or back out of) a cache store at ``bandwidth`` (bytes/s).
 
     ``memory_time(kv_cache_bytes(model, tokens, kv_precision), bandwidth, 1)``: e.g. offloading a
-    prefix to host memory over PCIe. A cache in the same GPU memory that keeps the K/V where prefill
-    wrote it pays (almost) nothing.
+    prefix to host memory over PCIe on a miss, or loading it back onto the GPU before a hit can use it
+    (the same bytes over the same link). A cache in the same GPU memory that keeps the K/V where prefill
+    wrote it pays (almost) nothing either way.
     """
     bw = require_positive("bandwidth", bandwidth)
     return g.memory_time(kv_cache_bytes(model, tokens, kv_precision), bw, 1.0)
@@ -219,8 +220,9 @@ MODULAR_REUSE_CAVEATS = (
     "Cross-module attention is skipped: a module's K/V were computed attending only to itself (and to "
     "whatever preceded it when cached), so it never saw the modules placed before it in this prompt; full "
     "prefill would let every token attend to every earlier one.",
-    "Only the prompt's own new tokens attend to everything: the first output token is computed exactly as "
-    "far as the new tokens go, approximately as far as the reused modules go.",
+    "The error reaches the output: the prompt's new tokens attend to every earlier token, but to the reused "
+    "modules' approximate K/V, so their own hidden states, their K/V and the first output token are approximate "
+    "too; only the arithmetic of the new tokens is the same as in a full prefill.",
 )
 
 
@@ -736,10 +738,11 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
     With ``prefix_tokens`` > 0 the first ``prefix_tokens`` ids are cached first (``save_state``) and the
     profiled call is ``lm.prefill(ids, prefix=state)``: the cached pass.
 
-    Returns ``{"matrix products": s, "softmax and masking": s, "other": s, "total": s, "calls": n}``: the
-    operators' own time (CPU time, or GPU kernel time on a GPU), after one untimed warm-up prefill. The
-    roofline counts the FLOPs of the matrix products; softmax, masking and the elementwise rest are
-    what it leaves out. ``calls``: aten operator calls (nested ones included, so an upper count).
+    Returns ``{"matrix products": s, "softmax and masking": s, "other": s, "total": s, "calls": n,
+    "group_calls": {group: n}}``: the operators' own time (CPU time, or GPU kernel time on a GPU), after one
+    untimed warm-up prefill. The roofline counts the FLOPs of the matrix products; softmax, masking and the
+    elementwise rest are what it leaves out. ``calls``: aten operator calls (nested ones included, so an
+    upper count); ``group_calls``: the same calls split by group (they add up to ``calls``).
     """
     bench = _timing_tools()
     from torch.profiler import ProfilerActivity, profile
@@ -764,13 +767,17 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
             sw.sync()
     out = {k: 0.0 for k in PROFILE_GROUPS}
     out["other"] = 0.0
+    group_calls = {k: 0 for k in out}
     for ev in prof.key_averages():
         us = (getattr(ev, "self_device_time_total", 0) or getattr(ev, "self_cuda_time_total", 0)
               if gpu else ev.self_cpu_time_total)
         group = next((g_ for g_, names in PROFILE_GROUPS.items() if ev.key in names), "other")
         out[group] += us / 1e6
+        if ev.key.startswith("aten::"):
+            group_calls[group] += ev.count
     out["total"] = sum(out[k] for k in (*PROFILE_GROUPS, "other"))
-    out["calls"] = sum(ev.count for ev in prof.key_averages() if ev.key.startswith("aten::"))
+    out["calls"] = sum(group_calls.values())
+    out["group_calls"] = group_calls
     return out
 
 

@@ -275,8 +275,10 @@ def test_measure_session_and_modules(tiny_lm):
 
 def test_profile_prefill_groups(tiny_lm):
     p = caching.profile_prefill(tiny_lm, 64, threads=1)
-    assert set(p) == {*caching.PROFILE_GROUPS, "other", "total", "calls"}
+    assert set(p) == {*caching.PROFILE_GROUPS, "other", "total", "calls", "group_calls"}
     assert p["matrix products"] > 0 and p["calls"] > 0
+    assert set(p["group_calls"]) == {*caching.PROFILE_GROUPS, "other"}
+    assert sum(p["group_calls"].values()) == p["calls"] and p["group_calls"]["matrix products"] > 0
     assert p["total"] == pytest.approx(sum(p[k] for k in (*caching.PROFILE_GROUPS, "other")))
     pc = caching.profile_prefill(tiny_lm, 64, threads=1, prefix_tokens=48)
     assert pc["calls"] > 0

@@ -108,7 +108,9 @@ q2 = Question(
         Mistake((_R.ttft_hit + _R.ttft_miss) / 2 * 1e3, "That is the plain average of hit and miss; weight them by "
                                                         "how often each happens."),
         Mistake(_R.ttft_miss / _R.speedup * 1e3, "That is the hit's TTFT; the mean includes the misses."),
-        Mistake(_H * _R.ttft_miss * 1e3, "Only the misses' share is counted: add the hits' share, h x t_hit."),
+        Mistake(_H * _R.ttft_miss * 1e3, "The hit rate multiplies the miss time there: the hit rate weights the "
+                                         "hit's TTFT, and only the misses' share (1 - h) weights the miss's."),
+        Mistake((1 - _H) * _R.ttft_miss * 1e3, "Only the misses' share is counted: add the hits' share, h x t_hit."),
     ],
     hints=["Mean TTFT = h t_hit + (1 - h) t_miss (`formulas.latex('expected_ttft')`).",
            "`caching.prefix_reuse('mistral-7b', 'h200', 4000, 100).expected_ttft(0.7)` checks the answer."],
@@ -223,7 +225,12 @@ q6 = Question(
                 "That caches one K/V per query head; with grouped-query attention only the KV heads are cached."),
         Mistake(int(_H100.capacity // (_ktok * _ST)), "The weights need memory too: subtract them first."),
         Mistake(int((_H100.capacity / 1.024 ** 3 - _L3.weight_bytes("fp16")) // (_ktok * _ST)),
-                "That mixes GB and GiB in the capacity; keep bytes throughout."),
+                "That mixes GB and GiB in the capacity (its GB figure converted to GiB, then used as 10^9 bytes); "
+                "keep bytes throughout."),
+        Mistake(int((_H100.capacity * 1.024 ** 3 - _L3.weight_bytes("fp16")) // (_ktok * _ST)),
+                "That reads the capacity as GiB (2^30 bytes). The catalog gives the vendor's figure in GB (10^9 "
+                "bytes): keep it in bytes as given. (The chips are binary, so a few more sessions may physically "
+                "fit; the vendor figure is the conservative one.)"),
     ],
     hints=["K/V bytes per token = 2 x layers x KV heads x head_dim x 2 bytes.",
            "floor((capacity - weight bytes) / (bytes per token x session tokens)): `formulas.latex('sessions_that_fit')`."],
@@ -242,8 +249,8 @@ q7 = Question(
     mistakes=[
         Mistake("t_w/(t_miss - t_hit)", "Close, but the write overhead also enters the denominator: expand "
                                         "(1 - h)(t_miss + t_w) fully."),
-        Mistake("(t_miss - t_hit)/(t_miss - t_hit + t_w)", "That is 1 - h*: the fraction where the cache does NOT "
-                                                           "pay off would be this, the break-even is its complement."),
+        Mistake("(t_miss - t_hit)/(t_miss - t_hit + t_w)", "That is 1 - h*: you solved for the miss rate at break "
+                                                           "even. The question asks for the hit rate, its complement."),
         Mistake("t_hit/t_miss", "That is the hit's share of the miss time, unrelated to the write overhead."),
     ],
     hints=["Expand: h t_hit + t_miss + t_w - h t_miss - h t_w = t_miss.",
