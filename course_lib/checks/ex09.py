@@ -320,7 +320,7 @@ q8 = Question(
             f"`compute(DashboardState(model='llama-3-70b', hardware='h100-sxm', batch={_Q8_B}, prompt_tokens={_P}, "
             f"new_tokens={_N}, tensor_parallel={_Q8_G}, interconnect_bandwidth=1.0)).estimate.tpot`. (b) The bytes "
             f"per GPU link of one step's all-reduces (2 per layer of batch x hidden fp16 values, ring factor "
-            f"2 (G - 1) / G). (c) How much link bandwidth, in GB/s, keeps the all-reduces at "
+            f"2 (G - 1) / G). (c) How much link bandwidth per GPU and direction, in GB/s, keeps the all-reduces at "
             f"{_Q8_SHARE:.0%} of (a)?"),
     expected=_Q8 / 1e9, unit="GB/s", dimension="bandwidth", rel_tol=0.005,
     detect=[d.gb_vs_gib(), d.bits_vs_bytes(),
