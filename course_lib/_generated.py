@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -127,6 +127,30 @@ def expected_ttft(hit_rate, ttft_hit, ttft_miss):
     sympy: hit_rate*ttft_hit + ttft_miss*(1 - hit_rate)
     """
     return hit_rate*ttft_hit + ttft_miss*(1 - hit_rate)
+
+
+def fixed_cost_fit_fixed_time(predicted_a, predicted_b, measured_a, measured_b):
+    """t0 of fixed_cost_time through two cases (the intercept of measured against floor). [s]
+
+    sympy: (-measured_a*predicted_b + measured_b*predicted_a)/(predicted_a - predicted_b)
+    """
+    return (-measured_a*predicted_b + measured_b*predicted_a)/(predicted_a - predicted_b)
+
+
+def fixed_cost_fit_rate_fraction(predicted_a, predicted_b, measured_a, measured_b):
+    """eta of fixed_cost_time through two cases: the change in floor over the change in measured time. [fraction]
+
+    sympy: (predicted_a - predicted_b)/(measured_a - measured_b)
+    """
+    return (predicted_a - predicted_b)/(measured_a - measured_b)
+
+
+def fixed_cost_time(fixed_time, predicted_time, rate_fraction):
+    """A measured step modelled as a fixed cost per step plus the floor's time at a fraction eta of its rate. [s]
+
+    sympy: fixed_time + predicted_time/rate_fraction
+    """
+    return fixed_time + predicted_time/rate_fraction
 
 
 def gemv_flops(rows, cols, batch):

@@ -25,12 +25,21 @@ Every prediction comes from ``course_lib.estimate`` or from the functions genera
 
 Choices a record leaves open are made here, in the open (each case's ``notes`` repeats them):
 
-* llama.cpp: the records give speeds, not lengths; the decode speed is compared with the mean
-  TPOT of :data:`LLAMACPP_DECODE_TOKENS` tokens generated after a one-token prompt, the prefill
-  speed with the TTFT of a :data:`LLAMACPP_PROMPT_TOKENS`-token prompt (llama-bench's standard
-  tests tg128 and pp512). Apple GPUs have no published dense FLOP/s in the catalog: their decode
-  floor is the memory term alone (a valid floor: the roofline time is never below it), and their
-  prefill cannot be predicted.
+* llama.cpp: the README's LLaMA 2 figures were made with ``./main ... -n 1024 --ignore-eos`` on a
+  fixed prompt (the opening of *A Tale of Two Cities*) in a 512-token context; the logs print
+  ``n_ctx = 512, n_predict = 1024`` and ``prompt eval time = ... / 494 tokens``. The decode speed is
+  main's "eval" timing: :data:`LLAMACPP_DECODE_STEPS` one-token steps (sampling is timed separately
+  and excluded). Once the 512-token window fills, main drops half of it (its context shift), so the
+  cached tokens cycle between about 256 and 511: :func:`llamacpp_decode_contexts` replays that rule
+  and the decode floor is one step with :data:`LLAMACPP_DECODE_CONTEXT` tokens cached, their mean
+  (the floor is linear in the context, so the step at the mean context is the mean step). The
+  prefill speed is "prompt eval": one :data:`LLAMACPP_PROMPT_TOKENS`-token prompt. Apple GPUs have no
+  published dense FLOP/s in the catalog: their decode floor is the memory term alone (a valid floor:
+  the roofline time is never below it), and their prefill cannot be predicted.
+* llama.cpp's f16 prefill floors use the catalog's fp16 peak, the fp32-accumulate tensor rate. On
+  GeForce cards the fp16-accumulate rate is twice that, and llama.cpp's cuBLAS f16 path of that period
+  may have used fp16 accumulation (unverified for the exact build): :func:`llamacpp_fp16_accumulate_cases`
+  gives those rows again with the fp16-accumulate peak from the catalog's ``accumulate`` notes.
 * kipply's record names a parameter count (13e9), not a model: the floor streams all 13e9 fp16
   parameters once per token. Its prefill is skipped (the prompt length is not given).
 * Pope et al.'s PaLM 540B on 64 TPU v4 is skipped: the catalog has no TPU v4 and the estimator
@@ -41,6 +50,7 @@ Choices a record leaves open are made here, in the open (each case's ``notes`` r
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping
@@ -54,7 +64,9 @@ from .precision import bytes_per_element, get_precision
 from .validation import require_choice, require_count, require_positive
 
 __all__ = [
-    "Comparison", "METRICS", "SOURCES", "CEILINGS", "LLAMACPP_DECODE_TOKENS", "LLAMACPP_PROMPT_TOKENS",
+    "Comparison", "METRICS", "SOURCES", "CEILINGS", "LLAMACPP_CONTEXT_WINDOW", "LLAMACPP_PROMPT_TOKENS",
+    "LLAMACPP_PREDICT_TOKENS", "LLAMACPP_DECODE_STEPS", "LLAMACPP_DECODE_CONTEXT", "llamacpp_decode_contexts",
+    "fp16_accumulate_peak", "llamacpp_fp16_accumulate_cases", "fixed_cost_fit",
     "published_cases", "skipped_published", "h200_cases", "h200_hardware", "h200_model",
     "machine_cases", "all_cases", "summary", "geomean", "find", "as_dicts",
 ]
@@ -65,10 +77,45 @@ METRICS = ("tpot", "ttft", "step", "gemv", "copy", "matmul")
 SOURCES = ("published", "h200", "this machine")
 #: which ceilings an H200 prediction uses
 CEILINGS = ("datasheet", "measured")
-#: llama-bench's standard decode test (tg128): tokens generated after a one-token prompt
-LLAMACPP_DECODE_TOKENS = 128
-#: llama-bench's standard prefill test (pp512): prompt tokens
-LLAMACPP_PROMPT_TOKENS = 512
+#: llama.cpp ``main``'s context window in the README's LLaMA 2 runs (``n_ctx = 512`` in their logs)
+LLAMACPP_CONTEXT_WINDOW = 512
+#: tokens in their fixed prompt ("prompt eval time = ... / 494 tokens" in every LLaMA 2 log)
+LLAMACPP_PROMPT_TOKENS = 494
+#: tokens generated (``-n 1024 --ignore-eos``)
+LLAMACPP_PREDICT_TOKENS = 1024
+#: one-token decode steps timed as "eval": the last generated token is sampled, never evaluated
+LLAMACPP_DECODE_STEPS = LLAMACPP_PREDICT_TOKENS - 1
+
+
+def llamacpp_decode_contexts(prompt_tokens: int = LLAMACPP_PROMPT_TOKENS,
+                             predict_tokens: int = LLAMACPP_PREDICT_TOKENS,
+                             context_window: int = LLAMACPP_CONTEXT_WINDOW, keep: int = 0) -> list[int]:
+    """Tokens cached at each decode step of llama.cpp ``main`` (Dec 2023), its context shift included.
+
+    After the prompt, ``main`` evaluates ``predict_tokens - 1`` tokens one at a time. Before a step
+    that would overflow the window it keeps the first ``keep + 1`` tokens, drops half of the rest
+    (``n_discard = (n_past - keep - 1) // 2``) and shifts the remainder down. Returns the number of
+    tokens already cached when each step runs.
+    """
+    prompt_tokens = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    predict_tokens = require_count("predict_tokens", predict_tokens, minimum=1)
+    context_window = require_count("context_window", context_window, minimum=2)
+    keep = require_count("keep", keep, minimum=0)
+    if prompt_tokens > context_window:
+        raise ValueError(f"prompt_tokens ({prompt_tokens}) must fit in context_window ({context_window})")
+    if keep + 2 >= context_window:
+        raise ValueError(f"keep must be below context_window - 2 ({context_window - 2}), got {keep}")
+    n_past, out = prompt_tokens, []
+    for _ in range(predict_tokens - 1):
+        if n_past + 1 > context_window:
+            n_past -= (n_past - keep - 1) // 2
+        out.append(n_past)
+        n_past += 1
+    return out
+
+
+#: tokens cached at the mean decode step of those runs (the mean of :func:`llamacpp_decode_contexts`)
+LLAMACPP_DECODE_CONTEXT = round(sum(llamacpp_decode_contexts()) / LLAMACPP_DECODE_STEPS)
 
 # A device without a published dense FLOP/s: the decode floor is its memory term alone. The
 # estimator needs a peak, so it gets one so large that its compute term is below any float
@@ -154,24 +201,36 @@ def _llamacpp(rec: dict) -> tuple[list[Comparison], list[tuple[str, str]]]:
     if dtype not in hw.peak_flops:
         peak_note = (f"; {hw.name} has no published dense {dtype} FLOP/s, so the floor is the memory term alone "
                      "(a floor still: compute can only add time)")
-    e = estimate(model, _memory_only(hw, dtype), prompt_tokens=1, new_tokens=LLAMACPP_DECODE_TOKENS, precision=prec)
+    ctx = LLAMACPP_DECODE_CONTEXT
+    e = estimate(model, _memory_only(hw, dtype), prompt_tokens=ctx, new_tokens=2, precision=prec)
     rows.append(Comparison(
         case=f"{rid}/tg", source="published", model=model.name, hardware=hw.name, metric="tpot",
-        predicted_s=e.tpot, measured_s=1.0 / rec["decode_tokens_per_s"], group=f"llama.cpp decode {rec['weights']}",
-        record=rid,
-        notes=(f"{where}: measured 1 / decode_tokens_per_s; predicted: mean TPOT of {LLAMACPP_DECODE_TOKENS} tokens "
-               f"after a one-token prompt (tg{LLAMACPP_DECODE_TOKENS} assumed; the record gives no length), "
+        predicted_s=e.tpot_first, measured_s=1.0 / rec["decode_tokens_per_s"],
+        group=f"llama.cpp decode {rec['weights']}", record=rid,
+        notes=(f"{where}: measured 1 / decode_tokens_per_s (main's 'eval': {LLAMACPP_DECODE_STEPS} one-token steps "
+               f"of -n {LLAMACPP_PREDICT_TOKENS} --ignore-eos in a {LLAMACPP_CONTEXT_WINDOW}-token window, sampling "
+               f"excluded); predicted: one step with {ctx} tokens cached, the mean over those steps (the window's "
+               f"context shift keeps about {LLAMACPP_CONTEXT_WINDOW // 2} to {LLAMACPP_CONTEXT_WINDOW - 1} cached), "
                f"{prec} weights, {e.decode_bound}-bound{peak_note}")))
     if dtype in hw.peak_flops:
         e = estimate(model, hw, prompt_tokens=LLAMACPP_PROMPT_TOKENS, new_tokens=1, precision=prec)
+        acc = fp16_accumulate_peak(hw)
+        acc_note = ""
+        if acc is not None and acc > hw.flops(dtype) and prec == "fp16":
+            e_acc = estimate(model, hw.with_peak(dtype, acc), prompt_tokens=LLAMACPP_PROMPT_TOKENS, new_tokens=1,
+                             precision=prec)
+            eff_acc = g.efficiency(e_acc.ttft, LLAMACPP_PROMPT_TOKENS / rec["prefill_tokens_per_s"])
+            acc_note = (f"; assumes the catalog's fp16 peak with fp32 accumulation. If llama.cpp's cuBLAS f16 GEMMs "
+                        f"accumulated in fp16 (CUBLAS_COMPUTE_16F, unverified for this build), the peak is "
+                        f"{acc / 1e12:.0f} TFLOP/s, the floor {e_acc.ttft * 1e3:.2f} ms and the efficiency "
+                        f"{eff_acc:.2f}")
         rows.append(Comparison(
             case=f"{rid}/pp", source="published", model=model.name, hardware=hw.name, metric="ttft",
             predicted_s=e.ttft, measured_s=LLAMACPP_PROMPT_TOKENS / rec["prefill_tokens_per_s"],
             group=f"llama.cpp prefill {rec['weights']}", record=rid,
-            notes=(f"{where}: measured {LLAMACPP_PROMPT_TOKENS} tokens / prefill_tokens_per_s; predicted: TTFT of a "
-                   f"{LLAMACPP_PROMPT_TOKENS}-token prompt (pp{LLAMACPP_PROMPT_TOKENS} assumed), "
-                   f"{e.prefill_bound}-bound "
-                   f"at the {dtype} peak")))
+            notes=(f"{where}: measured {LLAMACPP_PROMPT_TOKENS} tokens / prefill_tokens_per_s (main's 'prompt eval' "
+                   f"of its {LLAMACPP_PROMPT_TOKENS}-token prompt); predicted: TTFT of a {LLAMACPP_PROMPT_TOKENS}-token "
+                   f"prompt, {e.prefill_bound}-bound at the {dtype} peak{acc_note}")))
     else:
         skipped.append((rid, f"prefill: {hw.name} has no published dense {dtype} FLOP/s, so a compute-bound "
                              "prefill floor cannot be computed"))
@@ -219,6 +278,69 @@ def published_cases() -> list[Comparison]:
 def skipped_published() -> list[tuple[str, str]]:
     """``(record id, reason)`` for each published record (or half of one) without a prediction."""
     return _published()[1]
+
+
+_ACC16 = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*TFLOP/s with fp16 accumulate")
+
+
+def fp16_accumulate_peak(hardware) -> float | None:
+    """The dense fp16 rate with fp16 accumulation (FLOP/s) where the catalog's ``accumulate`` note gives one.
+
+    On GeForce cards it is twice the fp32-accumulate rate the catalog uses as the fp16 peak; on data
+    centre GPUs the two rates are equal and the catalog gives no separate figure (``None``).
+    """
+    if not isinstance(hardware, (HardwareSpec, str)):
+        raise TypeError(f"hardware must be a HardwareSpec or a catalog name, got {type(hardware).__name__}")
+    hw = get_hardware(hardware)
+    m = _ACC16.search(hw.accumulate.get("fp16", "") or "")
+    return float(m.group(1)) * 1e12 if m else None
+
+
+def llamacpp_fp16_accumulate_cases() -> list[Comparison]:
+    """The llama.cpp f16 prefill cases again, on the fp16-accumulate peak where the catalog gives one.
+
+    The alternative floor for rows whose cuBLAS GEMMs may have accumulated in fp16 (group
+    ``llama.cpp prefill f16 (fp16 accumulate)``, case ids ending ``/pp-acc16``).
+    """
+    rows = []
+    for r in published_cases():
+        if r.metric != "ttft" or not r.group.startswith("llama.cpp prefill f16"):
+            continue
+        hw = get_hardware(measurements.record(r.record)["hardware"])
+        acc = fp16_accumulate_peak(hw)
+        if acc is None or acc <= hw.flops("fp16"):
+            continue
+        e = estimate(get_model(r.model), hw.with_peak("fp16", acc), prompt_tokens=LLAMACPP_PROMPT_TOKENS,
+                     new_tokens=1, precision="fp16")
+        rows.append(Comparison(
+            case=f"{r.record}/pp-acc16", source="published", model=r.model, hardware=r.hardware, metric="ttft",
+            predicted_s=e.ttft, measured_s=r.measured_s, group="llama.cpp prefill f16 (fp16 accumulate)",
+            record=r.record,
+            notes=(f"as {r.case}, but at the fp16-accumulate peak {acc / 1e12:.0f} TFLOP/s (catalog 'accumulate' "
+                   "note): the floor if llama.cpp's cuBLAS f16 GEMMs used CUBLAS_COMPUTE_16F (an assumption)")))
+    return rows
+
+
+def fixed_cost_fit(a: Comparison, b: Comparison) -> tuple[float, float]:
+    """Fit ``measured = t0 + predicted / eta`` (formula ``fixed_cost_time``) through two cases.
+
+    Returns ``(t0 seconds, eta)``, the sympy solution of the two equations (formulas
+    ``fixed_cost_fit_fixed_time`` and ``fixed_cost_fit_rate_fraction``).
+
+    Two runs of the same program that move different bytes (f16 and q4_0 weights, fp16 and fp8)
+    separate a fixed cost per step ``t0`` from the fraction ``eta`` of the floor's bandwidth the
+    bytes move at: with a memory-bound floor Q / beta, ``measured = t0 + Q / (eta beta)``.
+    """
+    if not isinstance(a, Comparison) or not isinstance(b, Comparison):
+        raise TypeError("fixed_cost_fit needs two Comparison rows (from course_lib.compare)")
+    if a.predicted_s == b.predicted_s:
+        raise ValueError(f"the two cases must have different floors to fit a slope, both are {a.predicted_s!r} s")
+    args = (a.predicted_s, b.predicted_s, a.measured_s, b.measured_s)
+    eta = g.fixed_cost_fit_rate_fraction(*args) if a.measured_s != b.measured_s else math.inf
+    if not eta > 0 or math.isinf(eta):
+        raise ValueError("the case with the larger floor must also have the larger measured time to fit "
+                         f"measured = t0 + predicted / eta (got {a.case} and {b.case})")
+    return g.fixed_cost_fit_fixed_time(*args), eta
 
 
 # --------------------------------------------------------------------------------------------------

@@ -107,6 +107,12 @@ class S:
     bytes_per_element = _sym("bytes_per_element", r"b_e", **_pos)
     predicted_time = _sym("predicted_time", r"t_{pred}", **_pos)
     measured_time = _sym("measured_time", r"t_{meas}", **_pos)
+    fixed_time = _sym("fixed_time", r"t_0", real=True)
+    rate_fraction = _sym("rate_fraction", r"\eta", **_pos)
+    predicted_a = _sym("predicted_a", r"t_{pred,a}", **_pos)
+    predicted_b = _sym("predicted_b", r"t_{pred,b}", **_pos)
+    measured_a = _sym("measured_a", r"t_{meas,a}", **_pos)
+    measured_b = _sym("measured_b", r"t_{meas,b}", **_pos)
     # lesson 09: tensor parallelism
     devices = _sym("devices", r"G", integer=True, positive=True)
     message_bytes = _sym("message_bytes", r"m", **_nn)
@@ -313,6 +319,19 @@ _f("qkv_bytes", s.new_prompt * (s.heads + 2 * s.kv_heads) * s.head_dim * s.bytes
 _f("efficiency", s.predicted_time / s.measured_time, (s.predicted_time, s.measured_time),
    "Fraction of the predicted floor's speed a measurement reaches: 1 means at the floor, 0.25 four times slower.",
    "fraction")
+_f("fixed_cost_time", s.fixed_time + s.predicted_time / s.rate_fraction,
+   (s.fixed_time, s.predicted_time, s.rate_fraction),
+   "A measured step modelled as a fixed cost per step plus the floor's time at a fraction eta of its rate.", "s")
+# the two-point fit: the same program at two floors (e.g. f16 and q4_0 weights) fixes t0 and eta
+_fit = sp.solve([sp.Eq(s.measured_a, FORMULAS["fixed_cost_time"].expr.subs(s.predicted_time, s.predicted_a)),
+                 sp.Eq(s.measured_b, FORMULAS["fixed_cost_time"].expr.subs(s.predicted_time, s.predicted_b))],
+                [s.fixed_time, s.rate_fraction], dict=True)[0]
+_f("fixed_cost_fit_rate_fraction", sp.simplify(_fit[s.rate_fraction]),
+   (s.predicted_a, s.predicted_b, s.measured_a, s.measured_b),
+   "eta of fixed_cost_time through two cases: the change in floor over the change in measured time.", "fraction")
+_f("fixed_cost_fit_fixed_time", sp.simplify(_fit[s.fixed_time]),
+   (s.predicted_a, s.predicted_b, s.measured_a, s.measured_b),
+   "t0 of fixed_cost_time through two cases (the intercept of measured against floor).", "s")
 
 def expr(name: str) -> sp.Expr:
     """The sympy expression of formula ``name``."""

@@ -47,11 +47,11 @@ def test_llamacpp_decode_cases_equal_estimator_and_records(pub):
         hw = get_hardware(rec["hardware"])
         if "fp16" not in hw.peak_flops:      # Apple GPUs: the memory term alone
             assert c.predicted_s == pytest.approx(
-                estimate(rec["model"], hw.with_peak("fp16", 1e30), 1, compare.LLAMACPP_DECODE_TOKENS,
-                         precision=rec["weights"]).tpot, rel=1e-12)
+                estimate(rec["model"], hw.with_peak("fp16", 1e30), compare.LLAMACPP_DECODE_CONTEXT, 2,
+                         precision=rec["weights"]).tpot_first, rel=1e-12)
         else:
-            assert c.predicted_s == estimate(rec["model"], hw, 1, compare.LLAMACPP_DECODE_TOKENS,
-                                             precision=rec["weights"]).tpot
+            assert c.predicted_s == estimate(rec["model"], hw, compare.LLAMACPP_DECODE_CONTEXT, 2,
+                                             precision=rec["weights"]).tpot_first
         assert c.measured_s == 1 / rec["decode_tokens_per_s"]
         assert c.efficiency == c.predicted_s * rec["decode_tokens_per_s"] or \
             math.isclose(c.efficiency, c.predicted_s * rec["decode_tokens_per_s"], rel_tol=1e-12)
@@ -71,6 +71,69 @@ def test_llamacpp_prefill_cases_only_where_a_peak_is_published(pub):
         else:
             assert case not in pub
             assert "FLOP/s" in skipped[rec["id"]]
+
+
+def test_llamacpp_run_shape_and_context_shift():
+    # the README's LLaMA 2 logs: n_ctx = 512, n_predict = 1024, a 494-token prompt, 1023 "eval" runs
+    assert (compare.LLAMACPP_CONTEXT_WINDOW, compare.LLAMACPP_PROMPT_TOKENS, compare.LLAMACPP_PREDICT_TOKENS,
+            compare.LLAMACPP_DECODE_STEPS) == (512, 494, 1024, 1023)
+    ctx = compare.llamacpp_decode_contexts()
+    assert len(ctx) == 1023
+    assert ctx[:18] == list(range(494, 512))            # fills the window
+    assert ctx[18] == 512 - (512 - 1) // 2              # then drops half of it (n_keep = 0)
+    assert max(ctx) == 511 and min(ctx) == 257
+    assert compare.LLAMACPP_DECODE_CONTEXT == round(sum(ctx) / len(ctx)) == 384
+    # a run that never fills the window is a plain count
+    assert compare.llamacpp_decode_contexts(10, 5, 512) == [10, 11, 12, 13]
+    assert all(c < 64 for c in compare.llamacpp_decode_contexts(60, 500, 64, keep=3))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(prompt_tokens=600), "must fit"), (dict(predict_tokens=0), "predict_tokens"),
+    (dict(keep=510), "keep"), (dict(prompt_tokens=1.5), "prompt_tokens")])
+def test_llamacpp_decode_contexts_bad_input(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        compare.llamacpp_decode_contexts(**kwargs)
+
+
+def test_fp16_accumulate_peak_from_the_catalog_notes():
+    assert compare.fp16_accumulate_peak("rtx-4090") == 330e12
+    assert compare.fp16_accumulate_peak("rtx-3090") == 142e12
+    assert compare.fp16_accumulate_peak("rtx-4090") == pytest.approx(2 * get_hardware("rtx-4090").flops("fp16"), rel=2e-3)
+    assert compare.fp16_accumulate_peak("h100-pcie") is None
+    with pytest.raises(TypeError, match="hardware"):
+        compare.fp16_accumulate_peak(3)
+
+
+def test_fp16_accumulate_cases_halve_the_geforce_f16_prefill_floors(pub):
+    rows = compare.llamacpp_fp16_accumulate_cases()
+    assert {r.hardware for r in rows} == {"rtx-3090", "rtx-4090"}
+    for r in rows:
+        base = pub[f"{r.record}/pp"]
+        assert r.measured_s == base.measured_s and "-f16-" in r.record
+        assert r.predicted_s < base.predicted_s
+        hw = get_hardware(r.hardware)
+        assert r.predicted_s == estimate("llama-2-7b", hw.with_peak("fp16", compare.fp16_accumulate_peak(hw)),
+                                         compare.LLAMACPP_PROMPT_TOKENS, 1, precision="fp16").ttft
+        assert f"{r.efficiency:.2f}" in base.notes
+
+
+def test_fixed_cost_fit_recovers_a_line_and_rejects_bad_pairs(pub):
+    def row(case, p, m):
+        return compare.Comparison(case=case, source="published", model="m", hardware="h", metric="tpot",
+                                  predicted_s=p, measured_s=m)
+    t0, eta = compare.fixed_cost_fit(row("a", 8e-3, 3e-3 + 8e-3 / 0.9), row("b", 2e-3, 3e-3 + 2e-3 / 0.9))
+    assert t0 == pytest.approx(3e-3, rel=1e-9) and eta == pytest.approx(0.9, rel=1e-9)
+    f, q = pub["llamacpp-llama-2-7b-f16-rtx-4090-24gb/tg"], pub["llamacpp-llama-2-7b-q4_0-rtx-4090-24gb/tg"]
+    t0, eta = compare.fixed_cost_fit(f, q)
+    assert f.measured_s == pytest.approx(t0 + f.predicted_s / eta) and q.measured_s == pytest.approx(t0 + q.predicted_s / eta)
+    assert compare.fixed_cost_fit(q, f) == pytest.approx((t0, eta))
+    with pytest.raises(ValueError, match="different floors"):
+        compare.fixed_cost_fit(f, f)
+    with pytest.raises(ValueError, match="larger"):
+        compare.fixed_cost_fit(row("a", 8e-3, 1e-3), row("b", 2e-3, 5e-3))
+    with pytest.raises(TypeError, match="Comparison"):
+        compare.fixed_cost_fit(f, 3)
 
 
 def test_every_published_record_is_either_compared_or_skipped_with_a_reason(pub):

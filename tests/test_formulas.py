@@ -42,6 +42,9 @@ def test_generated_equals_sympy_on_random_inputs(data):
             vals[formulas.S.experts_per_token] = min(vals[formulas.S.experts_per_token], vals[formulas.S.experts])
         if name == "sessions_that_fit":  # a session of zero bytes is outside the formula's domain
             vals[formulas.S.kv_bytes_per_token] = 1
+        if name.startswith("fixed_cost_fit"):   # two different cases: distinct floors and measured times
+            vals[formulas.S.predicted_b] = vals[formulas.S.predicted_a] + vals[formulas.S.predicted_b]
+            vals[formulas.S.measured_b] = vals[formulas.S.measured_a] + vals[formulas.S.measured_b]
         if name == "cache_break_even_hit_rate":  # defined where a hit is faster than a miss
             vals[formulas.S.ttft_miss] = vals[formulas.S.ttft_hit] + vals[formulas.S.ttft_miss]
         want = float(f.expr.subs(vals).evalf(30))

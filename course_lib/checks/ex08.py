@@ -21,8 +21,7 @@ import math
 from course_lib import compare, measurements
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import estimate, weight_bytes
-from course_lib.hardware import get_hardware
+from course_lib.estimator import estimate
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "geomean_efficiency_reference"]
 
@@ -38,10 +37,10 @@ _F16_ID = "llamacpp-llama-2-7b-f16-rtx-4090-24gb"
 _Q40_ID = "llamacpp-llama-2-7b-q4_0-rtx-4090-24gb"
 _F16 = measurements.record(_F16_ID)
 _Q40 = measurements.record(_Q40_ID)
-_N = compare.LLAMACPP_DECODE_TOKENS
-_FLOOR_F16 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="fp16").tpot
-_FLOOR_Q40 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="q4_0").tpot
-_FLOOR_INT4 = estimate("llama-2-7b", "rtx-4090", 1, _N, precision="int4").tpot
+_C = compare.LLAMACPP_DECODE_CONTEXT      # tokens cached at the mean "eval" step of the README's runs
+_FLOOR_F16 = estimate("llama-2-7b", "rtx-4090", _C, 2, precision="fp16").tpot_first
+_FLOOR_Q40 = estimate("llama-2-7b", "rtx-4090", _C, 2, precision="q4_0").tpot_first
+_FLOOR_INT4 = estimate("llama-2-7b", "rtx-4090", _C, 2, precision="int4").tpot_first
 _Q1 = _FLOOR_F16 * _F16["decode_tokens_per_s"]
 assert math.isclose(_Q1, _PUB[f"{_F16_ID}/tg"].efficiency, rel_tol=1e-12)
 
@@ -49,9 +48,12 @@ q1 = Question(
     id="q1", set=SET, points=1, kind="numeric",
     objective="O2 predict a published benchmark with the estimator and read its efficiency",
     prompt=(f"llama.cpp decodes Llama-2-7B with f16 weights on an RTX 4090 at "
-            f"`measurements.record('{_F16_ID}')['decode_tokens_per_s']` tokens/s. Its floor is "
-            f"`estimate('llama-2-7b', 'rtx-4090', 1, {_N}, precision='fp16').tpot` (seconds per token). "
-            "What is the efficiency, predicted time per token / measured time per token? A fraction."),
+            f"`measurements.record('{_F16_ID}')['decode_tokens_per_s']` tokens/s: llama.cpp `main`'s 'eval' "
+            f"speed over {compare.LLAMACPP_DECODE_STEPS} one-token steps in a {compare.LLAMACPP_CONTEXT_WINDOW}-token "
+            f"window, with {_C} tokens cached on average (`compare.LLAMACPP_DECODE_CONTEXT`). Its floor is one step "
+            f"at that context: `estimate('llama-2-7b', 'rtx-4090', {_C}, 2, precision='fp16').tpot_first` "
+            "(seconds per token). What is the efficiency, predicted time per token / measured time per token? "
+            "A fraction."),
     expected=_Q1, rel_tol=0.005,
     detect=[d.gb_vs_gib()],
     mistakes=[
@@ -60,9 +62,9 @@ q1 = Question(
         Mistake(_Q1 * 100, "That is a percentage; give the efficiency as a fraction (0 to 1)."),
         Mistake(_FLOOR_Q40 * _F16["decode_tokens_per_s"],
                 "That floor is for q4_0 weights; the measurement is the f16 model (2 bytes per weight)."),
-        Mistake(weight_bytes("llama-2-7b", "fp16") / get_hardware("rtx-4090").bandwidth * _F16["decode_tokens_per_s"],
-                "That floor reads every stored parameter, the whole embedding table included. A decode step looks "
-                "up one row of the embedding (and reads the K/V cache): use the estimator's tpot."),
+        Mistake(estimate("llama-2-7b", "rtx-4090", 1, 2, precision="fp16").tpot_first * _F16["decode_tokens_per_s"],
+                f"That floor has a one-token context: it leaves out the K/V cache. Each step of these runs read about "
+                f"{_C} cached tokens' K and V as well as the weights."),
     ],
     hints=["Measured time per token = 1 / decode_tokens_per_s.",
            "Efficiency = floor / measured = floor x decode_tokens_per_s."],
@@ -77,13 +79,14 @@ q1 = Question(
 _PRED_SPEEDUP = _FLOOR_F16 / _FLOOR_Q40
 _MEAS_SPEEDUP = _Q40["decode_tokens_per_s"] / _F16["decode_tokens_per_s"]
 _Q2 = _MEAS_SPEEDUP / _PRED_SPEEDUP
+_FIT = compare.fixed_cost_fit(_PUB[f"{_F16_ID}/tg"], _PUB[f"{_Q40_ID}/tg"])
 q2 = Question(
     id="q2", set=SET, points=2, kind="numeric",
     objective="O4 test a quantisation claim against measurements",
     prompt=(f"Multi-step: the same card runs the q4_0 model (4.5 bits per weight) at "
             f"`measurements.record('{_Q40_ID}')['decode_tokens_per_s']` tokens/s. "
             "(a) Predicted speedup of q4_0 over f16: the f16 floor / the q4_0 floor "
-            f"(`estimate(..., precision='q4_0').tpot`, same arguments as question 1). "
+            f"(`estimate(..., precision='q4_0').tpot_first`, same arguments as question 1). "
             "(b) Measured speedup: q4_0 tokens/s / f16 tokens/s. "
             "(c) What fraction of the predicted speedup did llama.cpp deliver? Answer (b) / (a)."),
     expected=_Q2, rel_tol=0.005,
@@ -96,13 +99,15 @@ q2 = Question(
                 "weights: 4.5 bits per weight (`bytes_per_element('q4_0')`)."),
         Mistake(1 / _Q2, "Upside down: divide the measured speedup by the predicted one."),
     ],
-    hints=["(a) is close to 16 / 4.5, a little less: the KV cache reads do not shrink with the weights.",
+    hints=["(a) is a little less than 16 / 4.5: the K/V cache reads do not shrink with the weights.",
            "(b) uses the two records' decode_tokens_per_s; the answer is (b) / (a)."],
     solution=(f"(a) {_FLOOR_F16 * 1e3:.3f} ms / {_FLOOR_Q40 * 1e3:.3f} ms = {_PRED_SPEEDUP:.3f}. "
               f"(b) {_Q40['decode_tokens_per_s']} / {_F16['decode_tokens_per_s']} = {_MEAS_SPEEDUP:.3f}. "
-              f"(c) {_MEAS_SPEEDUP:.3f} / {_PRED_SPEEDUP:.3f} = {_Q2:.3f}. Fewer bytes did help, but the q4_0 "
-              "kernels must unpack and scale every weight, and the fixed cost per step stays: the efficiency of "
-              "the q4_0 run is lower than the f16 run's."),
+              f"(c) {_MEAS_SPEEDUP:.3f} / {_PRED_SPEEDUP:.3f} = {_Q2:.3f}. Fewer bytes did help, but a fixed "
+              "cost per step does not shrink with them: fitting measured = t0 + floor / eta through the two runs "
+              f"(`compare.fixed_cost_fit`) gives t0 = {_FIT[0] * 1e3:.2f} ms per step and eta = {_FIT[1]:.2f}, so "
+              "the fixed cost alone explains the shortfall, and the q4_0 run, with the smaller floor, loses the "
+              "larger share of its time to it."),
 )
 
 # --- O3: framework overhead ----------------------------------------------------------------------------
@@ -128,8 +133,9 @@ q3 = Question(
            "Subtract estimate(...).tpot_first converted to ms."],
     solution=(f"{_HF.measured_s * 1e3:.2f} ms - {_HF.predicted_s * 1e3:.3f} ms = {_Q3:.2f} ms per token: "
               f"{_HF.slowdown:.0f} times the floor. A CUDA-graph replay of a whole step on the same GPU took "
-              f"{_H200['h200/full-step/b1-c1024'].measured_s * 1e3:.2f} ms (batch 1, context 1024): almost all of "
-              "the eager time is Python and kernel-launch overhead, not memory."),
+              f"{_H200['h200/full-step/b1-c1024'].measured_s * 1e3:.2f} ms (batch 1, context 1024), but that is a "
+              "different program (plain PyTorch, static cache, fused projections) without transformers' host-side "
+              "overhead: the generate loop, its DynamicCache and the Python work of every step, not memory."),
 )
 
 # --- O3 multi-step: the K/V reads at long context -------------------------------------------------------
