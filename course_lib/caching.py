@@ -140,8 +140,31 @@ def write_overhead_time(model, tokens, bandwidth, kv_precision="fp16") -> float:
     return g.memory_time(kv_cache_bytes(model, tokens, kv_precision), bw, 1.0)
 
 
+class _HitMiss:
+    """What every hit-vs-miss pair derives from its ``ttft_hit`` and ``ttft_miss`` (seconds)."""
+
+    @property
+    def speedup(self) -> float:
+        """TTFT on a miss / TTFT on a hit."""
+        return self.ttft_miss / self.ttft_hit
+
+    @property
+    def saved(self) -> float:
+        """Seconds a hit saves."""
+        return self.ttft_miss - self.ttft_hit
+
+    @property
+    def latency_reduction(self) -> float:
+        """1 - t_hit / t_miss: the fraction of the TTFT a hit removes (providers quote this as '% lower latency')."""
+        return 1.0 - self.ttft_hit / self.ttft_miss
+
+    def expected_ttft(self, hit_rate) -> float:
+        """Mean TTFT at ``hit_rate`` (formula ``expected_ttft``)."""
+        return expected_ttft(hit_rate, self.ttft_hit, self.ttft_miss)
+
+
 @dataclass(frozen=True)
-class PrefixReuse:
+class PrefixReuse(_HitMiss):
     """A request of ``prefix_tokens`` shared tokens + ``new_tokens`` own tokens, with and without a cache hit."""
 
     model: ModelSpec
@@ -164,24 +187,6 @@ class PrefixReuse:
     @property
     def ttft_miss(self) -> float:
         return self.miss.ttft
-
-    @property
-    def speedup(self) -> float:
-        """TTFT on a miss / TTFT on a hit."""
-        return self.ttft_miss / self.ttft_hit
-
-    @property
-    def saved(self) -> float:
-        """Seconds a hit saves."""
-        return self.ttft_miss - self.ttft_hit
-
-    @property
-    def latency_reduction(self) -> float:
-        """1 - t_hit / t_miss: the fraction of the TTFT a hit removes (providers quote this as '% lower latency')."""
-        return 1.0 - self.ttft_hit / self.ttft_miss
-
-    def expected_ttft(self, hit_rate) -> float:
-        return expected_ttft(hit_rate, self.ttft_hit, self.ttft_miss)
 
     def break_even_hit_rate(self, write_overhead) -> float:
         return break_even_hit_rate(self.ttft_hit, self.ttft_miss, write_overhead)
@@ -227,7 +232,7 @@ MODULAR_REUSE_CAVEATS = (
 
 
 @dataclass(frozen=True)
-class ModuleReuse:
+class ModuleReuse(_HitMiss):
     """Prefill with some prompt modules' K/V reused: the cost is a cached prefix of their total size."""
 
     model: ModelSpec
@@ -247,8 +252,12 @@ class ModuleReuse:
         return sum(self.module_tokens) + self.new_tokens
 
     @property
-    def speedup(self) -> float:
-        return self.full.ttft / self.reused.ttft
+    def ttft_miss(self) -> float:
+        return self.full.ttft
+
+    @property
+    def ttft_hit(self) -> float:
+        return self.reused.ttft
 
 
 def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence[bool], new_tokens,
@@ -534,7 +543,7 @@ def _check_lm(lm, needed: int):
 
 
 @dataclass(frozen=True)
-class PrefixTiming:
+class PrefixTiming(_HitMiss):
     """Measured TTFT (s, medians over ``repeats``) of a prefix + new-token prompt, full vs with the prefix's K/V loaded.
 
     ``max_abs_diff``: the largest difference between the cached prefill's logits and the same rows of
@@ -555,8 +564,12 @@ class PrefixTiming:
     state_bytes: int
 
     @property
-    def speedup(self) -> float:
-        return self.full_seconds / self.cached_seconds
+    def ttft_miss(self) -> float:
+        return self.full_seconds
+
+    @property
+    def ttft_hit(self) -> float:
+        return self.cached_seconds
 
 
 def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, repeats: int = 5, warmup: int = 1,
@@ -820,7 +833,7 @@ def calibration_shapes(prefix_tokens=None, new_tokens=None, system_tokens=None, 
 
 
 @dataclass(frozen=True)
-class CalibratedPrefix:
+class CalibratedPrefix(_HitMiss):
     """:func:`measure_prefix_ttft`'s two passes predicted by the calibrated model (``validate.Prediction`` each)."""
 
     prefix_tokens: int
@@ -835,10 +848,6 @@ class CalibratedPrefix:
     @property
     def ttft_hit(self) -> float:
         return self.cached.seconds
-
-    @property
-    def speedup(self) -> float:
-        return self.ttft_miss / self.ttft_hit
 
 
 def predict_prefix_ttft_calibrated(spec, prefix_tokens, new_tokens, calibration) -> CalibratedPrefix:
