@@ -129,6 +129,22 @@ def run_all_cells(page) -> None:
     page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
 
 
+def press_slider(slider, key: str, old) -> int:
+    """Press ``key`` ("End", "Home", ...) on an ipywidgets slider and return the value it then shows.
+
+    ``slider`` is the locator of the slider widget (its ``course-…`` class); waits until its readout
+    no longer shows ``old``, as the learner would see it, before reading the new value.
+    """
+    from playwright.sync_api import expect
+
+    handle = slider.locator(".noUi-handle").first
+    handle.focus()
+    handle.press(key)
+    readout = slider.locator(".widget-readout").first
+    expect(readout).not_to_have_text(str(old))
+    return int(readout.inner_text().replace(",", "").strip())
+
+
 # --- servers ---------------------------------------------------------------------------------------------
 class _JupyterProcess:
     """What JupyterLab and Voila share: isolated folders, a free port, a token, a clean stop.

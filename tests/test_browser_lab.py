@@ -12,11 +12,10 @@ where that is a failure (see tests/conftest.py ``require_tool``).
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from browser_util import ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, require_browser_tools, serve_copy
+from browser_util import (ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, press_slider, require_browser_tools,
+                          run_all_cells, serve_copy, wait_for_notebook_kernel)
 
 pytestmark = pytest.mark.browser
 
@@ -52,20 +51,10 @@ def test_start_notebook_widget_in_jupyterlab(lab):
             page.goto(lab.url(f"lab/tree/{NOTEBOOK}"))
 
             # The notebook is open and its kernel is ready.
-            page.locator(".jp-NotebookPanel").first.wait_for(state="visible")
-            page.wait_for_function(
-                """() => {
-                    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                    const k = w && w.sessionContext && w.sessionContext.session
-                              && w.sessionContext.session.kernel;
-                    return k && k.status === 'idle';
-                }"""
-            )
+            wait_for_notebook_kernel(page)
             page.screenshot(path=str(ARTIFACTS / "browser_lab_opened.png"))
 
-            # Run ▸ Run All Cells, through the menu as a learner would.
-            page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-            page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
+            run_all_cells(page)
             lab.remember_children()
 
             # The live widget (not the stored snapshot) appears with the default setting.
@@ -82,12 +71,7 @@ def test_start_notebook_widget_in_jupyterlab(lab):
             page.screenshot(path=str(ARTIFACTS / "browser_lab_widget_before.png"))
 
             # Move the prompt-length slider to its maximum with the keyboard.
-            handle = widget.locator(".course-prompt-tokens .noUi-handle").first
-            handle.focus()
-            handle.press("End")
-            readout = widget.locator(".course-prompt-tokens .widget-readout").first
-            expect(readout).not_to_have_text(str(start["prompt_tokens"]))
-            prompt_tokens = int(readout.inner_text().replace(",", "").strip())
+            prompt_tokens = press_slider(widget.locator(".course-prompt-tokens"), "End", start["prompt_tokens"])
             assert prompt_tokens > start["prompt_tokens"]
 
             ttft1, tpot1 = _expected({**start, "prompt_tokens": prompt_tokens})

@@ -18,8 +18,8 @@ import inspect
 
 import pytest
 
-from browser_util import (ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, require_browser_tools, run_all_cells,
-                          serve_copy, wait_for_notebook_kernel)
+from browser_util import (ARTIFACTS, REPO_ROOT, JupyterLab, launch_chromium, press_slider, require_browser_tools,
+                          run_all_cells, serve_copy, wait_for_notebook_kernel)
 
 pytestmark = pytest.mark.browser
 
@@ -84,11 +84,8 @@ def test_lesson04_tpot_explorer_in_jupyterlab(lab):
             page.screenshot(path=str(ARTIFACTS / "browser_lesson04_widget_before.png"))
 
             # Context slider to its maximum with the keyboard.
-            handle = widget.locator(".course-context .noUi-handle").first
-            handle.focus()
-            handle.press("End")
+            context = press_slider(widget.locator(".course-context"), "End", start["context"])
             expect(readout).to_have_text(str(CONTEXT_RANGE[1]))
-            context = int(readout.inner_text().replace(",", "").strip())
 
             tpot1, tps1 = _expected({**start, "context": context})
             expect(tpot).to_have_text(tpot1)

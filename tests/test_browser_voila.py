@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from browser_util import ARTIFACTS, REPO_ROOT, Voila, launch_chromium, require_browser_tools, serve_copy
+from browser_util import ARTIFACTS, REPO_ROOT, Voila, launch_chromium, press_slider, require_browser_tools, serve_copy
 
 pytestmark = pytest.mark.browser
 
@@ -84,11 +84,7 @@ def test_capstone_dashboard_in_voila(app):
             page.screenshot(path=str(ARTIFACTS / "browser_voila_before.png"))
 
             # Batch slider to its maximum with the keyboard.
-            handle = batch.locator(".noUi-handle").first
-            handle.focus()
-            handle.press("End")
-            expect(batch.locator(".widget-readout")).not_to_have_text(str(start.batch))
-            new_batch = int(batch.locator(".widget-readout").inner_text().replace(",", "").strip())
+            new_batch = press_slider(batch, "End", start.batch)
             assert new_batch > start.batch
             state1 = start.replace(batch=new_batch)
             tpot1, ttft1 = _expected(state1)
@@ -99,11 +95,7 @@ def test_capstone_dashboard_in_voila(app):
             figure1 = figure.get_attribute("src")
 
             # Prompt slider to its minimum.
-            handle = prompt.locator(".noUi-handle").first
-            handle.focus()
-            handle.press("Home")
-            expect(prompt.locator(".widget-readout")).not_to_have_text(str(start.prompt_tokens))
-            new_prompt = int(prompt.locator(".widget-readout").inner_text().replace(",", "").strip())
+            new_prompt = press_slider(prompt, "Home", start.prompt_tokens)
             assert new_prompt < start.prompt_tokens
             state2 = state1.replace(prompt_tokens=new_prompt)
             tpot2, ttft2 = _expected(state2)
