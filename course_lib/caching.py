@@ -39,6 +39,7 @@ never imports torch, ipywidgets or matplotlib.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import random
@@ -337,29 +338,21 @@ class SessionCost:
     ttft_nocache: tuple[float, ...]
     ttft_cached: tuple[float, ...]
 
-    @staticmethod
-    def _cum(xs):
-        out, s = [], 0
-        for x in xs:
-            s += x
-            out.append(s)
-        return tuple(out)
-
     @property
     def cumulative_tokens_nocache(self) -> tuple[int, ...]:
-        return self._cum(self.tokens_nocache)
+        return tuple(itertools.accumulate(self.tokens_nocache))
 
     @property
     def cumulative_tokens_cached(self) -> tuple[int, ...]:
-        return self._cum(self.tokens_cached)
+        return tuple(itertools.accumulate(self.tokens_cached))
 
     @property
     def cumulative_ttft_nocache(self) -> tuple[float, ...]:
-        return self._cum(self.ttft_nocache)
+        return tuple(itertools.accumulate(self.ttft_nocache))
 
     @property
     def cumulative_ttft_cached(self) -> tuple[float, ...]:
-        return self._cum(self.ttft_cached)
+        return tuple(itertools.accumulate(self.ttft_cached))
 
     @property
     def cache_tokens(self) -> int:
