@@ -59,7 +59,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from .hardware import HardwareSpec, custom_hardware
-from .validation import require_choice, require_count, require_nonnegative, require_positive
+from .validation import require_choice, require_count, require_counts, require_nonnegative, require_positive
 
 __all__ = [
     "DTYPES", "GemvResult", "GemvTable", "CopyResult", "MatmulResult", "DtypeProbe", "MachineMeasurements",
@@ -1028,17 +1028,6 @@ def measure_decode(lm, prompt_tokens: int = 16, steps: int = 16, threads: int | 
     return _decode_run(lm, prompt_tokens, steps, warmup, b, nthreads, seed=0)
 
 
-def _positions(name: str, values) -> list[int]:
-    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
-        values = [values]
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a list of token counts, got {values!r}")
-    out = [require_count(name, v, minimum=1) for v in values]
-    if not out:
-        raise ValueError(f"{name} must name at least one token count")
-    return out
-
-
 def measure_decode_contexts(lm, contexts, steps: int = 8, threads: int | None = None, warmup: int = 2,
                             batch: int | None = None) -> list[DecodeTiming]:
     """TPOT at each context length: prefill to that context, then time ``steps`` steps there.
@@ -1049,7 +1038,7 @@ def measure_decode_contexts(lm, contexts, steps: int = 8, threads: int | None = 
     ``c + steps`` must fit in the model's ``max_seq``.
     """
     _check_lm(lm)
-    cs = _positions("contexts", contexts)
+    cs = require_counts("contexts", contexts, single=True)
     steps = require_count("steps", steps, minimum=1)
     warmup = require_count("warmup", warmup)
     b = _lm_batch(lm, batch)
@@ -1091,7 +1080,7 @@ def measure_prefill(lm, prompt_lengths, repeats: int = 5, threads: int | None = 
     cache (synchronised on a GPU); ``warmup`` untimed prefills of that length come first.
     """
     _check_lm(lm)
-    lengths = _positions("prompt_lengths", prompt_lengths)
+    lengths = require_counts("prompt_lengths", prompt_lengths, single=True)
     repeats = require_count("repeats", repeats, minimum=1)
     warmup = require_count("warmup", warmup)
     b = _lm_batch(lm, batch)

@@ -90,7 +90,7 @@ from . import bench
 from .estimator import estimate
 from .hardware import HardwareSpec, custom_hardware
 from .models import ModelSpec, get_model
-from .validation import require_choice, require_count
+from .validation import require_choice, require_count, require_counts
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "Calibration", "Prediction",
            "Point", "ValidationReport", "calibrate", "predict_tpot", "predict_ttft", "count_ops", "weight_matrices",
@@ -449,15 +449,6 @@ def _models_arg(models, fast: bool) -> dict[str, ModelSpec]:
     return items
 
 
-def _counts(name: str, values) -> list[int]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a list of token counts, got {values!r}")
-    out = [require_count(name, v, minimum=1) for v in values]
-    if not out:
-        raise ValueError(f"{name} must name at least one token count")
-    return out
-
-
 def _check_clock(clock, dev, nthreads) -> str:
     clock = require_choice("clock", clock, bench.CLOCKS)
     if clock == "process" and (dev.type != "cpu" or nthreads != 1):
@@ -588,7 +579,7 @@ def _cached_pairs(cached_prefills) -> list[tuple[int, int]]:
 def _calibrate(dev, nthreads, fast, models, prompt_lengths, ttft_model, progress, clock, pairs=(),
                rotate_gemm=False) -> Calibration:
     specs = _models_arg(models, fast)
-    prompts = _counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
+    prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                       else prompt_lengths)
     ttft_spec = list(specs.values())[0] if ttft_model is None else _spec(ttft_model)
     repeats, min_block = (3, 2e-4) if fast else (7, 2e-3)
@@ -891,8 +882,8 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     nthreads = bench._threads(threads, dev)
     clock = _check_clock(clock, dev, nthreads)
     specs = _models_arg(models, fast)
-    ctxs = _counts("contexts", (FAST_CONTEXTS if fast else DECODE_CONTEXTS) if contexts is None else contexts)
-    prompts = _counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
+    ctxs = require_counts("contexts", (FAST_CONTEXTS if fast else DECODE_CONTEXTS) if contexts is None else contexts)
+    prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                       else prompt_lengths)
     ttft_spec = list(specs.values())[0] if ttft_model is None else _spec(ttft_model)
     decode_runs = 8 if runs is None else require_count("runs", runs, minimum=5)

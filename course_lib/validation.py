@@ -13,6 +13,7 @@ from typing import Iterable
 
 __all__ = [
     "require_count",
+    "require_counts",
     "require_positive",
     "require_nonnegative",
     "require_fraction",
@@ -50,6 +51,18 @@ def require_count(name: str, value, *, minimum: int = 0) -> int:
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {int(v)}")
     return int(v)
+
+
+def require_counts(name: str, values, *, single: bool = False) -> list[int]:
+    """A non-empty list of token counts (each >= 1); with ``single=True`` a bare count is one item."""
+    if single and isinstance(values, numbers.Integral) and not isinstance(values, bool):
+        values = [values]
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of token counts, got {values!r}")
+    out = [require_count(name, v, minimum=1) for v in values]
+    if not out:
+        raise ValueError(f"{name} must name at least one token count")
+    return out
 
 
 def require_positive(name: str, value) -> float:
