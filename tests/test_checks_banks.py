@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
+import nbformat
 import pytest
 
 from course_lib import checks
@@ -45,6 +47,20 @@ def test_set_is_complete(set_name):
     assert len(questions) >= 6, f"{set_name} has {len(questions)} questions; each set needs at least 6"
     assert len({q.id for q in questions}) == len(questions)
     assert all(q.points > 0 for q in questions)
+
+
+LESSONS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@pytest.mark.parametrize("set_name", checks.available_sets())
+def test_set_assesses_its_lesson_objectives(set_name):
+    """Each question names an objective (O1, O2, ...) that its lesson lists."""
+    (lesson,) = LESSONS.glob(f"{set_name[2:]}_*.ipynb")
+    nb = nbformat.read(lesson, as_version=4)
+    objectives = "\n".join(c.source for c in nb.cells if "objectives" in c.metadata.get("tags", []))
+    for q in validate_set(_module(set_name)):
+        number = q.objective.split()[0]
+        assert re.fullmatch(r"O\d+", number) and f"**{number}**" in objectives, q.objective
 
 
 @pytest.mark.parametrize("set_name, qid", QUESTIONS)
