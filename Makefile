@@ -101,10 +101,10 @@ notebooks: install
 	COURSE_FAST=1 $(PY) tools/run_notebooks.py $(if $(FULL),--full,) $(NOTEBOOKS)
 
 exercises: install
-	$(PY) -m course_lib.exgen
+	$(PY) -m course_lib.authoring.exgen
 
 codegen: install
-	$(PY) -m course_lib.codegen
+	$(PY) -m course_lib.core.codegen
 
 clean:
 	rm -rf .pytest_cache .hypothesis artifacts build dist

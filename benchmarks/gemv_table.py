@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_lib import bench  # noqa: E402
-from course_lib.units import format_bytes  # noqa: E402
+from course_lib.measure import bench  # noqa: E402
+from course_lib.core.units import format_bytes  # noqa: E402
 
 
 def sizes_for(llc: int | None, esize: int, device: str) -> list[tuple[int, int]]:

@@ -8,8 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from course_lib import bench, estimate, get_model  # noqa: E402
-from course_lib.hardware import HardwareSpec  # noqa: E402
+from course_lib import estimate, get_model
+
+from course_lib.measure import bench  # noqa: E402
+from course_lib.core.hardware import HardwareSpec  # noqa: E402
 
 FAST = dict(repeats=2, min_block=1e-5, progress=False, device="cpu")
 
@@ -202,7 +204,7 @@ def test_results_are_frozen():
 
 # --- whole-model timings (prefill, decode at contexts and batch) and the op-overhead probe ------------------
 def _tiny_lm(batch=1, max_seq=64):
-    from course_lib.tinylm import TinyLM
+    from course_lib.measure.tinylm import TinyLM
     spec = get_model("llama-3-8b").scaled(layers=1, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64,
                                           vocab=50)
     return TinyLM(spec, seed=0, batch=batch, max_seq=max_seq, device="cpu")

@@ -25,7 +25,7 @@ TIMEOUT_MS = 180_000  # generous: two cores shared with the rest of the suite
 
 def _expected(settings: dict) -> tuple[str, str]:
     from course_lib import estimate
-    from course_lib.units import format_time
+    from course_lib.core.units import format_time
 
     e = estimate(settings["model"], settings["hardware"], settings["prompt_tokens"], settings["new_tokens"],
                  precision=settings["precision"])

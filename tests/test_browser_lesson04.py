@@ -4,7 +4,7 @@ A real JupyterLab server (127.0.0.1, free port, random token, isolated Jupyter f
 temporary copy of notebooks/, so the repository's notebooks are never modified. Headless Debian
 chromium, driven by Python playwright, opens notebooks/04_bandwidth_bound_latency.ipynb, runs all
 cells through the *Run* menu, waits for the live TPOT explorer the lesson displays with
-``tpot_explorer()`` (``course_lib/widgets/latency.py``), checks its TPOT and tokens/s labels for the
+``tpot_explorer()`` (``course_lib/lessons/widgets/latency.py``), checks its TPOT and tokens/s labels for the
 default setting, moves the context slider to its maximum with the keyboard and checks that both
 labels become exactly what ``tpot_reading`` -- the plain function the widget calls -- gives for the
 new context. Screenshots go to artifacts/ (git-ignored).
@@ -29,14 +29,14 @@ TIMEOUT_MS = 180_000  # generous: two cores shared with the rest of the suite
 
 def _lesson_setting() -> dict:
     """The setting the lesson's ``tpot_explorer()`` call starts with: the function's defaults."""
-    from course_lib.widgets.latency import tpot_explorer
+    from course_lib.lessons.widgets.latency import tpot_explorer
 
     return {name: p.default for name, p in inspect.signature(tpot_explorer).parameters.items()}
 
 
 def _expected(setting: dict) -> tuple[str, str]:
     """(TPOT label, tokens/s label) of the explorer for ``setting``, from course_lib directly."""
-    from course_lib.widgets.latency import tpot_reading
+    from course_lib.lessons.widgets.latency import tpot_reading
 
     r = tpot_reading(**setting)
     return r.tpot_text, r.tps_text
@@ -52,7 +52,7 @@ def lab(tmp_path):
 def test_lesson04_tpot_explorer_in_jupyterlab(lab):
     from playwright.sync_api import expect, sync_playwright
 
-    from course_lib.widgets.latency import CONTEXT_RANGE
+    from course_lib.lessons.widgets.latency import CONTEXT_RANGE
 
     start = _lesson_setting()
     assert start["context"] < CONTEXT_RANGE[1], "the slider must have room to move up"

@@ -33,7 +33,7 @@ TIMEOUT_MS = 180_000  # generous: two cores shared with the rest of the suite
 
 def _expected(state) -> tuple[str, str]:
     """(TPOT label, TTFT label) of the dashboard for ``state``, from course_lib directly."""
-    from course_lib.dashboard import tpot_text, ttft_text
+    from course_lib.core.capstone import tpot_text, ttft_text
 
     return tpot_text(state), ttft_text(state)
 
@@ -48,7 +48,7 @@ def app(tmp_path):
 def test_capstone_dashboard_in_voila(app):
     from playwright.sync_api import expect, sync_playwright
 
-    from course_lib.dashboard import DashboardState
+    from course_lib.core.capstone import DashboardState
 
     start = DashboardState()  # the dashboard's initial values
     tpot0, ttft0 = _expected(start)

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import _generated as g
-from course_lib import caching, estimate, get_hardware, get_model, kv_cache_bytes
+from course_lib.core import _generated as g
+from course_lib import estimate, get_hardware, get_model, kv_cache_bytes
+from course_lib.core import caching
 
 counts = st.integers(min_value=0, max_value=5000)
 turns = st.integers(min_value=1, max_value=60)
@@ -73,7 +74,7 @@ def test_derivations_match_the_formulas():
     assert d["matches"]
     import sympy as sp
 
-    from course_lib.formulas import S
+    from course_lib.core.formulas import S
     assert sp.simplify(d["sum_nocache"] - d["sum_cached"] - d["saved"]) == 0
     assert d["saved"].subs(S.turns, 1) == 0          # one turn: nothing to save
     b = caching.break_even_derivation()
@@ -247,7 +248,7 @@ def test_bad_model_name_suggests():
 @pytest.fixture(scope="module")
 def tiny_lm():
     pytest.importorskip("torch")
-    from course_lib.tinylm import TinyLM
+    from course_lib.measure.tinylm import TinyLM
 
     spec = get_model("llama-3-8b").scaled(name="tiny-test", layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
                                           intermediate=128, vocab=97)
@@ -303,7 +304,8 @@ def test_measurements_check_their_arguments(tiny_lm):
 def _hand_calibration():
     """A Calibration with known numbers (no probe runs): predictions are then pure arithmetic."""
     torch = pytest.importorskip("torch")
-    from course_lib import bench, validate
+    from course_lib.measure import bench
+    from course_lib.measure import validate
 
     copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.02, q1_seconds=0.02,
                             q3_seconds=0.02, repeats=1, device="cpu", threads=1)
@@ -335,7 +337,7 @@ def test_calibration_shapes_list_every_prefill_the_predictions_price():
 
 
 def test_calibrated_prefix_prediction_is_two_validate_predictions():
-    from course_lib import validate
+    from course_lib.measure import validate
 
     cal = _hand_calibration()
     r = caching.predict_prefix_ttft_calibrated(SMALL, 96, 8, cal)
@@ -347,7 +349,7 @@ def test_calibrated_prefix_prediction_is_two_validate_predictions():
 
 
 def test_calibrated_session_prediction_per_turn():
-    from course_lib import validate
+    from course_lib.measure import validate
 
     cal = _hand_calibration()
     s = caching.predict_session_ttft_calibrated(SMALL, 32, 4, 8, 3, cal)

@@ -139,7 +139,7 @@ def test_params_dimension_reads_b_as_billion():
 
 
 def test_quantity_objects_are_accepted():
-    from course_lib.units import parse_quantity
+    from course_lib.core.units import parse_quantity
 
     q = numeric()
     assert q.evaluate(parse_quantity("14 GB")).correct

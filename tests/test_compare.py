@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import _generated as g
-from course_lib import compare, estimate, get_hardware, get_model, measurements, weight_bytes
-from course_lib.hardware import custom_hardware
+from course_lib.core import _generated as g
+from course_lib import estimate, get_hardware, get_model, weight_bytes
+from course_lib.core import compare
+from course_lib.core import measurements
+from course_lib.core.hardware import custom_hardware
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import _generated as g
-from course_lib import dashboard as D
+from course_lib.core import _generated as g
+from course_lib.core import capstone as D
 from course_lib import estimate, get_hardware, get_model
-from course_lib.hardware import custom_hardware
-from course_lib.units import Quantity, format_bytes, format_time
+from course_lib.core.hardware import custom_hardware
+from course_lib.core.units import Quantity, format_bytes, format_time
 
 #: settings the estimator can price (catalog devices with a published peak for the compute dtype)
 SETTINGS = [

@@ -127,7 +127,7 @@ def test_drift_is_detected(tmp_path, monkeypatch):
 
 
 # --- the environment check (course_lib.sysinfo) -----------------------------------------------------------
-from course_lib import sysinfo  # noqa: E402
+from course_lib.measure import sysinfo  # noqa: E402
 
 
 def test_sysinfo_basic_facts():

@@ -7,8 +7,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from course_lib import estimate, get_hardware, get_model, kv_cache_bytes, weight_bytes
-from course_lib.precision import PRECISIONS, bytes_per_element
-from course_lib.units import GB, GiB, KiB, MB
+from course_lib.core.precision import PRECISIONS, bytes_per_element
+from course_lib.core.units import GB, GiB, KiB, MB
 
 # ---- the source's numbers ----------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import exgen, grade
+from course_lib.authoring import exgen
+
+from course_lib.authoring import grade
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,9 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import _generated as g
-from course_lib import codegen, formulas
+from course_lib.core import _generated as g
+from course_lib.core import codegen
+from course_lib.core import formulas
 
 
 def test_generated_module_is_up_to_date():

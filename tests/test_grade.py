@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from course_lib import grade
+from course_lib.authoring import grade
 from course_lib.checks import _demo
 
 pytestmark = pytest.mark.notebook

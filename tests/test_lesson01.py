@@ -20,10 +20,14 @@ from nbtext import shown_text
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import bytes_per_element, get_hardware, get_model, measurements, units, weight_bytes
+from course_lib import bytes_per_element, get_hardware, get_model, weight_bytes
+
+from course_lib.core import measurements
+
+from course_lib.core import units
 from course_lib.checks import ex01
-from course_lib.prose import count, details, formula, md, md_text, table
-from course_lib.widgets.units import (CONVENTION_OPTIONS, DIGITS, Readings, UnitConverter, convert,
+from course_lib.lessons.prose import count, details, formula, md, md_text, table
+from course_lib.lessons.widgets.units import (CONVENTION_OPTIONS, DIGITS, Readings, UnitConverter, convert,
                                       render_readings, unit_converter)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +243,7 @@ def test_table_and_formula():
     assert table(["a", "b"], [[1, "x|y"]]) == "| a | b |\n|---|---|\n| 1 | x\\|y |"
     with pytest.raises(ValueError, match="rows\\[0\\]"):
         table(["a", "b"], [[1]])
-    from course_lib import formulas
+    from course_lib.core import formulas
 
     assert formula("weight_bytes") == f"$${formulas.equation('weight_bytes')}$$"
 
@@ -344,7 +348,7 @@ def test_ex01_mixes_every_kind_of_question_with_multi_step_problems():
 
 def test_exercise_is_generated_from_the_solution():
     """exercises/01_units.ipynb is exactly what the generator makes of the solution (never hand-edited)."""
-    from course_lib import exgen
+    from course_lib.authoring import exgen
 
     assert EXERCISE.exists(), "exercises/01_units.ipynb is missing: run `python -m course_lib.exgen`"
     assert EXERCISE.read_text(encoding="utf-8") == exgen.exercise_text(SOLUTION), (

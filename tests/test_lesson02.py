@@ -15,17 +15,17 @@ from hypothesis import strategies as st
 
 widgets = pytest.importorskip("ipywidgets")
 
-from course_lib import _generated as g  # noqa: E402
-from course_lib.hardware import get_hardware, list_hardware  # noqa: E402
-from course_lib.models import get_model, list_models  # noqa: E402
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots.data_per_token import (  # noqa: E402
+from course_lib.core import _generated as g  # noqa: E402
+from course_lib.core.hardware import get_hardware, list_hardware  # noqa: E402
+from course_lib.core.models import get_model, list_models  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots.data_per_token import (  # noqa: E402
     DEFAULT_PRECISIONS, GEMV_PRECISIONS, cache_bytes, gemv_cost, plot_bytes_per_token, plot_cache_vs_weights,
     plot_ridge_points, ridge_points,
 )
-from course_lib.precision import PRECISIONS, bytes_per_element  # noqa: E402
-from course_lib.units import format_bytes  # noqa: E402
-from course_lib.widgets.data_per_token import (  # noqa: E402
+from course_lib.core.precision import PRECISIONS, bytes_per_element  # noqa: E402
+from course_lib.core.units import format_bytes  # noqa: E402
+from course_lib.lessons.widgets.data_per_token import (  # noqa: E402
     PRECISION_OPTIONS, BytesPerTokenExplorer, bytes_per_token, bytes_per_token_explorer, render_bytes_per_token,
 )
 

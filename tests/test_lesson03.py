@@ -13,10 +13,10 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
 from course_lib import get_hardware, get_model, kv_cache_bytes  # noqa: E402
-from course_lib.plots._base import label_has_unit  # noqa: E402
-from course_lib.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context  # noqa: E402
-from course_lib.units import format_bytes  # noqa: E402
-from course_lib.widgets.kv_cache import (  # noqa: E402
+from course_lib.lessons.plots._base import label_has_unit  # noqa: E402
+from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context  # noqa: E402
+from course_lib.core.units import format_bytes  # noqa: E402
+from course_lib.lessons.widgets.kv_cache import (  # noqa: E402
     BATCH_RANGE, CONTEXT_RANGE, DEFAULT_MODELS, crossover_context, crossover_html, kv_cache_explorer,
     kv_crossover_explorer, kv_rows, kv_shape, kv_table_html, tokens_that_fit,
 )
@@ -53,8 +53,8 @@ def test_sliding_window_caps_mistral_but_not_llama3():
 
 def test_attention_intensity_is_hq_over_hkv_in_fp16():
     sp = pytest.importorskip("sympy")
-    from course_lib import formulas
-    from course_lib.formulas import S
+    from course_lib.core import formulas
+    from course_lib.core.formulas import S
     flops = sp.diff(formulas.expr("decode_flops"), S.context)
     nbytes = sp.diff(formulas.expr("decode_bytes"), S.context)
     k_tok = formulas.expr("kv_cache_bytes").subs({S.kv_values: formulas.expr("kv_values_per_token"),
@@ -66,8 +66,8 @@ def test_attention_intensity_is_hq_over_hkv_in_fp16():
 
 def test_crossover_solves_kv_equals_weights_with_sympy():
     sp = pytest.importorskip("sympy")
-    from course_lib import formulas
-    from course_lib.formulas import S
+    from course_lib.core import formulas
+    from course_lib.core.formulas import S
     t = sp.solve(sp.Eq(formulas.expr("kv_cache_bytes"), formulas.expr("weight_bytes")), S.tokens)[0]
     m = get_model("llama-3-8b")
     for b in (1, 3, 16, 200):

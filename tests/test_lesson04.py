@@ -21,16 +21,18 @@ from nbtext import shown_text
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import estimate, get_hardware, get_model, kv_cache_bytes, list_models, measurements, weight_bytes
+from course_lib import estimate, get_hardware, get_model, kv_cache_bytes, list_models, weight_bytes
+
+from course_lib.core import measurements
 from course_lib.checks import ex04
-from course_lib.units import Quantity, format_bandwidth, format_bytes, format_time
+from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time
 
 widgets = pytest.importorskip("ipywidgets")
 
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots.latency import (DEFAULT_DEVICES, context_grid, plot_total_vs_tokens,  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots.latency import (DEFAULT_DEVICES, context_grid, plot_total_vs_tokens,  # noqa: E402
                                       plot_tpot_vs_context, total_curve, tpot_curve)
-from course_lib.widgets.latency import (CONTEXT_RANGE, NOT_AVAILABLE, TpotExplorer, tpot_estimate,  # noqa: E402
+from course_lib.lessons.widgets.latency import (CONTEXT_RANGE, NOT_AVAILABLE, TpotExplorer, tpot_estimate,  # noqa: E402
                                         tpot_explorer, tpot_reading)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,7 +336,7 @@ def test_the_exact_sum_minus_the_line_is_the_quadratic_gap():
 def test_ex04_expected_values_come_from_course_lib():
     import sympy as sp
 
-    from course_lib import formulas
+    from course_lib.core import formulas
 
     rtx = get_hardware("rtx-4090")
     assert ex04.q1.evaluate(rtx.bandwidth / weight_bytes(7e9, "fp16")).correct

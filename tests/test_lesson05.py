@@ -19,10 +19,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
-from course_lib import bench, get_hardware, get_model, measurements  # noqa: E402
+from course_lib import get_hardware, get_model
+
+from course_lib.measure import bench
+
+from course_lib.core import measurements  # noqa: E402
 from course_lib.checks import ex05  # noqa: E402
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots import gemv as plots  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots import gemv as plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "05_gemv_timing.ipynb"

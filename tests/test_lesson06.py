@@ -24,17 +24,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import _generated as g
-from course_lib import estimate, get_hardware, get_model, measurements, weight_bytes
+from course_lib.core import _generated as g
+from course_lib import estimate, get_hardware, get_model, weight_bytes
+from course_lib.core import measurements
 from course_lib.checks import ex06
-from course_lib.units import format_time
+from course_lib.core.units import format_time
 
 widgets = pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots import prefill_decode as plots  # noqa: E402
-from course_lib.widgets.prefill_decode import (BATCH_RANGE, NOT_AVAILABLE, PrefillDecodeExplorer,  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots import prefill_decode as plots  # noqa: E402
+from course_lib.lessons.widgets.prefill_decode import (BATCH_RANGE, NOT_AVAILABLE, PrefillDecodeExplorer,  # noqa: E402
                                                prefill_decode_explorer, prefill_decode_reading, rate_text)
 
 ROOT = Path(__file__).resolve().parents[1]

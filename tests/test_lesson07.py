@@ -16,17 +16,21 @@ import nbformat
 import pytest
 from nbtext import shown_text
 
-from course_lib import caching, estimate, get_model, kv_cache_bytes, measurements
+from course_lib import estimate, get_model, kv_cache_bytes
+
+from course_lib.core import caching
+
+from course_lib.core import measurements
 from course_lib.checks import ex07
-from course_lib.units import format_bytes, format_time
+from course_lib.core.units import format_bytes, format_time
 
 widgets = pytest.importorskip("ipywidgets")
 
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots.caching import (plot_cache_memory, plot_hit_rate_vs_budget,  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots.caching import (plot_cache_memory, plot_hit_rate_vs_budget,  # noqa: E402
                                       plot_measured_vs_predicted_ttft, plot_session_prefill,
                                       plot_ttft_hit_vs_miss, prefix_grid)
-from course_lib.widgets.caching import (BUDGET_WORKLOAD, cache_budget_explorer, cache_budget_reading,  # noqa: E402
+from course_lib.lessons.widgets.caching import (BUDGET_WORKLOAD, cache_budget_explorer, cache_budget_reading,  # noqa: E402
                                         prefix_cache_explorer, prefix_cache_reading, session_cache_explorer,
                                         session_cache_reading)
 

@@ -15,10 +15,12 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from course_lib import compare, measurements  # noqa: E402
+from course_lib.core import compare
+
+from course_lib.core import measurements  # noqa: E402
 from course_lib.checks import ex08  # noqa: E402
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots import compare as plots  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots import compare as plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "08_predicted_vs_measured.ipynb"

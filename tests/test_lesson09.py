@@ -20,16 +20,16 @@ import nbformat
 import pytest
 from nbtext import shown_text
 
-from course_lib import dashboard as D
+from course_lib.core import capstone as D
 from course_lib import estimate
-from course_lib.hardware import custom_hardware
-from course_lib.units import format_time
+from course_lib.core.hardware import custom_hardware
+from course_lib.core.units import format_time
 
 widgets = pytest.importorskip("ipywidgets")
 
-from course_lib.plots import label_has_unit  # noqa: E402
-from course_lib.plots.capstone import TITLE, XLABEL, YLABEL, plot_latency_throughput  # noqa: E402
-from course_lib.widgets.capstone import (BATCH_RANGE, NEW_TOKENS_RANGE, PROMPT_RANGE,  # noqa: E402
+from course_lib.lessons.plots import label_has_unit  # noqa: E402
+from course_lib.lessons.plots.capstone import TITLE, XLABEL, YLABEL, plot_latency_throughput  # noqa: E402
+from course_lib.lessons.widgets.capstone import (BATCH_RANGE, NEW_TOKENS_RANGE, PROMPT_RANGE,  # noqa: E402
                                          CapstoneDashboard, capstone_dashboard, status_html)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,14 +153,14 @@ def test_measure_button_measures_on_click_only(monkeypatch, dash):
     unit test, and the fake keeps torch out of this test)."""
     import types
 
-    import course_lib
+    import course_lib.measure
 
     spec = custom_hardware("this-machine", bandwidth=40e9, peak_flops=1e12, capacity=16e9)
     calls = []
     fake = types.SimpleNamespace(measure_machine=lambda **kw: calls.append(kw) or "m",
                                  this_machine=lambda m: spec if m == "m" else None)
-    monkeypatch.setitem(sys.modules, "course_lib.bench", fake)
-    monkeypatch.setattr(course_lib, "bench", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "course_lib.measure.bench", fake)
+    monkeypatch.setattr(course_lib.measure, "bench", fake, raising=False)
     assert calls == []
     dash.measure.click()
     assert calls == [{"progress": False}] and dash.machine is spec and dash.hardware.value == "this-machine"
@@ -170,14 +170,14 @@ def test_measure_button_measures_on_click_only(monkeypatch, dash):
 def test_a_failed_measurement_is_shown_not_raised(monkeypatch, dash):
     import types
 
-    import course_lib
+    import course_lib.measure
 
     def boom(**kw):
         raise RuntimeError("no timer")
 
     fake = types.SimpleNamespace(measure_machine=boom, this_machine=None)
-    monkeypatch.setitem(sys.modules, "course_lib.bench", fake)
-    monkeypatch.setattr(course_lib, "bench", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "course_lib.measure.bench", fake)
+    monkeypatch.setattr(course_lib.measure, "bench", fake, raising=False)
     dash.measure.click()
     assert "measurement failed: no timer" in dash.status.value and dash.machine is None
     assert dash.state == D.DashboardState()
@@ -269,9 +269,11 @@ def _claims():
     """(description, text the lesson must show) pairs, each computed from course_lib now."""
     import math
 
-    from course_lib import get_hardware, get_model, measurements
-    from course_lib import _generated as g
-    from course_lib.units import format_bandwidth, format_bytes
+    from course_lib import get_hardware, get_model
+
+    from course_lib.core import measurements
+    from course_lib.core import _generated as g
+    from course_lib.core.units import format_bandwidth, format_bytes
 
     h = measurements.h200()
     h200 = get_hardware("h200")
@@ -360,7 +362,7 @@ def test_ex09_expected_values_come_from_course_lib():
 
     import sympy as sp
 
-    from course_lib import _generated as g
+    from course_lib.core import _generated as g
     from course_lib import get_hardware, get_model
     from course_lib.checks import ex09
 
@@ -431,7 +433,7 @@ def test_ex09_covers_every_objective_with_multi_step_problems_and_a_function():
 
 def test_link_bandwidth_field_asks_for_one_direction(dash):
     """The all-reduce formula wants the per-direction bandwidth; the field says so and warns about datasheets."""
-    from course_lib.widgets.capstone import LINK_HELP, LINK_PLACEHOLDER
+    from course_lib.lessons.widgets.capstone import LINK_HELP, LINK_PLACEHOLDER
 
     assert "per direction" in dash.interconnect_bandwidth.placeholder == LINK_PLACEHOLDER
     assert dash.interconnect_bandwidth.tooltip == LINK_HELP and "both directions" in LINK_HELP
@@ -443,7 +445,8 @@ def test_lesson_states_the_fp8_kv_cache_and_the_fp16_alternative(lesson_text):
     assert "fp8 weights, activations and KV cache" in lesson_text
     assert f"and {D.max_batch_that_fits(s70.replace(kv_precision='fp16'))} chats fit" in lesson_text
     # the L40S row of the fp8-KV -> fp16-KV table, with the prefix cached and the lesson's efficiencies
-    from course_lib import get_hardware, measurements
+    from course_lib import get_hardware
+    from course_lib.core import measurements
 
     h, h200 = measurements.h200(), get_hardware("h200")
     run = next(r for r in h["full_decode_step_cuda_graph"]["runs"] if r["batch"] == 1 and r["context"] == 1)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib import lessons
+from course_lib.lessons import lesson_map as lessons
 
 ROOT = Path(__file__).resolve().parents[1]
 

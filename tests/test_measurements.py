@@ -11,8 +11,10 @@ from importlib import resources
 
 import pytest
 
-from course_lib import glossary, measurements
-from course_lib.units import GiB, format_bytes, parse_bytes
+from course_lib.lessons import glossary
+
+from course_lib.core import measurements
+from course_lib.core.units import GiB, format_bytes, parse_bytes
 
 LLAMACPP_SOURCE = 'XiongjieDai/GPU-Benchmarks-on-LLM-Inference, README.md, section "Overview", snapshot Dec 2023'
 
@@ -86,7 +88,7 @@ def test_a100_80gb_variant_is_flagged_as_unknown():
 
 
 def test_hardware_keys_exist_in_catalog():
-    from course_lib.hardware import list_hardware
+    from course_lib.core.hardware import list_hardware
 
     known = set(list_hardware())
     for r in measurements.published():
@@ -136,7 +138,7 @@ def test_units_trap_record():
 
 
 def test_units_trap_agrees_with_model_catalog():
-    from course_lib.models import get_model
+    from course_lib.core.models import get_model
 
     fp16_bytes = get_model("llama-3-8b").params * 2
     assert fp16_bytes == pytest.approx(measurements.units_trap()["size_gb_si"] * 1e9, rel=1e-3)
@@ -227,7 +229,7 @@ def test_data_files_ship_inside_the_package():
     for name in ("published_measurements.json", "h200_mistral7b.json", "glossary.json"):
         text = data.joinpath(name).read_text(encoding="utf-8")
         json.loads(text)
-    src = resources.files("course_lib").joinpath("measurements.py").read_text(encoding="utf-8")
+    src = resources.files("course_lib").joinpath("core", "measurements.py").read_text(encoding="utf-8")
     assert "shared/" not in src and "../" not in src
 
 

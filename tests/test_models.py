@@ -4,7 +4,7 @@ import json
 import pytest
 
 from course_lib import get_model, list_models
-from course_lib.models import ModelSpec, catalog_entry
+from course_lib.core.models import ModelSpec, catalog_entry
 
 REQUIRED = ["gpt2-small", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
             "qwen2.5-7b", "qwen3-0.6b", "deepseek-v3", "source-7b"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import exgen
+from course_lib.authoring import exgen
 from course_lib.checks import load_set
 
 pytestmark = pytest.mark.nbgrader

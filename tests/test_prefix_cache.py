@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib._generated import block_aligned_tokens
-from course_lib.prefix_cache import PrefixCache, PrefixHit, SimulationResult, simulate
+from course_lib.core._generated import block_aligned_tokens
+from course_lib.core.prefix_cache import PrefixCache, PrefixHit, SimulationResult, simulate
 
 
 def _cache(**kw):

@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from course_lib.models import get_model  # noqa: E402
-from course_lib.tinylm import TinyLM  # noqa: E402
+from course_lib.core.models import get_model  # noqa: E402
+from course_lib.measure.tinylm import TinyLM  # noqa: E402
 
 TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=101)
 

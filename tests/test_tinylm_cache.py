@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from course_lib.models import get_model  # noqa: E402
-from course_lib.prefix_cache import PrefixCache  # noqa: E402
-from course_lib.tinylm import DEFAULT_ATTENTION_SCORE_BYTES, KVState, TinyLM, logit_agreement  # noqa: E402
+from course_lib.core.models import get_model  # noqa: E402
+from course_lib.core.prefix_cache import PrefixCache  # noqa: E402
+from course_lib.measure.tinylm import DEFAULT_ATTENTION_SCORE_BYTES, KVState, TinyLM, logit_agreement  # noqa: E402
 
 VOCAB = 256
 TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=VOCAB)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib import units as u
-from course_lib.units import (
+from course_lib.core import units as u
+from course_lib.core.units import (
     GB, KB, MB, PB, TB, GiB, KiB, MiB, PiB, TiB, SOURCE_TABLE, Quantity,
     accepted_units, format_bandwidth, format_bytes, format_flop_rate, format_flops, format_params,
     format_quantity, format_time, parse_bandwidth, parse_bytes, parse_flop_rate, parse_flops,

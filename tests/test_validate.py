@@ -13,8 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from course_lib import _generated as g  # noqa: E402
-from course_lib import bench, estimate, get_model, validate  # noqa: E402
+from course_lib.core import _generated as g  # noqa: E402
+from course_lib import estimate, get_model
+from course_lib.measure import bench
+from course_lib.measure import validate  # noqa: E402
 
 SPEC = validate.VALIDATION_MODELS["llama-S"]
 

@@ -1,7 +1,7 @@
 """course_lib.validation.require_counts: the one check behind every list of token counts."""
 import pytest
 
-from course_lib.validation import require_counts
+from course_lib.core.validation import require_counts
 
 
 def test_require_counts_accepts_lists_and_a_bare_count_only_when_allowed():

@@ -9,9 +9,9 @@ import pytest
 widgets = pytest.importorskip("ipywidgets")
 
 from course_lib import estimate  # noqa: E402
-from course_lib.units import Quantity, format_bytes, format_time  # noqa: E402
-from course_lib.widgets import EstimateExplorer, estimate_explorer, estimate_summary  # noqa: E402
-from course_lib.widgets.estimator import NEW_TOKENS_RANGE, PROMPT_RANGE  # noqa: E402
+from course_lib.core.units import Quantity, format_bytes, format_time  # noqa: E402
+from course_lib.lessons.widgets import EstimateExplorer, estimate_explorer, estimate_summary  # noqa: E402
+from course_lib.lessons.widgets.estimator import NEW_TOKENS_RANGE, PROMPT_RANGE  # noqa: E402
 
 
 def cell(summary: str, cls: str) -> str:

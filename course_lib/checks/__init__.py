@@ -14,7 +14,7 @@ import pkgutil
 import re
 from types import ModuleType
 
-from .core import (
+from course_lib.checks.core import (
     CORRECT,
     INCORRECT,
     MIME_TYPE,
@@ -58,7 +58,7 @@ def available_sets() -> list[str]:
 
 def load_set(name: str) -> ModuleType:
     """Import question set ``name`` (e.g. 'ex01'), validate it and return the module."""
-    from course_lib.validation import require_choice
+    from course_lib.core.validation import require_choice
 
     name = require_choice("question set", name, available_sets())
     module = importlib.import_module(f"{__name__}.{name}")

@@ -331,7 +331,7 @@ def _real_from_object(x, what: str = "your answer") -> float:
 
 def _units():
     try:
-        from course_lib import units
+        from course_lib.core import units
     except ImportError as exc:  # pragma: no cover - only while the library is being assembled
         raise RuntimeError("course_lib.units is needed to read answers with units") from exc
     return units
@@ -581,7 +581,7 @@ class Mistake:
         if is_placeholder(self.value):
             raise ValueError("Mistake value must not be the placeholder ____")
         if self.rel_tol is not None:
-            from course_lib.validation import require_nonnegative
+            from course_lib.core.validation import require_nonnegative
 
             require_nonnegative("Mistake rel_tol", self.rel_tol)
 
@@ -653,7 +653,7 @@ class _Detectors:
     @staticmethod
     def query_heads(ratio: float, feedback: str | None = None) -> Detector:
         """Used the number of query heads instead of KV heads: ratio ``heads / kv_heads``."""
-        from course_lib.validation import require_positive
+        from course_lib.core.validation import require_positive
 
         ratio = require_positive("query_heads ratio", ratio)
         return Detector("query_heads", feedback or (
@@ -663,7 +663,7 @@ class _Detectors:
     @staticmethod
     def forgot_batch(batch: int, feedback: str | None = None) -> Detector:
         """Computed for one sequence instead of the whole batch: ratio 1/batch."""
-        from course_lib.validation import require_count
+        from course_lib.core.validation import require_count
 
         batch = require_count("forgot_batch batch", batch, minimum=2)
         return Detector("forgot_batch", feedback or (
@@ -770,7 +770,7 @@ class Question:
         mistakes: Sequence[Mistake] = (),
         detect: Sequence[Detector] = (),
     ):
-        from course_lib.validation import require_choice, require_nonnegative, require_positive
+        from course_lib.core.validation import require_choice, require_nonnegative, require_positive
 
         for name, value in (("id", id), ("set", set)):
             if not isinstance(value, str) or not _ID_RE.match(value):
@@ -1295,7 +1295,7 @@ class Question:
         if n is None:
             n = min(self._hints_seen + 1, total)  # the next unseen hint; the last one repeats
         else:
-            from course_lib.validation import require_count
+            from course_lib.core.validation import require_count
 
             n = require_count("hint number", n, minimum=1)
             if n > total:

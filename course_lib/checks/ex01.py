@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import re
 
-from course_lib import measurements, units
+from course_lib.core import measurements
+
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.hardware import get_hardware
-from course_lib.models import catalog_entry, get_model
-from course_lib.precision import get_precision
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import catalog_entry, get_model
+from course_lib.core.precision import get_precision
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9",
            "nominal_params", "readme_size_record"]
@@ -179,7 +181,7 @@ def _weight_bytes_in_bits():
     """``weight_bytes`` from course_lib.formulas, with bytes per weight written as b/8 (b in bits)."""
     import sympy as sp
 
-    from course_lib.formulas import S, expr
+    from course_lib.core.formulas import S, expr
 
     N, b = sp.symbols("N b", positive=True)
     return expr("weight_bytes").subs({S.params: N, S.bytes_per_weight: b / 8})

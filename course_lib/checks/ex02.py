@@ -16,13 +16,13 @@ the generated formulas), never typed in. Feedback never states an expected value
 """
 from __future__ import annotations
 
-from course_lib import _generated as g
-from course_lib import units
+from course_lib.core import _generated as g
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
-from course_lib.precision import get_precision
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
+from course_lib.core.precision import get_precision
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "streamed_bytes"]
 

@@ -13,9 +13,9 @@ import math
 
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import kv_cache_bytes
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
+from course_lib.core.estimator import kv_cache_bytes
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
 
 SET = "ex03"
 
@@ -109,7 +109,7 @@ def _kv_cache_bytes(layers, kv_heads, head_dim, tokens, batch=1, bytes_per_value
 
 def _case(model, tokens, batch=1, precision="fp16"):
     m = get_model(model)
-    from course_lib.precision import bytes_per_element
+    from course_lib.core.precision import bytes_per_element
     b = bytes_per_element(precision)
     args = {"layers": m.layers, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "tokens": tokens, "batch": batch,
             "bytes_per_value": b}

@@ -17,13 +17,14 @@ expected value.
 """
 from __future__ import annotations
 
-from course_lib import _generated as g
-from course_lib import measurements, units
+from course_lib.core import _generated as g
+from course_lib.core import measurements
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import estimate, kv_cache_bytes, weight_bytes
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
+from course_lib.core.estimator import estimate, kv_cache_bytes, weight_bytes
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9",
            "tpot_floor_reference", "exact_decode_sum", "fp8_measurement", "weights_only_batch1"]
@@ -54,7 +55,7 @@ def exact_decode_sum():
     """``formulas.derive_decode_sum()['exact_sum']`` at batch 1, in the exercise's symbols W, k, P, n, beta."""
     import sympy as sp
 
-    from course_lib.formulas import S, derive_decode_sum
+    from course_lib.core.formulas import S, derive_decode_sum
 
     W, k, P, n, beta = sp.symbols("W k P n beta", positive=True)
     return derive_decode_sum()["exact_sum"].subs({

@@ -22,9 +22,9 @@ from typing import Callable
 
 from course_lib.checks.core import INCORRECT, Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.hardware import get_hardware
-from course_lib.measurements import h200
-from course_lib.models import get_model
+from course_lib.core.hardware import get_hardware
+from course_lib.core.measurements import h200
+from course_lib.core.models import get_model
 
 __all__ = ["MeasuredQuestion", "read_measurement", "reference_measurement", "measured_tolerance", "QUESTIONS"]
 

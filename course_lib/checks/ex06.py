@@ -15,13 +15,13 @@ the estimator); none is typed in.
 """
 from __future__ import annotations
 
-from course_lib import _generated as g
-from course_lib import units
+from course_lib.core import _generated as g
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import estimate, weight_bytes
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
+from course_lib.core.estimator import estimate, weight_bytes
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS"]
 

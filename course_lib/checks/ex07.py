@@ -16,13 +16,15 @@ formulas and the shipped measurements), never typed in. Feedback never states an
 """
 from __future__ import annotations
 
-from course_lib import _generated as g
-from course_lib import caching, measurements, units
+from course_lib.core import _generated as g
+from course_lib.core import caching
+from course_lib.core import measurements
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import estimate, kv_cache_bytes
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
+from course_lib.core.estimator import estimate, kv_cache_bytes
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "reusable_reference",
            "session_nocache_expression", "break_even_expression", "h200_prefix_cache"]
@@ -44,7 +46,7 @@ def session_nocache_expression():
     """``formulas.expr('session_prefill_tokens_nocache')`` in the exercise's symbols S, u, r, T."""
     import sympy as sp
 
-    from course_lib.formulas import S as F
+    from course_lib.core.formulas import S as F
 
     S, u, r, T = sp.symbols("S u r T", positive=True)
     return sp.expand(caching.session_derivation()["sum_nocache"].subs(
@@ -55,8 +57,8 @@ def break_even_expression():
     """``formulas.expr('cache_break_even_hit_rate')`` in the symbols t_hit, t_miss, t_w."""
     import sympy as sp
 
-    from course_lib.formulas import S as F
-    from course_lib.formulas import expr
+    from course_lib.core.formulas import S as F
+    from course_lib.core.formulas import expr
 
     th, tm, tw = sp.symbols("t_hit t_miss t_w", positive=True)
     return expr("cache_break_even_hit_rate").subs({F.ttft_hit: th, F.ttft_miss: tm, F.write_overhead: tw})

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 
-from course_lib import compare, measurements
+from course_lib.core import compare
+
+from course_lib.core import measurements
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.estimator import estimate
+from course_lib.core.estimator import estimate
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "geomean_efficiency_reference"]
 

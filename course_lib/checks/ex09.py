@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 
-from course_lib import _generated as g
-from course_lib import units
+from course_lib.core import _generated as g
+from course_lib.core import units
 from course_lib.checks.core import Mistake, Question
 from course_lib.checks.core import detectors as d
-from course_lib.dashboard import DashboardState, best_batch, compute, max_batch_that_fits
-from course_lib.estimator import estimate
-from course_lib.hardware import get_hardware
-from course_lib.models import get_model
+from course_lib.core.capstone import DashboardState, best_batch, compute, max_batch_that_fits
+from course_lib.core.estimator import estimate
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "largest_batch_reference",
            "allreduce_per_step", "allreduce_expression", "BATCH_LIMIT"]

@@ -1,0 +1,368 @@
+"""The latency estimator: TTFT, TPOT, total time and tokens/s from first principles.
+
+Every number comes from the functions generated from ``course_lib.formulas``:
+
+* a phase takes ``max(FLOPs / (peak · compute_efficiency), bytes / (bandwidth · bandwidth_efficiency))``
+  and the result records which term won (the bound);
+* prefill (TTFT) processes the prompt's new tokens in one pass: compute-bound for long prompts;
+* decode step j (j = 1 … n-1) attends to context P + j and streams every weight it uses once plus the
+  K/V of that context: memory-bound at small batch. ``tpot`` is the mean over those n-1 steps, summed
+  exactly in closed form (``linear_step_sum``), and ``total = ttft + (n-1)·tpot``.
+
+Defaults are the physical floor (efficiencies 1.0). The source material's "60% utilisation" is passed
+explicitly: ``estimate(..., compute_efficiency=0.6)``.
+
+What is not modelled (taught in lessons 06 and 08): kernel launch and framework overhead, attention
+kernels' efficiency, activation traffic, and the sliding window in *prefill* attention FLOPs (an upper
+bound there; decode reads are capped by the window).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from course_lib.core import _generated as g
+from course_lib.core.hardware import HardwareSpec, get_hardware
+from course_lib.core.models import ModelSpec, get_model
+from course_lib.core.precision import get_precision
+from course_lib.core.validation import require_count, require_fraction
+
+__all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
+           "tokens_that_fit", "COMPUTE_DTYPE"]
+
+#: the tensor-core dtype a weight precision computes in (quantised integer formats dequantise to fp16)
+COMPUTE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+
+
+def weight_bytes(params, precision="fp16") -> float:
+    """Bytes to store ``params`` parameters (a count, or a model name/spec) in ``precision``."""
+    if isinstance(params, (str, ModelSpec)):
+        params = get_model(params).params
+    n = require_count("params", params)
+    return g.weight_bytes(n, get_precision(precision).bytes)
+
+
+def kv_cache_bytes(model, tokens, precision="fp16", batch=1) -> float:
+    """KV-cache bytes for ``tokens`` tokens in each of ``batch`` sequences.
+
+    A sliding-window model (Mistral-7B v0.1) keeps only the last ``sliding_window`` tokens.
+    """
+    m = get_model(model)
+    t = require_count("tokens", tokens)
+    b = require_count("batch", batch, minimum=1)
+    return g.kv_cache_bytes(m.kv_values_per_token, _prec("precision", precision), m.attended_tokens(t), b)
+
+
+def crossover_context(model, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
+    """Tokens per sequence at which ``batch`` sequences' KV cache holds as many bytes as the weights.
+
+    The solution of ``kv_cache_bytes(model, c, kv_precision, batch) == weight_bytes`` for ``c``:
+    the weight bytes divided by the KV bytes of one token in each of ``batch`` sequences (a real
+    number; the cache exceeds the weights from the next whole token on). A sliding-window model
+    never gets there when the answer lies beyond its window (its cache stops growing): ``math.inf``.
+    """
+    m = get_model(model)
+    batch = require_count("batch", batch, minimum=1)
+    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
+    c = m.weight_bytes(precision) / per_token
+    if m.sliding_window is not None and c > m.sliding_window:
+        return math.inf
+    return c
+
+
+def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv_precision: str = "fp16") -> float:
+    """Whole tokens per sequence whose KV cache (``batch`` sequences) fits beside the weights.
+
+    ``floor((capacity - weight_bytes) / kv_cache_bytes(model, 1, kv_precision, batch))``; 0 when the
+    weights alone do not fit; ``math.inf`` for a sliding-window model whose full window fits (the
+    cache then never grows). Activations, the framework's workspace and fragmentation are not
+    counted: a real server keeps some memory back.
+    """
+    m = get_model(model)
+    hw = get_hardware(hardware)
+    batch = require_count("batch", batch, minimum=1)
+    if hw.capacity is None:
+        raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
+    free = hw.capacity - m.weight_bytes(precision)
+    if free <= 0:
+        return 0
+    per_token = kv_cache_bytes(m, 1, kv_precision, batch)
+    n = math.floor(free / per_token)
+    if m.sliding_window is not None and n >= m.sliding_window:
+        return math.inf
+    return n
+
+
+def _prec(argname: str, value) -> float:
+    try:
+        return get_precision(value).bytes
+    except ValueError as e:
+        raise ValueError(str(e).replace("precision", argname, 1)) from None
+    except TypeError as e:
+        raise TypeError(str(e).replace("precision", argname, 1)) from None
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """FLOPs, bytes and roofline time of one phase (prefill or one decode step)."""
+
+    flops: float
+    bytes: float
+    compute_time: float
+    memory_time: float
+
+    @property
+    def time(self) -> float:
+        return max(self.compute_time, self.memory_time)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_time >= self.compute_time else "compute"
+
+    @property
+    def intensity(self) -> float:
+        return g.arithmetic_intensity(self.flops, self.bytes)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The result of :func:`estimate`: times in seconds, sizes in bytes, work in FLOP."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    prompt_tokens: int
+    new_tokens: int
+    precision: str
+    kv_precision: str
+    batch: int
+    cached_prefix_tokens: int
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    compute_dtype: str
+    prefill: PhaseCost
+    decode_first: PhaseCost
+    decode_last: PhaseCost
+    decode_time_sum: float
+    decode_flops_sum: float
+    decode_bytes_sum: float
+    decode_compute_steps: int
+    weights_bytes: float
+    kv_bytes: float
+
+    # --- latency --------------------------------------------------------------------------------
+    @property
+    def ttft(self) -> float:
+        """Time to first token: the prefill pass (which also produces the first token)."""
+        return self.prefill.time
+
+    @property
+    def decode_steps(self) -> int:
+        return self.new_tokens - 1
+
+    @property
+    def tpot(self) -> float:
+        """Mean time per output token over the n-1 decode steps (the next step's time when n = 1)."""
+        return self.decode_time_sum / self.decode_steps if self.decode_steps else self.decode_first.time
+
+    @property
+    def tpot_first(self) -> float:
+        return self.decode_first.time
+
+    @property
+    def tpot_last(self) -> float:
+        return self.decode_last.time
+
+    @property
+    def total(self) -> float:
+        return g.total_latency(self.ttft, self.new_tokens, self.tpot)
+
+    @property
+    def tps(self) -> float:
+        """Tokens per second for one user: n / total."""
+        return g.tokens_per_second(self.new_tokens, self.ttft, self.tpot)
+
+    @property
+    def tps_aggregate(self) -> float:
+        """Tokens per second over the whole batch: batch · n / total."""
+        return self.batch * self.tps
+
+    @property
+    def decode_tps(self) -> float:
+        """Decode speed once generation runs: 1 / tpot."""
+        return 1.0 / self.tpot
+
+    # --- bounds ---------------------------------------------------------------------------------
+    @property
+    def prefill_bound(self) -> str:
+        return self.prefill.bound
+
+    @property
+    def decode_bound(self) -> str:
+        """'memory', 'compute', or 'mixed' when the bound changes as the context grows."""
+        if self.decode_steps == 0:
+            return self.decode_first.bound
+        if self.decode_compute_steps == 0:
+            return "memory"
+        return "compute" if self.decode_compute_steps == self.decode_steps else "mixed"
+
+    # --- the source's recipe and the line b + k·n -------------------------------------------------
+    @property
+    def source_recipe_tpot(self) -> float:
+        """The source material's TPS recipe: decode FLOPs divided by compute (wrong for decode: it is memory-bound)."""
+        if self.decode_steps == 0:
+            return self.decode_first.compute_time
+        return g.compute_time(self.decode_flops_sum / self.decode_steps, self.hardware.flops(self.compute_dtype),
+                              self.compute_efficiency)
+
+    @property
+    def line(self) -> tuple[float, float]:
+        """(b, k) of total ≈ b + k·n: k is the step time at the start context, b = ttft - k.
+
+        This linearisation drops the growth of the KV cache during the response; ``total`` is exact.
+        """
+        k = self.tpot_first
+        return self.ttft - k, k
+
+    # --- memory --------------------------------------------------------------------------------
+    @property
+    def memory_needed(self) -> float:
+        """Weights plus the KV cache of every sequence at its final length (activations not counted)."""
+        return self.weights_bytes + self.kv_bytes
+
+    @property
+    def memory_available(self) -> float | None:
+        return self.hardware.capacity
+
+    @property
+    def fits(self) -> bool | None:
+        cap = self.hardware.capacity
+        return None if cap is None else self.memory_needed <= cap
+
+    def as_dict(self) -> dict:
+        keys = ("ttft", "tpot", "tpot_first", "tpot_last", "total", "tps", "tps_aggregate", "decode_tps",
+                "prefill_bound", "decode_bound", "memory_needed", "fits", "source_recipe_tpot")
+        d = {k: getattr(self, k) for k in keys}
+        d.update(model=self.model.name, hardware=self.hardware.name, prompt_tokens=self.prompt_tokens,
+                 new_tokens=self.new_tokens, batch=self.batch, precision=self.precision,
+                 kv_precision=self.kv_precision)
+        return d
+
+
+def _linear(fn) -> tuple[float, float]:
+    """(intercept, slope) of a function that is linear in its argument (all our per-step costs are)."""
+    a0 = fn(0)
+    return a0, fn(1) - a0
+
+
+def _segment_sum(coef, lo, hi, clamp):
+    """Sum of intercept + slope·a over contexts lo..hi, with a = c (or the window W when clamped)."""
+    i, s = coef
+    if clamp is not None:
+        return (i + s * clamp) * (hi - lo + 1)
+    return g.linear_step_sum(i, s, lo, hi)
+
+
+def _windows(lo, hi, window):
+    """Split contexts lo..hi into (lo, hi, clamp) ranges where the attended tokens are c or the window."""
+    if window is None or hi <= window:
+        return [(lo, hi, None)]
+    if lo > window:
+        return [(lo, hi, window)]
+    return [(lo, window, None), (window + 1, hi, window)]
+
+
+def _sum_max(mem, comp, lo, hi, window):
+    """Exact Σ max(mem(a), comp(a)) over contexts lo..hi; also returns how many steps were compute-bound."""
+    total, n_compute = 0.0, 0
+    for a, b, clamp in _windows(lo, hi, window):
+        if clamp is not None:
+            m = mem[0] + mem[1] * clamp
+            c = comp[0] + comp[1] * clamp
+            total += max(m, c) * (b - a + 1)
+            n_compute += (b - a + 1) if c > m else 0
+            continue
+        # split where the two lines cross
+        pieces = [(a, b)]
+        ds = mem[1] - comp[1]
+        if ds != 0:
+            x = (comp[0] - mem[0]) / ds
+            if a <= x < b:
+                k = math.floor(x)
+                pieces = [(a, k), (k + 1, b)]
+        for p, q in pieces:
+            mid = (p + q) / 2
+            winner = comp if comp[0] + comp[1] * mid > mem[0] + mem[1] * mid else mem
+            total += g.linear_step_sum(winner[0], winner[1], p, q)
+            n_compute += (q - p + 1) if winner is comp else 0
+    return total, n_compute
+
+
+def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_precision=None, batch=1,
+             cached_prefix_tokens=0, compute_efficiency=1.0, bandwidth_efficiency=1.0) -> Estimate:
+    """Estimate the latency of generating ``new_tokens`` after a ``prompt_tokens`` prompt.
+
+    ``model``/``hardware`` are catalog names ('mistral-7b', 'rtx-4090', …) or specs. ``precision`` is
+    the weights' format, ``kv_precision`` the KV cache's (default: same as the weights, or fp16 for
+    integer/block formats). ``cached_prefix_tokens`` of the prompt already have K/V in a cache.
+    """
+    m = get_model(model)
+    hw = get_hardware(hardware)
+    P = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    n = require_count("new_tokens", new_tokens, minimum=1)
+    B = require_count("batch", batch, minimum=1)
+    C = require_count("cached_prefix_tokens", cached_prefix_tokens)
+    if C >= P:
+        raise ValueError(f"cached_prefix_tokens must be < prompt_tokens ({P}): at least one prompt token is "
+                         f"processed to produce the first output token; got {C}")
+    eta_c = require_fraction("compute_efficiency", compute_efficiency)
+    eta_b = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
+    bw_w = _prec("precision", precision)
+    wname = get_precision(precision).name
+    if kv_precision is None:
+        kv_precision = wname if wname in ("fp32", "fp16", "bf16", "fp8") else "fp16"
+    b_kv = _prec("kv_precision", kv_precision)
+    kvname = get_precision(kv_precision).name
+    dtype = COMPUTE_DTYPE.get(wname, "fp16")
+    if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16"):
+        dtype = "fp16"  # e.g. fp8 weights on an A100 are upcast and computed in fp16
+    peak = hw.flops(dtype)
+    k_tok = m.kv_bytes_per_token(kvname)
+    attn = m.attn_dim
+
+    # prefill: the new prompt tokens of every sequence in one pass
+    Pn = P - C
+    ws_prefill = m.streamed_params(B * Pn) * bw_w
+    pf_flops = g.prefill_flops(B, m.active_block_params, Pn, m.vocab, m.hidden, m.layers, m.heads, attn, C)
+    pf_bytes = g.prefill_bytes(ws_prefill, B, C, Pn, k_tok)
+    prefill = PhaseCost(pf_flops, pf_bytes, g.compute_time(pf_flops, peak, eta_c),
+                        g.memory_time(pf_bytes, hw.bandwidth, eta_b))
+
+    # decode: per-step costs are linear in the attended tokens a = min(context, window)
+    ws = m.streamed_params(B) * bw_w
+    step_bytes = lambda a: g.decode_bytes(ws, B, a, k_tok)  # noqa: E731
+    step_flops = lambda a: g.decode_flops(B, m.active_block_params, m.vocab, m.hidden, m.layers, m.heads, attn, a)  # noqa: E731
+
+    def step(c):
+        a = m.attended_tokens(c)
+        f, b = step_flops(a), step_bytes(a)
+        return PhaseCost(f, b, g.compute_time(f, peak, eta_c), g.memory_time(b, hw.bandwidth, eta_b))
+
+    first_c, last_c = P + 1, P + max(n - 1, 1)
+    if n > 1:
+        mem = _linear(lambda a: g.memory_time(step_bytes(a), hw.bandwidth, eta_b))
+        comp = _linear(lambda a: g.compute_time(step_flops(a), peak, eta_c))
+        t_sum, n_comp = _sum_max(mem, comp, first_c, last_c, m.sliding_window)
+        f_sum = sum(_segment_sum(_linear(step_flops), a, b, cl) for a, b, cl in _windows(first_c, last_c, m.sliding_window))
+        b_sum = sum(_segment_sum(_linear(step_bytes), a, b, cl) for a, b, cl in _windows(first_c, last_c, m.sliding_window))
+    else:
+        t_sum = f_sum = b_sum = 0.0
+        n_comp = 0
+
+    return Estimate(
+        model=m, hardware=hw, prompt_tokens=P, new_tokens=n, precision=wname, kv_precision=kvname, batch=B,
+        cached_prefix_tokens=C, compute_efficiency=eta_c, bandwidth_efficiency=eta_b, compute_dtype=dtype,
+        prefill=prefill, decode_first=step(first_c), decode_last=step(last_c), decode_time_sum=t_sum,
+        decode_flops_sum=f_sum, decode_bytes_sum=b_sum, decode_compute_steps=n_comp,
+        weights_bytes=m.weight_bytes(wname),
+        kv_bytes=g.kv_cache_bytes(m.kv_values_per_token, b_kv, m.attended_tokens(P + n), B),
+    )

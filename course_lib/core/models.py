@@ -1,0 +1,355 @@
+"""Model shapes, exact parameter counts, and the bytes a decode step streams.
+
+A :class:`ModelSpec` holds what exact counts need. Every count is computed by the functions that
+``course_lib.codegen`` generated from the sympy expressions in ``course_lib.formulas``.
+
+Conventions (taught in lessons 02 and 03):
+
+* ``params`` counts every stored parameter once (a tied embedding/lm_head matrix once).
+* ``block_params`` (N_blocks) is everything but the token embedding, learned positions and lm_head.
+* Per decode step the embedding lookup reads one row per sequence, while the lm_head (tied or not)
+  is read in full: V x h weights every step.
+* MoE: a step streams the shared weights plus the experts its tokens are routed to; with B tokens the
+  expected number of distinct experts per layer is E (1 - (1 - k/E)^B) (uniform routing).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from course_lib.core import _generated as g
+from course_lib.core.precision import bytes_per_element
+from course_lib.core.validation import require_choice, require_count
+
+__all__ = ["ModelSpec", "get_model", "list_models", "catalog_entry"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape. Fields mirror Hugging Face config names where they exist."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool = False
+    mlp: str = "gated"                 # "gated" (SwiGLU: gate, up, down) or "plain" (up, down)
+    norm: str = "rmsnorm"              # "rmsnorm" (weight) or "layernorm" (weight + bias)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False              # per-head RMSNorm on Q and K (Qwen3)
+    positional: str = "rope"           # "rope" (no parameters) or "learned" (max_positions x hidden table)
+    max_positions: int | None = None
+    sliding_window: int | None = None  # attention (and the KV cache read) limited to the last W tokens
+    # multi-head latent attention (DeepSeek-V2/V3); kv_rank set => MLA
+    q_rank: int | None = None
+    kv_rank: int | None = None
+    rope_dim: int | None = None
+    nope_dim: int | None = None
+    v_dim: int | None = None
+    # mixture of experts; experts set => MoE
+    experts: int | None = None
+    experts_per_token: int | None = None
+    shared_experts: int = 0
+    moe_intermediate: int | None = None
+    dense_layers: int = 0              # the first `dense_layers` layers keep a dense MLP
+    router_bias: bool = False
+    nominal_params: int | None = None  # illustrative models whose count is stated, not derived
+    source: str = ""
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
+            require_count(f, getattr(self, f), minimum=1)
+        require_choice("mlp", self.mlp, ("gated", "plain"))
+        require_choice("norm", self.norm, ("rmsnorm", "layernorm"))
+        require_choice("positional", self.positional, ("rope", "learned"))
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.positional == "learned" and not self.max_positions:
+            raise ValueError("max_positions is required when positional='learned'")
+        if self.sliding_window is not None:
+            require_count("sliding_window", self.sliding_window, minimum=1)
+        if self.is_mla:
+            for f in ("kv_rank", "rope_dim", "nope_dim", "v_dim"):
+                require_count(f, getattr(self, f), minimum=1 if f != "rope_dim" else 0)
+        if self.is_moe:
+            require_count("experts", self.experts, minimum=1)
+            require_count("experts_per_token", self.experts_per_token, minimum=1)
+            require_count("moe_intermediate", self.moe_intermediate, minimum=1)
+            require_count("dense_layers", self.dense_layers)
+            if self.experts_per_token > self.experts:
+                raise ValueError("experts_per_token must be <= experts")
+            if self.dense_layers > self.layers:
+                raise ValueError("dense_layers must be <= layers")
+
+    # --- structure -----------------------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_rank is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
+
+    @property
+    def attention_kind(self) -> str:
+        """'MLA', 'MHA' (one KV head per query head), 'MQA' (one KV head) or 'GQA' (in between)."""
+        if self.is_mla:
+            return "MLA"
+        if self.kv_heads == self.heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else "GQA"
+
+    @property
+    def attn_dim(self) -> float:
+        """Mean of the query-key and value head widths: attention costs 4·attn_dim FLOPs per query-key pair."""
+        if self.is_mla:
+            return ((self.nope_dim + self.rope_dim) + self.v_dim) / 2
+        return self.head_dim
+
+    @property
+    def _gated(self) -> int:
+        return int(self.mlp == "gated")
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        if self.is_mla:
+            return g.mla_attention_params(self.hidden, self.heads, self.q_rank or 0, self.kv_rank, self.rope_dim,
+                                          self.nope_dim, self.v_dim)
+        return g.attention_params(self.hidden, self.heads, self.kv_heads, self.head_dim, int(self.qkv_bias),
+                                  int(self.o_bias))
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return g.block_norm_params(self.hidden, 2 if self.norm == "layernorm" else 1, int(self.qk_norm),
+                                   self.head_dim)
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return g.mlp_params(self.hidden, self.intermediate, self._gated, int(self.mlp_bias))
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert of one MoE layer (0 for a dense model)."""
+        if not self.is_moe:
+            return 0
+        return g.mlp_params(self.hidden, self.moe_intermediate, self._gated, int(self.mlp_bias))
+
+    @property
+    def router_params(self) -> int:
+        return self.experts * self.hidden + (self.experts if self.router_bias else 0) if self.is_moe else 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def embedding_params(self) -> int:
+        pos = self.max_positions * self.hidden if self.positional == "learned" else 0
+        return self.vocab * self.hidden + pos
+
+    @property
+    def lm_head_params(self) -> int:
+        """Stored lm_head parameters: 0 when tied to the embedding (the same matrix is still read every step)."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def _final_norm_params(self) -> int:
+        return (2 if self.norm == "layernorm" else 1) * self.hidden
+
+    def _blocks(self, experts_touched: float | None) -> float:
+        per_layer = self.attention_params_per_layer + self.norm_params_per_layer
+        total = self.layers * per_layer + self._final_norm_params
+        if not self.is_moe:
+            return total + self.layers * self.dense_mlp_params
+        e = self.experts if experts_touched is None else experts_touched
+        moe = self.router_params + (self.shared_experts + e) * self.expert_params
+        return total + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
+
+    @property
+    def block_params(self) -> int:
+        """N_blocks: all parameters except the embedding (and learned positions) and the lm_head."""
+        if self.nominal_params is not None:
+            return self.nominal_params - self.embedding_params - self.lm_head_params
+        return int(self._blocks(None))
+
+    @property
+    def active_block_params(self) -> float:
+        """Block parameters one token uses (MoE: shared weights + experts_per_token routed experts)."""
+        if not self.is_moe:
+            return self.block_params
+        return self._blocks(self.experts_per_token)
+
+    @property
+    def params(self) -> int:
+        """Total parameter count (each stored matrix once)."""
+        if self.nominal_params is not None:
+            return self.nominal_params
+        return self.embedding_params + self.lm_head_params + self.block_params
+
+    @property
+    def active_params(self) -> float:
+        """Parameters used per token (= params for a dense model)."""
+        if not self.is_moe:
+            return self.params
+        return self.embedding_params + self.lm_head_params + self.active_block_params
+
+    # --- KV cache ------------------------------------------------------------------------------
+    @property
+    def kv_values_per_token(self) -> int:
+        """Values cached per token over all layers (2 × layers × kv_heads × head_dim; MLA: its latent)."""
+        if self.is_mla:
+            return g.mla_kv_values_per_token(self.layers, self.kv_rank, self.rope_dim)
+        return g.kv_values_per_token(self.layers, self.kv_heads, self.head_dim)
+
+    def kv_bytes_per_token(self, precision="fp16") -> float:
+        """KV-cache bytes one token occupies (one sequence)."""
+        return g.kv_cache_bytes(self.kv_values_per_token, bytes_per_element(precision), 1, 1)
+
+    def attended_tokens(self, context: int) -> int:
+        """Tokens whose K/V a step at ``context`` reads (capped by the sliding window)."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
+    # --- bytes streamed ------------------------------------------------------------------------
+    def experts_touched(self, routed_tokens: float) -> float:
+        """Expected distinct routed experts per MoE layer for ``routed_tokens`` tokens (0 for dense)."""
+        if not self.is_moe:
+            return 0.0
+        return g.expected_experts(self.experts, self.experts_per_token, routed_tokens)
+
+    def streamed_params(self, routed_tokens: int = 1) -> float:
+        """Weights one forward step reads for ``routed_tokens`` tokens processed together.
+
+        Blocks (MoE: shared weights + the expected distinct experts), the full lm_head, and one
+        embedding row (+ one learned position row) per token.
+        """
+        routed_tokens = require_count("routed_tokens", routed_tokens, minimum=1)
+        if self.is_moe:
+            blocks = self._blocks(self.experts_touched(routed_tokens))
+        else:
+            blocks = self.block_params
+        # one token-embedding row per token (+ one learned-position row), never more rows than the table has
+        rows = min(routed_tokens, self.vocab) * (2 if self.positional == "learned" else 1)
+        return g.streamed_params(blocks, self.vocab, self.hidden, rows)
+
+    def decode_weight_bytes(self, precision="fp16", batch: int = 1) -> float:
+        """Weight bytes one decode step streams for ``batch`` sequences (KV reads not included)."""
+        return self.streamed_params(batch) * bytes_per_element(precision)
+
+    def weight_bytes(self, precision="fp16") -> float:
+        """Bytes needed to hold all weights."""
+        return g.weight_bytes(self.params, bytes_per_element(precision))
+
+    # --- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any] | str | Path, name: str | None = None, **overrides) -> "ModelSpec":
+        """Build a spec from a Hugging Face ``config.json`` (a dict or a path to the file)."""
+        if isinstance(config, (str, Path)):
+            p = Path(config)
+            if not p.is_file():
+                raise ValueError(f"config: no such file {str(config)!r}")
+            config = json.loads(p.read_text())
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict or a path to config.json, got {type(config).__name__}")
+        c = dict(config)
+        mt = str(c.get("model_type", "")).lower()
+
+        def get(*keys, default=None):
+            for k in keys:
+                if c.get(k) is not None:
+                    return c[k]
+            return default
+
+        try:
+            layers = get("num_hidden_layers", "n_layer", "num_layers")
+            hidden = get("hidden_size", "n_embd", "d_model")
+            heads = get("num_attention_heads", "n_head")
+            if None in (layers, hidden, heads) or get("vocab_size") is None:
+                raise KeyError("num_hidden_layers/hidden_size/num_attention_heads/vocab_size")
+        except KeyError as e:
+            raise ValueError(f"config: missing required key(s) {e.args[0]}") from None
+        is_gpt2 = mt in ("gpt2", "gpt_neo", "gptj")
+        kw: dict[str, Any] = dict(
+            name=name or c.get("_name_or_path") or mt or "custom",
+            layers=layers, hidden=hidden, heads=heads,
+            kv_heads=get("num_key_value_heads", default=heads),
+            head_dim=get("head_dim", default=hidden // heads),
+            intermediate=get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+            vocab=get("vocab_size"),
+            tied_embeddings=bool(get("tie_word_embeddings", default=is_gpt2)),
+            mlp="plain" if is_gpt2 else "gated",
+            norm="layernorm" if is_gpt2 else "rmsnorm",
+            qkv_bias=bool(is_gpt2 or mt == "qwen2" or get("attention_bias", default=False)),
+            o_bias=bool(is_gpt2 or get("attention_bias", default=False)),
+            mlp_bias=bool(is_gpt2 or get("mlp_bias", default=False)),
+            qk_norm=mt == "qwen3",
+            positional="learned" if is_gpt2 else "rope",
+            max_positions=get("n_positions", "max_position_embeddings"),
+        )
+        if get("use_sliding_window", default=True) and get("sliding_window") and mt in ("mistral", "qwen2", "qwen3"):
+            kw["sliding_window"] = c["sliding_window"]
+        if get("kv_lora_rank") is not None:
+            kw.update(q_rank=get("q_lora_rank"), kv_rank=c["kv_lora_rank"], rope_dim=c["qk_rope_head_dim"],
+                      nope_dim=c["qk_nope_head_dim"], v_dim=c["v_head_dim"], head_dim=c["v_head_dim"],
+                      kv_heads=heads)
+        n_experts = get("n_routed_experts", "num_local_experts", "num_experts")
+        if n_experts:
+            kw.update(experts=n_experts, experts_per_token=get("num_experts_per_tok"),
+                      shared_experts=get("n_shared_experts", default=0),
+                      moe_intermediate=get("moe_intermediate_size", default=kw["intermediate"]),
+                      dense_layers=get("first_k_dense_replace", default=0),
+                      router_bias=get("topk_method") == "noaux_tc")
+        kw.update(overrides)
+        return cls(**kw)
+
+    def scaled(self, **changes) -> "ModelSpec":
+        """A copy with some fields changed (e.g. fewer layers for a model that fits a laptop)."""
+        valid = {f.name for f in fields(self)}
+        bad = sorted(set(changes) - valid)
+        if bad:
+            raise TypeError(f"unknown ModelSpec field(s) {bad}; valid fields: {sorted(valid)}")
+        return replace(self, **changes)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "params": self.params, "attention": self.attention_kind, "layers": self.layers,
+                "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+                "kv_values_per_token": self.kv_values_per_token}
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict:
+    text = resources.files("course_lib").joinpath("data/models.json").read_text()
+    return json.loads(text)["models"]
+
+
+def catalog_entry(name: str) -> dict:
+    """The raw catalog record (config, source, published_params) of a catalog model."""
+    key = require_choice("model", name, _catalog())
+    return _catalog()[key]
+
+
+@lru_cache(maxsize=None)
+def _build(key: str) -> ModelSpec:
+    e = _catalog()[key]
+    extra = {"nominal_params": e["nominal_params"]} if e.get("nominal_params") else {}
+    return ModelSpec.from_hf_config(e["config"], name=key, source=e["source"], **extra)
+
+
+def get_model(model) -> ModelSpec:
+    """A catalog model by name (lowercase, hyphens: 'mistral-7b', 'llama-2-7b', …); a ModelSpec passes through."""
+    if isinstance(model, ModelSpec):
+        return model
+    return _build(require_choice("model", model, _catalog()))
+
+
+def list_models() -> list[str]:
+    return list(_catalog())

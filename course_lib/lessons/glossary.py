@@ -1,0 +1,61 @@
+"""The course glossary: each term, a short definition and the lesson that teaches it.
+
+The terms live in ``course_lib/data/glossary.json``. Definitions contain no measured or derived
+numbers with units; lessons compute those with ``course_lib`` where they need them.
+
+    from course_lib.lessons import glossary
+    glossary.define("TTFT").lesson      # 6
+    glossary.as_markdown(lesson=3)      # a Markdown table of lesson 3's terms
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import NamedTuple
+
+from course_lib.core.validation import require_choice, require_count
+
+__all__ = ["Term", "terms", "define", "for_lesson", "as_markdown"]
+
+
+class Term(NamedTuple):
+    term: str
+    definition: str
+    lesson: int
+
+
+@lru_cache(maxsize=None)
+def _terms() -> tuple[Term, ...]:
+    with resources.files("course_lib").joinpath("data", "glossary.json").open("r", encoding="utf-8") as f:
+        data = json.load(f)
+    return tuple(Term(t["term"], t["definition"], int(t["lesson"])) for t in data["terms"])
+
+
+def terms() -> list[Term]:
+    """All terms as ``(term, definition, lesson)`` tuples, grouped by lesson in teaching order."""
+    return sorted(_terms(), key=lambda t: t.lesson)
+
+
+def define(term: str) -> Term:
+    """One term, looked up case-insensitively (``"kv cache"`` finds ``"KV cache"``)."""
+    by_key = {t.term.lower(): t for t in _terms()}
+    return by_key[require_choice("term", term, by_key)]
+
+
+def for_lesson(lesson: int) -> list[Term]:
+    """The terms lesson ``lesson`` introduces (possibly none)."""
+    n = require_count("lesson", lesson)
+    return [t for t in _terms() if t.lesson == n]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def as_markdown(lesson: int | None = None) -> str:
+    """A Markdown table ``| Term | Definition | Lesson |`` of all terms, or of one lesson's terms."""
+    rows = terms() if lesson is None else for_lesson(lesson)
+    lines = ["| Term | Definition | Lesson |", "|---|---|---|"]
+    lines += [f"| **{_cell(t.term)}** | {_cell(t.definition)} | {t.lesson:02d} |" for t in rows]
+    return "\n".join(lines)

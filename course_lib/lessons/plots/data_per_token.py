@@ -1,0 +1,258 @@
+"""Lesson 02 figures: the weight bytes a decode step streams, and why a GEMV cannot use the compute.
+
+    from course_lib.lessons.plots.data_per_token import plot_bytes_per_token, plot_ridge_points, gemv_cost
+    plot_bytes_per_token()                       # every catalog model x fp32/fp16/int8/q4_0/int4
+    plot_ridge_points()                          # each device's fp16 ridge point vs GEMV intensity
+    plot_cache_vs_weights("mistral-7b", "fp16")  # on-chip cache vs the bytes of one decode step
+    gemv_cost(8192, 8192, "fp16")                # bytes, FLOPs and intensity of one GEMV
+
+Every figure is a ``matplotlib.figure.Figure`` with a title and unit-carrying axis labels; the
+numbers it draws come from ``course_lib`` (``ModelSpec.decode_weight_bytes``,
+``HardwareSpec.ridge_point``, ``HardwareSpec.cache_bytes`` and the generated formulas), so a test
+can read them back from the artists and compare. Devices without a published figure are left out
+of a plot *and the plot says so* in a note under the axes; the course never invents a number.
+
+:func:`gemv_cost` is the one GEMV calculator of the lesson (worked example, ridge plot, tests). Its
+FLOP count is the ``decode_flops`` formula with a single weight matrix as the only "block" and no
+lm_head or attention: 2 FLOPs (a multiply and an add) per weight element.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from matplotlib.figure import Figure
+
+from course_lib.core import _generated as g
+from course_lib.core.hardware import get_hardware, list_hardware
+from course_lib.core.models import get_model, list_models
+from course_lib.core.precision import get_precision
+from course_lib.core.validation import require_count, require_fraction
+from course_lib.lessons.plots._base import new_figure
+
+__all__ = ["GemvCost", "gemv_cost", "ridge_points", "cache_bytes", "plot_bytes_per_token",
+           "plot_ridge_points", "plot_cache_vs_weights", "DEFAULT_PRECISIONS", "GEMV_PRECISIONS"]
+
+#: Weight formats of :func:`plot_bytes_per_token` (bf16 streams the same bytes as fp16).
+DEFAULT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "q4_0", "int4")
+#: Weight formats whose GEMV intensity :func:`plot_ridge_points` marks.
+GEMV_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "q4_0")
+
+_GB = 1e9
+
+
+# --------------------------------------------------------------------------------------------------
+# GEMV: one matrix-vector product
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemvCost:
+    """A (rows x cols) weight matrix times one vector: y = W x.
+
+    ``weight_bytes`` is the matrix, ``vector_bytes`` the input x read plus the output y written (in
+    ``activation_precision``). Times need a device: :meth:`memory_time` and :meth:`compute_time`.
+    """
+
+    rows: int
+    cols: int
+    precision: str
+    bytes_per_element: float
+    activation_precision: str
+    flops: float
+    weight_bytes: float
+    vector_bytes: float
+
+    @property
+    def elements(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def bytes(self) -> float:
+        """All bytes moved: the matrix, x and y."""
+        return self.weight_bytes + self.vector_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte over all bytes moved."""
+        return g.arithmetic_intensity(self.flops, self.bytes)
+
+    @property
+    def weight_intensity(self) -> float:
+        """FLOP per byte of weights: 2 / bytes_per_element (exactly 1 in fp16)."""
+        return g.arithmetic_intensity(self.flops, self.weight_bytes)
+
+    def memory_time(self, hardware, bandwidth_efficiency: float = 1.0) -> float:
+        """Seconds to move :attr:`bytes` at ``hardware``'s bandwidth (× the efficiency)."""
+        hw = get_hardware(hardware)
+        eta = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
+        return g.memory_time(self.bytes, hw.bandwidth, eta)
+
+    def compute_time(self, hardware, dtype: str = "fp16", compute_efficiency: float = 1.0) -> float:
+        """Seconds for :attr:`flops` at ``hardware``'s dense ``dtype`` peak (ValueError if none is published)."""
+        hw = get_hardware(hardware)
+        eta = require_fraction("compute_efficiency", compute_efficiency)
+        return g.compute_time(self.flops, hw.flops(dtype), eta)
+
+
+def gemv_cost(rows, cols, precision="fp16", activation_precision=None) -> GemvCost:
+    """FLOPs and bytes of multiplying a ``rows`` x ``cols`` matrix in ``precision`` by one vector.
+
+    ``activation_precision`` (x and y) defaults to the weights' for fp32/fp16/bf16 and to fp16 for
+    integer and block formats (which are dequantised to fp16 to compute).
+    """
+    r = require_count("rows", rows, minimum=1)
+    c = require_count("cols", cols, minimum=1)
+    p = get_precision(precision)
+    if activation_precision is None:
+        activation_precision = p.name if p.name in ("fp32", "fp16", "bf16") else "fp16"
+    a = get_precision(activation_precision)
+    flops = g.decode_flops(batch=1, block_params=r * c, vocab=0, hidden=0, layers=0, heads=0, attn_dim=0,
+                           context=0)
+    return GemvCost(rows=r, cols=c, precision=p.name, bytes_per_element=p.bytes, activation_precision=a.name,
+                    flops=flops, weight_bytes=g.weight_bytes(r * c, p.bytes),
+                    vector_bytes=g.weight_bytes(r + c, a.bytes))
+
+
+# --------------------------------------------------------------------------------------------------
+# Catalog look-ups that skip (and name) devices without a published figure
+# --------------------------------------------------------------------------------------------------
+def _hardware_list(hardware) -> list:
+    if hardware is None:
+        hardware = list_hardware()
+    if isinstance(hardware, str) or not hasattr(hardware, "__iter__"):
+        raise TypeError(f"hardware must be a list of catalog names or HardwareSpecs, got {hardware!r}")
+    specs = [get_hardware(h) for h in hardware]
+    if not specs:
+        raise ValueError("hardware must name at least one device")
+    return specs
+
+
+def ridge_points(hardware=None, dtype: str = "fp16") -> tuple[dict[str, float], list[str]]:
+    """({device name: ridge point in FLOP/byte}, [devices skipped: no published dense ``dtype`` peak])."""
+    found, skipped = {}, []
+    for hw in _hardware_list(hardware):
+        if dtype in hw.peak_flops:
+            found[hw.name] = hw.ridge_point(dtype)
+        else:
+            skipped.append(hw.name)
+    return found, skipped
+
+
+def cache_bytes(hardware=None) -> tuple[dict[str, float], list[str]]:
+    """({device name: largest on-chip cache in bytes}, [devices skipped: no published cache size])."""
+    found, skipped = {}, []
+    for hw in _hardware_list(hardware):
+        if hw.cache_bytes is None:
+            skipped.append(hw.name)
+        else:
+            found[hw.name] = hw.cache_bytes
+    return found, skipped
+
+
+def _display(name: str) -> str:
+    hw = get_hardware(name)
+    return hw.display or hw.name
+
+
+def _skipped_note(ax, skipped: list[str], what: str) -> None:
+    """A note under the x label naming the devices left out (kept inside the constrained layout)."""
+    if skipped:
+        names = ", ".join(_display(s) for s in skipped)
+        ax.annotate(f"Not shown (no published {what}): {names}", xy=(0, 0), xycoords="axes fraction",
+                    xytext=(0, -42), textcoords="offset points", fontsize=8, color="#555", ha="left",
+                    va="top", annotation_clip=False)
+
+
+def _legend_outside(ax, **kw) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0, **kw)
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------------
+def plot_bytes_per_token(models=None, precisions=DEFAULT_PRECISIONS) -> Figure:
+    """Weight bytes one batch-1 decode step streams, for each model (rows) and precision (bars).
+
+    Bar widths are ``get_model(m).decode_weight_bytes(p) / 1e9`` (GB) on a log axis. ``models``
+    defaults to the whole catalog.
+    """
+    names = list_models() if models is None else models
+    if isinstance(names, str) or not hasattr(names, "__iter__"):
+        raise TypeError(f"models must be a list of catalog names, got {names!r}")
+    specs = [get_model(m) for m in names]
+    if isinstance(precisions, str) or not hasattr(precisions, "__iter__"):
+        raise TypeError(f"precisions must be a list of names such as ['fp16', 'q4_0'], got {precisions!r}")
+    precs = [get_precision(p).name for p in precisions]
+    if not specs:
+        raise ValueError("models must name at least one model")
+    if not precs:
+        raise ValueError("precisions must name at least one precision")
+
+    fig, ax = new_figure("Weight bytes streamed per decode step (batch 1)",
+                         "bytes per token (GB, log scale)", "model (catalog name)",
+                         figsize=(9, 0.14 * len(specs) * len(precs) + 1.5))
+    height = 0.8 / len(precs)
+    for i, p in enumerate(precs):
+        ys = [k - 0.4 + height * (i + 0.5) for k in range(len(specs))]
+        widths = [m.decode_weight_bytes(p) / _GB for m in specs]
+        ax.barh(ys, widths, height=height, label=f"{p} ({get_precision(p).bits:g} bits)")
+    ax.set_yticks(range(len(specs)), [m.name for m in specs])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    _legend_outside(ax, title="weights")
+    return fig
+
+
+def plot_ridge_points(hardware=None, dtype: str = "fp16", precisions=GEMV_PRECISIONS) -> Figure:
+    """Each device's ridge point (dense ``dtype`` peak / bandwidth) against the GEMV intensity of
+    each weight precision (2 FLOPs per weight / bytes per weight).
+
+    Bars: ``HardwareSpec.ridge_point(dtype)`` in FLOP/byte, log axis. Dashed lines:
+    ``gemv_cost(1, 1, p).weight_intensity``. Devices without a published peak are named in a note.
+    """
+    found, skipped = ridge_points(hardware, dtype)
+    if isinstance(precisions, str) or not hasattr(precisions, "__iter__"):
+        raise TypeError(f"precisions must be a list of names such as ['fp16', 'q4_0'], got {precisions!r}")
+    precs = [get_precision(p).name for p in precisions]
+    if not found:
+        raise ValueError(f"none of the devices has a published dense {dtype} peak FLOP/s: {skipped}")
+
+    fig, ax = new_figure(f"Ridge point ({dtype} dense peak / bandwidth) vs GEMV intensity",
+                         "arithmetic intensity (FLOP/byte, log scale)", "device (catalog)",
+                         figsize=(10, 0.38 * len(found) + 2.0))
+    labels = [_display(n) for n in found]
+    ax.barh(range(len(found)), list(found.values()), color="#4c72b0", label=f"ridge point ({dtype})")
+    ax.set_yticks(range(len(found)), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    styles = ["--", "-.", ":", (0, (5, 1, 1, 1))]
+    for i, p in enumerate(precs):
+        x = gemv_cost(1, 1, p).weight_intensity
+        ax.axvline(x, color="#c44e52", linestyle=styles[i % len(styles)], linewidth=1.5,
+                   label=f"GEMV, {p} weights: {x:.3g} FLOP/byte")
+    _legend_outside(ax)
+    _skipped_note(ax, skipped, f"dense {dtype} FLOP/s")
+    return fig
+
+
+def plot_cache_vs_weights(model="mistral-7b", precision="fp16", hardware=None) -> Figure:
+    """Each device's largest on-chip cache next to the weight bytes one decode step of ``model`` streams.
+
+    Bars: ``HardwareSpec.cache_bytes / 1e6`` (MB, log axis); the dashed line:
+    ``decode_weight_bytes(precision) / 1e6``. Devices without a published cache size are named in a note.
+    """
+    m = get_model(model)
+    p = get_precision(precision).name
+    found, skipped = cache_bytes(hardware)
+    if not found:
+        raise ValueError(f"none of the devices has a published cache size: {skipped}")
+    streamed = m.decode_weight_bytes(p)
+    fig, ax = new_figure(f"On-chip cache vs the weights of one decode step ({m.name}, {p})",
+                         "bytes (MB, log scale)", "device (catalog)", figsize=(10, 0.38 * len(found) + 2.0))
+    ax.barh(range(len(found)), [b / 1e6 for b in found.values()], color="#55a868", label="largest on-chip cache")
+    ax.set_yticks(range(len(found)), [_display(n) for n in found])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(streamed / 1e6, color="#c44e52", linestyle="--", linewidth=1.5,
+               label=f"{m.name} weights streamed per token ({p})")
+    _legend_outside(ax)
+    _skipped_note(ax, skipped, "cache size")
+    return fig
