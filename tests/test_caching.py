@@ -1,17 +1,24 @@
-"""course_lib.caching: the prefix, module and session cache model, its costs, and its argument checks.
+"""course_lib.core.caching (the prefix, module and session cache model, its costs, its argument checks and
+limits) and course_lib.measure.cache_timing (the same cases on a TinyLM, and their calibrated predictions).
 
 Unit tests pin the model to the estimator and the generated formulas; Hypothesis properties check the
 relations that must hold for any input (a cache never prefills more tokens, the mean TTFT lies between
-hit and miss, the break-even hit rate really breaks even). Timing claims are not tested here.
+hit and miss, the break-even hit rate really breaks even) and that every public function of the model
+answers any input with a result or a ValueError/TypeError naming an argument, in bounded work. The old
+path ``course_lib.caching`` still offers every name it offered before the split. Timing claims are not
+tested here.
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import math
 import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.core import _generated as g
@@ -24,10 +31,68 @@ times = st.floats(min_value=1e-6, max_value=10.0, allow_nan=False)
 
 
 def test_importing_caching_leaves_torch_widgets_and_matplotlib_out():
-    code = ("import sys, course_lib.caching; "
+    # the model, and the old path with a model name read from it
+    code = ("import sys, course_lib.core.caching; from course_lib import caching; caching.prefix_reuse; "
             "print(sorted(m for m in ('torch', 'ipywidgets', 'matplotlib', 'sympy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def _imports(module) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import statement in ``module``'s source, function bodies included."""
+    out = []
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", [a.name for a in node.names]))
+    return out
+
+
+def test_the_model_imports_no_measurement_code_anywhere():
+    # no torch, and no shim that imports the measurement layer inside a function
+    for mod, _ in _imports(caching):
+        assert mod.split(".")[0] not in ("torch", "ipywidgets", "matplotlib"), mod
+        assert not mod.startswith("course_lib.measure"), mod
+
+
+#: ``course_lib.caching.__all__`` before the split into core.caching and measure.cache_timing
+OLD_NAMES = [
+    "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft", "break_even_hit_rate",
+    "write_overhead_time", "ModuleReuse", "module_reuse", "MODULAR_REUSE_CAVEATS",
+    "turn_prompts", "session_prefill_tokens", "SessionCost", "session_cost", "session_derivation",
+    "break_even_derivation", "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget",
+    "PrefixTiming", "measure_prefix_ttft", "SessionTiming", "measure_session_ttft", "ModuleAgreement",
+    "measure_module_reuse", "provider_claims", "profile_prefill", "PROFILE_GROUPS",
+    "calibration_shapes", "CalibratedPrefix", "predict_prefix_ttft_calibrated", "CalibratedSession",
+    "predict_session_ttft_calibrated",
+]
+
+
+def test_the_old_path_offers_every_name_it_offered():
+    cache_timing = pytest.importorskip("course_lib.measure.cache_timing")
+    import course_lib.caching as old
+
+    for name in OLD_NAMES:
+        new = getattr(caching, name) if hasattr(caching, name) else getattr(cache_timing, name)
+        assert getattr(old, name) is new, name
+    assert set(OLD_NAMES) <= set(old.__all__) and set(OLD_NAMES) <= set(dir(old))
+    assert not set(caching.__all__) & set(cache_timing.__all__)        # each name lives in one module
+    with pytest.raises(AttributeError, match="no_such_name"):
+        old.no_such_name
+
+
+def test_the_measurements_use_only_public_names_of_the_core():
+    cache_timing = pytest.importorskip("course_lib.measure.cache_timing")
+    import importlib
+
+    for mod, names in _imports(cache_timing):
+        if mod.startswith("course_lib.core"):
+            public = importlib.import_module(mod).__all__ if mod != "course_lib.core" else None
+            for n in names:
+                assert not n.startswith("_") and (public is None or n in public), f"{mod}.{n}"
+    src = inspect.getsource(cache_timing)
+    assert "bench._" not in src and "validate._" not in src and "caching._" not in src
 
 
 # --------------------------------------------------------------------------------------------------
@@ -88,7 +153,7 @@ def test_hit_never_slower_than_miss(p, n, b):
     assert r.ttft_hit <= r.ttft_miss
 
 
-@given(h=st.floats(min_value=0, max_value=1), t1=times, t2=times)
+@given(h=st.one_of(st.just(0.0), st.floats(min_value=1e-30, max_value=1)), t1=times, t2=times)
 def test_expected_ttft_lies_between_hit_and_miss(h, t1, t2):
     hit, miss = min(t1, t2), max(t1, t2)
     e = caching.expected_ttft(h, hit, miss)
@@ -243,8 +308,190 @@ def test_bad_model_name_suggests():
 
 
 # --------------------------------------------------------------------------------------------------
+# Edges and limits: bounded work, a clear error naming the argument, never inf / nan / negative
+# --------------------------------------------------------------------------------------------------
+def test_a_steep_zipf_works():
+    # 1 / rank^300 used to overflow; it sends every request to the most popular prefix
+    reqs = caching.shared_prefix_workload(requests=50, prefixes=20, prefix_tokens=8, suffix_tokens=2, zipf=300)
+    assert len({tuple(r[:8]) for r in reqs}) == 1
+    first = caching.shared_prefix_workload(requests=1, prefixes=1, prefix_tokens=8, suffix_tokens=2)[0][:8]
+    assert reqs[0][:8] == first                                   # prefix 0 is drawn first from the seed
+    assert len(caching.shared_prefix_workload(requests=5, prefixes=3, prefix_tokens=4, suffix_tokens=1,
+                                              zipf=1e30)) == 5
+    uniform = caching.shared_prefix_workload(requests=300, prefixes=3, prefix_tokens=8, suffix_tokens=1, zipf=0)
+    assert len({tuple(r[:8]) for r in uniform}) == 3
+
+
+def test_a_workload_beyond_the_limit_is_refused_before_it_is_built():
+    ok = caching.MAX_WORKLOAD_TOKENS // 2 - 1          # 1 prefix of 1 token + requests * 2 tokens
+    with pytest.raises(ValueError, match="MAX_WORKLOAD_TOKENS") as e:
+        caching.shared_prefix_workload(requests=ok + 1, prefixes=1, prefix_tokens=1, suffix_tokens=1)
+    assert "requests" in str(e.value)
+    with pytest.raises(ValueError, match="MAX_WORKLOAD_TOKENS"):
+        caching.shared_prefix_workload(requests=1, prefixes=10**6, prefix_tokens=10**6)
+
+
+@pytest.mark.parametrize("turns", [caching.MAX_TURNS + 1, 10**5, 1e308, 10**400])
+def test_session_cost_refuses_more_turns_than_its_limit(turns):
+    # 10**5 turns took over 10 s, 1e308 never returned: now refused at once, saying the limit
+    with pytest.raises(ValueError, match="turns") as e:
+        caching.session_cost("mistral-7b", "h200", 100, 10, 20, turns)
+    if isinstance(turns, int) and turns < 10**15:
+        assert f"{caching.MAX_TURNS}" in str(e.value)
+    with pytest.raises(ValueError, match="turns"):
+        caching.turn_prompts(100, 10, 20, turns)
+
+
+def test_session_cost_at_its_limit():
+    s = caching.session_cost("mistral-7b", "h200", 10, 1, 1, caching.MAX_TURNS)
+    assert len(s.ttft_cached) == caching.MAX_TURNS
+    assert s.cumulative_tokens_nocache[-1] == caching.session_prefill_tokens(10, 1, 1, caching.MAX_TURNS, False)
+
+
+def test_session_totals_are_closed_form_and_exact_up_to_the_count_limit():
+    S, u, r, T = 3, 7, 5, 12_345_677                      # far beyond MAX_TURNS: no per-turn work
+    exact = T * S + u * T * (T + 1) // 2 + r * T * (T - 1) // 2
+    assert exact <= 10**15
+    assert caching.session_prefill_tokens(S, u, r, T, cached=False) == exact
+    assert caching.session_prefill_tokens(S, u, r, T, cached=True) == S + T * u + (T - 1)
+    with pytest.raises(ValueError, match="prefilled without a cache"):
+        caching.session_prefill_tokens(S, u, r, 10**9, cached=False)      # 6e18 tokens
+    with pytest.raises(ValueError, match="system_tokens"):                  # the conversation itself is too long
+        caching.session_prefill_tokens(10**15, 1, 0, 2, cached=True)
+
+
+def test_token_totals_beyond_the_count_limit_name_the_arguments():
+    with pytest.raises(ValueError, match=r"prefix_tokens \+ new_tokens"):
+        caching.prefix_reuse("mistral-7b", "h200", 10**15, 1)
+    with pytest.raises(ValueError, match=r"sum\(module_tokens\)"):
+        caching.module_reuse("mistral-7b", "h200", [10**15, 1], [True, False], 1)
+    with pytest.raises(ValueError, match="module_tokens"):
+        caching.module_reuse("mistral-7b", "h200", [1] * (caching.MAX_MODULES + 1),
+                             [True] * (caching.MAX_MODULES + 1), 1)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        caching.reusable_tokens(10**400, 16)
+
+
+def test_block_alignment_is_exact_at_the_count_limit():
+    p = 10**15 - 1
+    assert caching.reusable_tokens(p, 16) == p - p % 16
+    assert caching.reusable_tokens(p, 10**15) == 0
+
+
+def test_replays_beyond_the_limit_are_refused():
+    reqs = [[1] * 1000] * 1000                                           # 10**6 tokens
+    budgets = caching.MAX_REPLAY_TOKENS // 10**6
+    with pytest.raises(ValueError, match="MAX_REPLAY_TOKENS"):
+        caching.hit_rate_vs_budget(reqs, [1e6] * (budgets + 1), 10.0)
+    with pytest.raises(ValueError, match="MAX_REPLAY_TOKENS"):            # an endless list of budgets too
+        caching.hit_rate_vs_budget(reqs, itertools.repeat(1e6), 10.0)
+    with pytest.raises(TypeError, match=r"requests\[1\]"):
+        caching.hit_rate_vs_budget([[1, 2], 5], [1e6], 10.0)
+    assert caching.hit_rate_vs_budget([[1, 2]], [], 10.0) == []
+
+
+_BAD = [-1, 2.5, 10**400, -1e308, 1e308, math.inf, -math.inf, math.nan, 5e-324, 2**53 + 1, 10**15 + 1,
+        True, None, "12", b"12", bytearray(b"1"), 1j, [3]]
+_MODELS = st.sampled_from(["mistral-7b", "llama-3-8b", "mistrall-7b", 7, None])
+_HARDWARE = st.sampled_from(["h200", "rtx-4090", "h2000", None])
+
+
+def _any(good):
+    return st.one_of(good, st.sampled_from(_BAD))
+
+
+_TOKENS = _any(st.integers(0, 10**6))
+_SMALL = _any(st.integers(0, 64))
+_TIMES = _any(st.floats(1e-9, 1e3))
+_EFFICIENCY = _any(st.floats(1e-6, 1.0))
+_TURNS = st.one_of(st.integers(1, 20), st.sampled_from([caching.MAX_TURNS + 1, 10**5, *_BAD]))
+_LISTS = st.one_of(st.lists(_TOKENS, max_size=4), st.sampled_from(["123", b"1", 5, None, range(10**9)]))
+
+#: a strategy for the arguments of every public function of the model (positional, keyword)
+STRATEGIES = {
+    "prefix_reuse": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS, _TOKENS),
+                              st.fixed_dictionaries({"block_tokens": _SMALL, "min_tokens": _TOKENS,
+                                                     "compute_efficiency": _EFFICIENCY})),
+    "ttft_with_cache": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS, _TOKENS),
+                                 st.fixed_dictionaries({"bandwidth_efficiency": _EFFICIENCY})),
+    "reusable_tokens": st.tuples(st.tuples(_TOKENS, _SMALL, _TOKENS), st.just({})),
+    "expected_ttft": st.tuples(st.tuples(_any(st.floats(0, 1)), _TIMES, _TIMES), st.just({})),
+    "break_even_hit_rate": st.tuples(st.tuples(_TIMES, _TIMES, _TIMES), st.just({})),
+    "write_overhead_time": st.tuples(st.tuples(_MODELS, _TOKENS, _any(st.floats(1e-3, 1e15))), st.just({})),
+    "module_reuse": st.tuples(st.tuples(_MODELS, _HARDWARE, _LISTS, st.lists(st.booleans(), max_size=4), _TOKENS),
+                              st.just({})),
+    "check_session": st.tuples(st.tuples(_TOKENS, _TOKENS, _TOKENS, _TURNS), st.just({})),
+    "turn_prompts": st.tuples(st.tuples(_TOKENS, _TOKENS, _TOKENS, _TURNS), st.just({})),
+    "session_prefill_tokens": st.tuples(st.tuples(_TOKENS, _TOKENS, _TOKENS, _any(st.integers(1, 10**9)),
+                                                  st.sampled_from([True, False, 1, "yes"])), st.just({})),
+    "session_cost": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS, _TOKENS, _TOKENS, _TURNS), st.just({})),
+    "cache_memory_bytes": st.tuples(st.tuples(_MODELS, _TOKENS, _any(st.integers(1, 10**6))), st.just({})),
+    "sessions_fit": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS),
+                              st.fixed_dictionaries({"reserve_bytes": _any(st.floats(0, 1e12))})),
+    "shared_prefix_workload": st.tuples(st.tuples(_SMALL, _SMALL, _SMALL, _SMALL, _any(st.floats(0, 1e3)),
+                                                  _any(st.integers(2, 10**6)), _TOKENS), st.just({})),
+    "hit_rate_vs_budget": st.tuples(st.tuples(st.one_of(st.lists(st.lists(st.integers(0, 9), max_size=40),
+                                                                 max_size=5), st.sampled_from(_BAD)),
+                                              st.one_of(st.lists(_any(st.floats(1.0, 1e9)), max_size=3),
+                                                        st.sampled_from(_BAD)),
+                                              _any(st.floats(1e-3, 1e6)), _SMALL), st.just({})),
+}
+#: public functions that take no arguments (tested above)
+NO_ARGUMENTS = {"session_derivation", "break_even_derivation", "provider_claims"}
+
+
+def _public_functions():
+    return sorted(n for n in caching.__all__ if inspect.isfunction(getattr(caching, n)))
+
+
+def test_every_public_function_has_a_strategy():
+    assert set(_public_functions()) == set(STRATEGIES) | NO_ARGUMENTS
+
+
+def _numbers(result):
+    """Every number a result holds that is a time, a count or a ratio (all must be finite and >= 0)."""
+    if isinstance(result, (int, float)) and not isinstance(result, bool):
+        yield result
+    elif isinstance(result, (list, tuple)):
+        for x in result:
+            yield from _numbers(x)
+    elif isinstance(result, dict):
+        yield from _numbers(list(result.values()))
+    elif isinstance(result, caching.HitMiss):
+        yield from (result.ttft_hit, result.ttft_miss, result.speedup, result.saved)
+    elif isinstance(result, caching.SessionCost):
+        yield from _numbers([result.ttft_nocache, result.ttft_cached, result.tokens_cached, result.tokens_nocache])
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_any_input_gets_a_result_or_a_clear_error(name):
+    fn = getattr(caching, name)
+    params = list(inspect.signature(fn).parameters)
+
+    @settings(max_examples=40, deadline=None)
+    @given(STRATEGIES[name])
+    def check(call):
+        args, kwargs = call
+        try:
+            result = fn(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            assert any(p in str(e) for p in params) or "unknown" in str(e), f"{name}: {e!r} names no argument"
+            return
+        for x in _numbers(result):
+            assert math.isfinite(x) and x >= 0, f"{name}{args} returned {x!r}"
+
+    check()
+
+
+# --------------------------------------------------------------------------------------------------
 # Measurement helpers on a real (tiny) TinyLM: structure and exactness, never timing claims
 # --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cache_timing():
+    """``course_lib.measure.cache_timing`` (torch), imported by the tests that use it: collection stays torch-free."""
+    return pytest.importorskip("course_lib.measure.cache_timing")
+
+
 @pytest.fixture(scope="module")
 def tiny_lm():
     pytest.importorskip("torch")
@@ -255,8 +502,8 @@ def tiny_lm():
     return TinyLM(spec, dtype="fp32", device="cpu", max_seq=160, seed=0)
 
 
-def test_measure_prefix_ttft_is_exact(tiny_lm):
-    t = caching.measure_prefix_ttft(tiny_lm, 96, 8, repeats=2, warmup=0, threads=1)
+def test_measure_prefix_ttft_is_exact(tiny_lm, cache_timing):
+    t = cache_timing.measure_prefix_ttft(tiny_lm, 96, 8, repeats=2, warmup=0, threads=1)
     assert t.prefix_tokens == 96 and t.new_tokens == 8 and t.repeats == 2 and t.threads == 1
     assert t.full_q1 <= t.full_seconds <= t.full_q3 and t.cached_q1 <= t.cached_seconds <= t.cached_q3
     assert t.max_abs_diff <= 1e-4                        # prefix reuse is exact up to rounding
@@ -264,38 +511,38 @@ def test_measure_prefix_ttft_is_exact(tiny_lm):
     assert t.speedup == pytest.approx(t.full_seconds / t.cached_seconds)
 
 
-def test_measure_session_and_modules(tiny_lm):
-    s = caching.measure_session_ttft(tiny_lm, 32, 4, 8, turns=3, repeats=1, threads=1)
+def test_measure_session_and_modules(tiny_lm, cache_timing):
+    s = cache_timing.measure_session_ttft(tiny_lm, 32, 4, 8, turns=3, repeats=1, threads=1)
     assert len(s.ttft_nocache) == len(s.ttft_cached) == 3 and all(x > 0 for x in s.ttft_cached)
     assert s.total_nocache == pytest.approx(sum(s.ttft_nocache))
-    m = caching.measure_module_reuse(tiny_lm, (16, 16), 4)
+    m = cache_timing.measure_module_reuse(tiny_lm, (16, 16), 4)
     assert m.prefix_exact["kl_mean"] <= 1e-9 and m.prefix_exact["top1_agreement"] == 1.0
     assert m.modules_in_place["max_abs_diff"] > 0          # skipping cross-module attention changes the logits
     assert m.modules_at_zero["positions"] == 4
 
 
-def test_profile_prefill_groups(tiny_lm):
-    p = caching.profile_prefill(tiny_lm, 64, threads=1)
-    assert set(p) == {*caching.PROFILE_GROUPS, "other", "total", "calls", "group_calls"}
+def test_profile_prefill_groups(tiny_lm, cache_timing):
+    p = cache_timing.profile_prefill(tiny_lm, 64, threads=1)
+    assert set(p) == {*cache_timing.PROFILE_GROUPS, "other", "total", "calls", "group_calls"}
     assert p["matrix products"] > 0 and p["calls"] > 0
-    assert set(p["group_calls"]) == {*caching.PROFILE_GROUPS, "other"}
+    assert set(p["group_calls"]) == {*cache_timing.PROFILE_GROUPS, "other"}
     assert sum(p["group_calls"].values()) == p["calls"] and p["group_calls"]["matrix products"] > 0
-    assert p["total"] == pytest.approx(sum(p[k] for k in (*caching.PROFILE_GROUPS, "other")))
-    pc = caching.profile_prefill(tiny_lm, 64, threads=1, prefix_tokens=48)
+    assert p["total"] == pytest.approx(sum(p[k] for k in (*cache_timing.PROFILE_GROUPS, "other")))
+    pc = cache_timing.profile_prefill(tiny_lm, 64, threads=1, prefix_tokens=48)
     assert pc["calls"] > 0
     with pytest.raises(ValueError, match="prefix_tokens"):
-        caching.profile_prefill(tiny_lm, 64, prefix_tokens=64)
+        cache_timing.profile_prefill(tiny_lm, 64, prefix_tokens=64)
 
 
-def test_measurements_check_their_arguments(tiny_lm):
+def test_measurements_check_their_arguments(tiny_lm, cache_timing):
     with pytest.raises(ValueError, match="max_seq"):
-        caching.measure_prefix_ttft(tiny_lm, 150, 20)
+        cache_timing.measure_prefix_ttft(tiny_lm, 150, 20)
     with pytest.raises(ValueError, match="user_tokens"):
-        caching.measure_session_ttft(tiny_lm, 10, 0, 5, 2)
+        cache_timing.measure_session_ttft(tiny_lm, 10, 0, 5, 2)
     with pytest.raises(TypeError, match="lm must be"):
-        caching.measure_prefix_ttft(object(), 10, 2)
+        cache_timing.measure_prefix_ttft(object(), 10, 2)
     with pytest.raises(TypeError, match="module_tokens"):
-        caching.measure_module_reuse(tiny_lm, [], 2)
+        cache_timing.measure_module_reuse(tiny_lm, [], 2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,24 +570,24 @@ SMALL = get_model("llama-3-8b").scaled(name="tiny-cal", layers=2, hidden=64, hea
                                        intermediate=128, vocab=97)
 
 
-def test_calibration_shapes_list_every_prefill_the_predictions_price():
-    shapes = caching.calibration_shapes(96, 8)
+def test_calibration_shapes_list_every_prefill_the_predictions_price(cache_timing):
+    shapes = cache_timing.calibration_shapes(96, 8)
     assert shapes == {"prompt_lengths": [104], "cached_prefills": [(104, 96)]}
-    both = caching.calibration_shapes(96, 8, 32, 4, 8, 3)
+    both = cache_timing.calibration_shapes(96, 8, 32, 4, 8, 3)
     prompts = caching.turn_prompts(32, 4, 8, 3)
     assert both["prompt_lengths"] == sorted({104} | {p for p, _ in prompts})
     assert both["cached_prefills"] == sorted({(104, 96)} | {(p, c) for p, c in prompts if c})
     with pytest.raises(ValueError, match="prefix case"):
-        caching.calibration_shapes()
+        cache_timing.calibration_shapes()
     with pytest.raises(ValueError, match="new_tokens"):
-        caching.calibration_shapes(96, 0)
+        cache_timing.calibration_shapes(96, 0)
 
 
-def test_calibrated_prefix_prediction_is_two_validate_predictions():
+def test_calibrated_prefix_prediction_is_two_validate_predictions(cache_timing):
     from course_lib.measure import validate
 
     cal = _hand_calibration()
-    r = caching.predict_prefix_ttft_calibrated(SMALL, 96, 8, cal)
+    r = cache_timing.predict_prefix_ttft_calibrated(SMALL, 96, 8, cal)
     full = validate.predict_ttft(SMALL, 104, cal)
     hit = validate.predict_ttft(SMALL, 104, cal, cached_tokens=96, reuse="prefix")
     assert r.full.terms == full.terms and r.cached.terms == hit.terms
@@ -348,11 +595,11 @@ def test_calibrated_prefix_prediction_is_two_validate_predictions():
     assert r.cached.terms["kv_load"] > 0                   # the prefix path copies the state's K/V in
 
 
-def test_calibrated_session_prediction_per_turn():
+def test_calibrated_session_prediction_per_turn(cache_timing):
     from course_lib.measure import validate
 
     cal = _hand_calibration()
-    s = caching.predict_session_ttft_calibrated(SMALL, 32, 4, 8, 3, cal)
+    s = cache_timing.predict_session_ttft_calibrated(SMALL, 32, 4, 8, 3, cal)
     assert len(s.nocache) == len(s.cached) == 3
     assert s.ttft_cached[0] == pytest.approx(s.ttft_nocache[0])           # turn 1: a plain prefill either way
     for (prompt, cached), nc, c in zip(caching.turn_prompts(32, 4, 8, 3), s.nocache, s.cached):
@@ -363,22 +610,18 @@ def test_calibrated_session_prediction_per_turn():
     assert s.total_nocache == pytest.approx(sum(s.ttft_nocache)) and s.total_cached < s.total_nocache
 
 
-def test_calibrated_predictions_check_their_arguments():
+def test_calibrated_predictions_check_their_arguments(cache_timing):
     cal = _hand_calibration()
     with pytest.raises(TypeError, match="calibration"):
-        caching.predict_prefix_ttft_calibrated(SMALL, 96, 8, "fast")
+        cache_timing.predict_prefix_ttft_calibrated(SMALL, 96, 8, "fast")
     with pytest.raises(ValueError, match="new_tokens"):
-        caching.predict_prefix_ttft_calibrated(SMALL, 96, 0, cal)
+        cache_timing.predict_prefix_ttft_calibrated(SMALL, 96, 0, cal)
     with pytest.raises(ValueError, match="user_tokens"):
-        caching.predict_session_ttft_calibrated(SMALL, 32, 0, 8, 3, cal)
+        cache_timing.predict_session_ttft_calibrated(SMALL, 32, 0, 8, 3, cal)
 
 
-def test_measurements_use_only_bench_public_timing_helpers():
-    import inspect
-
-    src = inspect.getsource(caching)
-    assert "bench._" not in src
-    bench = pytest.importorskip("course_lib.bench")
+def test_bench_public_timing_helpers_the_measurements_use():
+    bench = pytest.importorskip("course_lib.measure.bench")
     with bench.Stopwatch("cpu", threads=1) as sw:
         import torch
 

@@ -1,5 +1,8 @@
 """Lesson 07's model of first-token optimisation: prefix caching, prompt (module) caching, session caching.
 
+Serves lesson 07 (``notebooks/07_first_token_optimisation.ipynb``), its widgets and plots
+(``course_lib.lessons.widgets.caching``, ``course_lib.lessons.plots.caching``) and exercise set 07.
+
     from course_lib.core import caching
     r = caching.prefix_reuse("mistral-7b", "h200", prefix_tokens=4000, new_tokens=100)
     r.ttft_miss, r.ttft_hit, r.speedup          # seconds, seconds, miss / hit
@@ -9,7 +12,7 @@
     s.cumulative_tokens_nocache[-1], s.cumulative_tokens_cached[-1]
     caching.sessions_fit("mistral-7b", "h200", session_tokens=8192)
 
-Every number comes from ``course_lib.formulas`` (through ``_generated``) and the estimator:
+Every number comes from ``course_lib.core.formulas`` (through the generated module) and the estimator:
 
 * **prefix sharing**: a request whose first ``C`` prompt tokens already have K/V in a cache prefills
   only the other ``P - C`` tokens, attending to the cached ones and reading their K/V:
@@ -27,52 +30,65 @@ Every number comes from ``course_lib.formulas`` (through ``_generated``) and the
   ``_nocache``; :func:`session_derivation` shows the sympy summation).
 * **costs**: bytes held by caches (``kv_cache_bytes``), whole sessions that fit beside the weights
   (``sessions_that_fit``), and the hit rate of an LRU cache of a given byte budget, simulated with
-  :mod:`course_lib.prefix_cache` (:func:`hit_rate_vs_budget`).
+  :mod:`course_lib.core.prefix_cache` (:func:`hit_rate_vs_budget`).
 
-The measurement helpers at the end (:func:`measure_prefix_ttft`, :func:`measure_session_ttft`,
-:func:`measure_module_reuse`) time a :class:`course_lib.tinylm.TinyLM` with ``bench.Stopwatch``;
-:func:`predict_prefix_ttft_calibrated` / :func:`predict_session_ttft_calibrated` predict the same
-cases with the calibrated model of :mod:`course_lib.validate` (probes only). They import
-``course_lib.bench`` / ``course_lib.validate`` (torch) inside the function, so importing this module
-never imports torch, ipywidgets or matplotlib.
+Limits (every function refuses, with a ValueError that names the argument, what lies beyond them):
+
+* token counts, alone or added up (a prompt, a session's prefilled tokens), at most
+  ``validation.MAX_COUNT`` (10**15); times, bytes and bandwidths within ``validation``'s
+  [1e-30, 1e30]; no function returns an infinite, nan or negative time;
+* :func:`turn_prompts` and :func:`session_cost` work turn by turn (one estimate per turn and case):
+  at most :data:`MAX_TURNS` turns. :func:`session_prefill_tokens` is closed-form and takes any
+  number of turns whose total stays within ``MAX_COUNT``;
+* :func:`module_reuse`: at most :data:`MAX_MODULES` modules;
+* :func:`shared_prefix_workload` builds at most :data:`MAX_WORKLOAD_TOKENS` token ids;
+  :func:`hit_rate_vs_budget` replays at most :data:`MAX_REPLAY_TOKENS` tokens (requests x budgets).
+
+Measuring the same cases on a real (small) model, and predicting them with the calibrated model,
+needs torch: :mod:`course_lib.measure.cache_timing`. This module imports neither torch, ipywidgets
+nor matplotlib (nor sympy, until :func:`session_derivation` / :func:`break_even_derivation` are called).
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
-import math
-import os
 import random
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
 from course_lib.core import _generated as g
+from course_lib.core import measurements, prefix_cache
 from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.precision import get_precision
-from course_lib.core.validation import require_count, require_fraction, require_nonnegative, require_positive
+from course_lib.core.validation import (MAX_COUNT, require_count, require_fraction, require_nonnegative,
+                                        require_positive)
 
 __all__ = [
-    "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft", "break_even_hit_rate",
-    "write_overhead_time", "ModuleReuse", "module_reuse", "MODULAR_REUSE_CAVEATS",
-    "turn_prompts", "session_prefill_tokens", "SessionCost", "session_cost", "session_derivation",
+    "HitMiss", "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft",
+    "break_even_hit_rate", "write_overhead_time", "ModuleReuse", "module_reuse", "MODULAR_REUSE_CAVEATS",
+    "check_session", "turn_prompts", "session_prefill_tokens", "SessionCost", "session_cost", "session_derivation",
     "break_even_derivation",
-    "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget",
-    "PrefixTiming", "measure_prefix_ttft", "SessionTiming", "measure_session_ttft", "ModuleAgreement",
-    "measure_module_reuse", "provider_claims", "profile_prefill", "PROFILE_GROUPS",
-    "calibration_shapes", "CalibratedPrefix", "predict_prefix_ttft_calibrated", "CalibratedSession",
-    "predict_session_ttft_calibrated",
+    "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget", "provider_claims",
+    "MAX_TURNS", "MAX_MODULES", "MAX_WORKLOAD_TOKENS", "MAX_REPLAY_TOKENS",
 ]
 
+#: most turns :func:`turn_prompts` and :func:`session_cost` compute one by one (session_cost: 2 estimates a turn)
+MAX_TURNS = 1000
+#: most prompt modules :func:`module_reuse` takes
+MAX_MODULES = 1000
+#: most token ids :func:`shared_prefix_workload` builds (requests x (prefix + suffix) + the shared prefixes)
+MAX_WORKLOAD_TOKENS = 10**7
+#: most tokens :func:`hit_rate_vs_budget` replays (tokens in ``requests`` x number of budgets), about 10 s
+MAX_REPLAY_TOKENS = 2 * 10**7
 
-def _kv_precision(precision, kv_precision) -> str:
-    """The estimator's default: the KV cache in the weights' format, or fp16 for integer/block formats."""
-    if kv_precision is not None:
-        return get_precision(kv_precision).name
-    w = get_precision(precision).name
-    return w if w in ("fp32", "fp16", "bf16", "fp8") else "fp16"
+
+def _total(names: str, value: int) -> int:
+    """A sum of token counts, refused beyond ``MAX_COUNT`` with the arguments that made it."""
+    if value > MAX_COUNT:
+        shown = f"{value:,.0f}" if value < 1e18 else f"{value:.3e}"
+        raise ValueError(f"{names} must be at most {MAX_COUNT:,} tokens (validation.MAX_COUNT, the largest count "
+                         f"the course computes with), got {shown}")
+    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,10 +115,15 @@ def ttft_with_cache(model, hardware, prompt_tokens, cached_tokens=0, precision="
 
     ``estimate(model, hardware, prompt_tokens, 1, ..., cached_prefix_tokens=cached_tokens)``: its ``ttft``
     is the prefill of the ``prompt_tokens - cached_tokens`` new tokens, attending to the cached ones
-    and reading their K/V.
+    and reading their K/V. ``0 <= cached_tokens < prompt_tokens``.
     """
-    return estimate(model, hardware, prompt_tokens, 1, precision=precision, kv_precision=kv_precision,
-                    cached_prefix_tokens=cached_tokens, compute_efficiency=compute_efficiency,
+    p = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    c = require_count("cached_tokens", cached_tokens)
+    if c >= p:
+        raise ValueError(f"cached_tokens must be < prompt_tokens ({p:,}): at least one prompt token is prefilled to "
+                         f"produce the first output token; got {c:,}")
+    return estimate(model, hardware, p, 1, precision=precision, kv_precision=kv_precision,
+                    cached_prefix_tokens=c, compute_efficiency=compute_efficiency,
                     bandwidth_efficiency=bandwidth_efficiency)
 
 
@@ -141,8 +162,9 @@ def write_overhead_time(model, tokens, bandwidth, kv_precision="fp16") -> float:
     return g.memory_time(kv_cache_bytes(model, tokens, kv_precision), bw, 1.0)
 
 
-class _HitMiss:
-    """What every hit-vs-miss pair derives from its ``ttft_hit`` and ``ttft_miss`` (seconds)."""
+class HitMiss:
+    """What every hit-vs-miss pair derives from its ``ttft_hit`` and ``ttft_miss`` (seconds), which a subclass
+    defines."""
 
     @property
     def speedup(self) -> float:
@@ -165,7 +187,7 @@ class _HitMiss:
 
 
 @dataclass(frozen=True)
-class PrefixReuse(_HitMiss):
+class PrefixReuse(HitMiss):
     """A request of ``prefix_tokens`` shared tokens + ``new_tokens`` own tokens, with and without a cache hit."""
 
     model: ModelSpec
@@ -177,17 +199,12 @@ class PrefixReuse(_HitMiss):
     hit: Estimate
     miss: Estimate
 
+    ttft_hit = property(lambda self: self.hit.ttft, doc="TTFT (s) on a hit: the estimate with the prefix cached.")
+    ttft_miss = property(lambda self: self.miss.ttft, doc="TTFT (s) on a miss: the whole prompt prefilled.")
+
     @property
     def prompt_tokens(self) -> int:
         return self.prefix_tokens + self.new_tokens
-
-    @property
-    def ttft_hit(self) -> float:
-        return self.hit.ttft
-
-    @property
-    def ttft_miss(self) -> float:
-        return self.miss.ttft
 
     def break_even_hit_rate(self, write_overhead) -> float:
         return break_even_hit_rate(self.ttft_hit, self.ttft_miss, write_overhead)
@@ -207,6 +224,7 @@ def prefix_reuse(model, hardware, prefix_tokens, new_tokens, precision="fp16", k
     p = require_count("prefix_tokens", prefix_tokens)
     n = require_count("new_tokens", new_tokens, minimum=1)
     b = require_count("block_tokens", block_tokens, minimum=1)
+    _total("prefix_tokens + new_tokens", p + n)
     c = reusable_tokens(p, b, min_tokens)
     kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
@@ -233,7 +251,7 @@ MODULAR_REUSE_CAVEATS = (
 
 
 @dataclass(frozen=True)
-class ModuleReuse(_HitMiss):
+class ModuleReuse(HitMiss):
     """Prefill with some prompt modules' K/V reused: the cost is a cached prefix of their total size."""
 
     model: ModelSpec
@@ -248,17 +266,12 @@ class ModuleReuse(_HitMiss):
     def cached_tokens(self) -> int:
         return sum(t for t, c in zip(self.module_tokens, self.cached) if c)
 
+    ttft_hit = property(lambda self: self.reused.ttft, doc="TTFT (s) with the cached modules' K/V reused.")
+    ttft_miss = property(lambda self: self.full.ttft, doc="TTFT (s) of the full prefill.")
+
     @property
     def prompt_tokens(self) -> int:
         return sum(self.module_tokens) + self.new_tokens
-
-    @property
-    def ttft_miss(self) -> float:
-        return self.full.ttft
-
-    @property
-    def ttft_hit(self) -> float:
-        return self.reused.ttft
 
 
 def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence[bool], new_tokens,
@@ -271,16 +284,19 @@ def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence
     """
     m = get_model(model)
     hw = get_hardware(hardware)
-    if isinstance(module_tokens, (str, bytes)) or not hasattr(module_tokens, "__len__"):
+    if isinstance(module_tokens, (str, bytes, bytearray)) or not hasattr(module_tokens, "__len__"):
         raise TypeError(f"module_tokens must be a list of token counts, got {type(module_tokens).__name__}")
+    if not 1 <= len(module_tokens) <= MAX_MODULES:
+        raise ValueError(f"module_tokens must hold 1 to {MAX_MODULES} modules, got {len(module_tokens)}")
     mods = tuple(require_count(f"module_tokens[{i}]", t, minimum=1) for i, t in enumerate(module_tokens))
-    if isinstance(cached, (str, bytes)) or not hasattr(cached, "__len__") or len(cached) != len(mods):
-        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module, got {cached!r}")
+    if isinstance(cached, (str, bytes, bytearray)) or not hasattr(cached, "__len__") or len(cached) != len(mods):
+        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module, got {type(cached).__name__}"
+                         f" of {len(cached) if hasattr(cached, '__len__') else 'no'} items")
     flags = tuple(bool(c) for c in cached)
     n = require_count("new_tokens", new_tokens, minimum=1)
     kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
-    total = sum(mods) + n
+    total = _total("sum(module_tokens) + new_tokens", sum(mods) + n)
     c = sum(t for t, f in zip(mods, flags) if f)
     full = ttft_with_cache(m, hw, total, 0, **kw)
     reused = ttft_with_cache(m, hw, total, c, **kw) if c else full
@@ -290,9 +306,21 @@ def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence
 # --------------------------------------------------------------------------------------------------
 # Session cache
 # --------------------------------------------------------------------------------------------------
-def _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=0):
-    return (require_count("system_tokens", system_tokens), require_count("user_tokens", user_tokens, minimum=user_min),
-            require_count("reply_tokens", reply_tokens), require_count("turns", turns, minimum=1))
+def check_session(system_tokens, user_tokens, reply_tokens, turns, *, min_user_tokens: int = 0,
+                  max_turns: int = MAX_COUNT) -> tuple[int, int, int, int]:
+    """The checked ``(S, u, r, T)`` of a chat of ``turns`` turns: a system prompt, then per turn a user
+    message and a reply.
+
+    Counts are whole numbers, ``user_tokens >= min_user_tokens``, ``1 <= turns <= max_turns``, and the
+    conversation after the last reply, ``S + T (u + r)``, at most ``validation.MAX_COUNT`` tokens.
+    Every session function here (and :mod:`course_lib.measure.cache_timing`) checks its arguments with it.
+    """
+    S = require_count("system_tokens", system_tokens)
+    u = require_count("user_tokens", user_tokens, minimum=require_count("min_user_tokens", min_user_tokens))
+    r = require_count("reply_tokens", reply_tokens)
+    T = require_count("turns", turns, minimum=1, maximum=require_count("max_turns", max_turns, minimum=1))
+    _total("system_tokens + turns * (user_tokens + reply_tokens)", S + T * (u + r))
+    return S, u, r, T
 
 
 def turn_prompts(system_tokens, user_tokens, reply_tokens, turns) -> list[tuple[int, int]]:
@@ -302,9 +330,9 @@ def turn_prompts(system_tokens, user_tokens, reply_tokens, turns) -> list[tuple[
     ``S + t u + (t - 1) r``. With a session cache everything but the new user message and the previous
     reply's last token is cached: decoding fed every reply token but the last back into the model (that
     one was sampled, never processed), so its K/V come with the next turn. Cached at turn t >= 2:
-    ``S + (t - 1)(u + r) - min(r, 1)``; 0 at turn 1.
+    ``S + (t - 1)(u + r) - min(r, 1)``; 0 at turn 1. One pair per turn: at most :data:`MAX_TURNS` turns.
     """
-    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns)
+    S, u, r, T = check_session(system_tokens, user_tokens, reply_tokens, turns, max_turns=MAX_TURNS)
     out = []
     for t in range(1, T + 1):
         prompt = S + t * u + (t - 1) * r
@@ -313,13 +341,26 @@ def turn_prompts(system_tokens, user_tokens, reply_tokens, turns) -> list[tuple[
 
 
 def session_prefill_tokens(system_tokens, user_tokens, reply_tokens, turns, cached: bool) -> int:
-    """Prompt tokens prefilled over ``turns`` turns: ``session_prefill_tokens_cached`` or ``_nocache``."""
-    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns)
+    """Prompt tokens prefilled over ``turns`` turns: ``session_prefill_tokens_cached`` or ``_nocache``.
+
+    Closed-form, so any number of turns is quick; the total must stay within ``validation.MAX_COUNT``
+    (10**15) tokens, where the quadratic no-cache total is still an exact whole number.
+    """
+    S, u, r, T = check_session(system_tokens, user_tokens, reply_tokens, turns)
     if not isinstance(cached, bool):
         raise TypeError(f"cached must be True or False, got {type(cached).__name__} {cached!r}")
-    if cached:
-        return int(g.session_prefill_tokens_cached(S, u, r, T))
-    return int(round(g.session_prefill_tokens_nocache(S, u, r, T)))
+    formula = g.session_prefill_tokens_cached if cached else g.session_prefill_tokens_nocache
+    total = formula(S, u, r, T)
+    # the no-cache formula halves in floating point: bound it before rounding (an int or a float of <= 1e15 is exact)
+    _total(f"the tokens prefilled {'with' if cached else 'without'} a cache over the turns (system_tokens, "
+           f"user_tokens, reply_tokens, turns)", total)
+    return int(round(total))
+
+
+def _running_total(per_turn: str) -> property:
+    """A property: the running totals of the per-turn field ``per_turn`` (turn 1, turns 1-2, ...)."""
+    return property(lambda self: tuple(itertools.accumulate(getattr(self, per_turn))),
+                    doc=f"Running totals of ``{per_turn}`` over the turns.")
 
 
 @dataclass(frozen=True)
@@ -338,21 +379,10 @@ class SessionCost:
     ttft_nocache: tuple[float, ...]
     ttft_cached: tuple[float, ...]
 
-    @property
-    def cumulative_tokens_nocache(self) -> tuple[int, ...]:
-        return tuple(itertools.accumulate(self.tokens_nocache))
-
-    @property
-    def cumulative_tokens_cached(self) -> tuple[int, ...]:
-        return tuple(itertools.accumulate(self.tokens_cached))
-
-    @property
-    def cumulative_ttft_nocache(self) -> tuple[float, ...]:
-        return tuple(itertools.accumulate(self.ttft_nocache))
-
-    @property
-    def cumulative_ttft_cached(self) -> tuple[float, ...]:
-        return tuple(itertools.accumulate(self.ttft_cached))
+    cumulative_tokens_nocache = _running_total("tokens_nocache")
+    cumulative_tokens_cached = _running_total("tokens_cached")
+    cumulative_ttft_nocache = _running_total("ttft_nocache")
+    cumulative_ttft_cached = _running_total("ttft_cached")
 
     @property
     def cache_tokens(self) -> int:
@@ -366,11 +396,13 @@ def session_cost(model, hardware, system_tokens, user_tokens, reply_tokens, turn
 
     Each turn's TTFT is :func:`ttft_with_cache` of that turn's prompt (:func:`turn_prompts`), with 0
     or the session's cached tokens. ``user_tokens >= 1`` (a turn must bring a token to prefill).
-    The token totals equal ``session_prefill_tokens_nocache`` / ``_cached``.
+    The token totals equal ``session_prefill_tokens_nocache`` / ``_cached``. Two estimates per turn:
+    at most :data:`MAX_TURNS` turns (use :func:`session_prefill_tokens` for the token totals of longer chats).
     """
     m = get_model(model)
     hw = get_hardware(hardware)
-    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=1)
+    S, u, r, T = check_session(system_tokens, user_tokens, reply_tokens, turns, min_user_tokens=1,
+                               max_turns=MAX_TURNS)
     kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
     prompts, nc, c, t_nc, t_c = [], [], [], [], []
@@ -387,9 +419,10 @@ def session_derivation() -> dict:
     """The sympy derivation of the session totals (imports sympy).
 
     Returns ``per_turn_nocache`` (S + t u + (t-1) r), ``per_turn_cached`` (S + u at t = 1, then
-    u + min(r, 1): the new message and the previous reply's last, never-fed token), their sums over t = 1..T by ``sympy.summation`` (``sum_nocache``,
-    ``sum_cached``), ``saved`` (their difference, factored) and ``matches``: whether the sums equal the
-    formulas ``session_prefill_tokens_nocache`` / ``_cached`` of ``course_lib.formulas``.
+    u + min(r, 1): the new message and the previous reply's last, never-fed token), their sums over
+    t = 1..T by ``sympy.summation`` (``sum_nocache``, ``sum_cached``), ``saved`` (their difference,
+    factored) and ``matches``: whether the sums equal the formulas ``session_prefill_tokens_nocache`` /
+    ``_cached`` of ``course_lib.core.formulas``.
     """
     import sympy as sp
 
@@ -466,7 +499,10 @@ def shared_prefix_workload(requests=400, prefixes=20, prefix_tokens=1024, suffix
     """Synthetic requests: one of ``prefixes`` shared prompts (popularity ~ 1 / rank^zipf) + a unique suffix.
 
     Token ids are drawn with ``random.Random(seed)`` (reproducible, no numpy). Prefix ``i`` is the
-    same list of ``prefix_tokens`` ids in every request that uses it; every suffix is fresh.
+    same list of ``prefix_tokens`` ids in every request that uses it; every suffix is fresh. Any
+    ``zipf >= 0`` works (0: uniform; a large one sends nearly every request to prefix 0). At most
+    :data:`MAX_WORKLOAD_TOKENS` token ids in all: ``prefixes * prefix_tokens + requests * (prefix_tokens +
+    suffix_tokens)``.
     """
     n = require_count("requests", requests, minimum=1)
     k = require_count("prefixes", prefixes, minimum=1)
@@ -475,8 +511,13 @@ def shared_prefix_workload(requests=400, prefixes=20, prefix_tokens=1024, suffix
     a = require_nonnegative("zipf", zipf)
     v = require_count("vocab", vocab, minimum=2)
     rng = random.Random(require_count("seed", seed))
+    size = k * p + n * (p + s)
+    if size > MAX_WORKLOAD_TOKENS:
+        raise ValueError(f"requests, prefixes, prefix_tokens and suffix_tokens make a workload of {size:,} token ids "
+                         f"(prefixes * prefix_tokens + requests * (prefix_tokens + suffix_tokens)); at most "
+                         f"{MAX_WORKLOAD_TOKENS:,} (MAX_WORKLOAD_TOKENS)")
     shared = [[rng.randrange(v) for _ in range(p)] for _ in range(k)]
-    weights = [1.0 / (i + 1) ** a for i in range(k)]
+    weights = [(i + 1.0) ** -a for i in range(k)]    # 1 / rank^zipf; underflows to 0 for a steep zipf, never overflows
     picks = rng.choices(range(k), weights=weights, k=n)
     return [shared[i] + [rng.randrange(v) for _ in range(s)] for i in picks]
 
@@ -487,14 +528,26 @@ def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16
     Every request recomputes at least its last token (``min_new_tokens=1``). Returns one dict per
     budget: ``budget_bytes``, ``hit_rate`` (fraction of requests that reused at least one block),
     ``token_hit_rate`` (reused tokens / prompt tokens), ``hit_tokens``, ``evictions``, ``bytes_used``.
+    One replay per budget: at most :data:`MAX_REPLAY_TOKENS` tokens (tokens in ``requests`` x budgets).
     """
-    from course_lib.core import prefix_cache
-
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__len__") or not len(requests):
-        raise ValueError("requests must be a non-empty list of token-id lists")
-    if isinstance(budgets_bytes, (str, bytes)) or not hasattr(budgets_bytes, "__iter__"):
+    if isinstance(requests, (str, bytes, bytearray)) or not hasattr(requests, "__len__"):
+        raise TypeError(f"requests must be a non-empty list of token-id lists, got {type(requests).__name__}")
+    if not len(requests):
+        raise ValueError("requests must be a non-empty list of token-id lists, got an empty one")
+    tokens = 0
+    for i, r in enumerate(requests):
+        if isinstance(r, (str, bytes, bytearray)) or not hasattr(r, "__len__"):
+            raise TypeError(f"requests[{i}] must be a list of token ids, got {type(r).__name__}")
+        tokens += len(r)
+    if isinstance(budgets_bytes, (str, bytes, bytearray)) or not hasattr(budgets_bytes, "__iter__"):
         raise TypeError(f"budgets_bytes must be a list of byte budgets, got {type(budgets_bytes).__name__}")
-    budgets = [require_positive(f"budgets_bytes[{i}]", b) for i, b in enumerate(budgets_bytes)]
+    budgets = []
+    for i, b in enumerate(budgets_bytes):
+        budgets.append(require_positive(f"budgets_bytes[{i}]", b))
+        if len(budgets) * tokens > MAX_REPLAY_TOKENS:
+            raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of {len(budgets)} "
+                             f"or more budgets exceeds {MAX_REPLAY_TOKENS:,} tokens (MAX_REPLAY_TOKENS); pass fewer "
+                             f"budgets or a shorter workload")
     bpt = require_positive("bytes_per_token", bytes_per_token)
     bt = require_count("block_tokens", block_tokens, minimum=1)
     out = []
@@ -507,398 +560,4 @@ def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16
 
 def provider_claims() -> list[dict]:
     """The published prompt-caching records (``measurements.published()`` of kind 'prompt_caching')."""
-    from course_lib.core import measurements
-
     return [r for r in measurements.published() if r["kind"] == "prompt_caching"]
-
-
-# --------------------------------------------------------------------------------------------------
-# Measurements on a real (small) model: course_lib.tinylm.TinyLM (torch is imported only in here)
-# --------------------------------------------------------------------------------------------------
-def _timing_tools():
-    """course_lib.bench, for its public timing helpers ``Stopwatch`` and ``quartiles`` (imports torch)."""
-    from course_lib.measure import bench
-
-    return bench
-
-
-def _random_ids(rng: random.Random, vocab: int, n: int) -> list[int]:
-    return [rng.randrange(vocab) for _ in range(n)]
-
-
-def _check_lm(lm, needed: int):
-    for attr in ("spec", "max_seq", "prefill", "extend", "save_state", "device"):
-        if not hasattr(lm, attr):
-            raise TypeError(f"lm must be a course_lib.tinylm.TinyLM, got {type(lm).__name__} (no .{attr})")
-    if needed > lm.max_seq:
-        raise ValueError(f"the measurement needs {needed} tokens but the TinyLM's cache holds max_seq={lm.max_seq}; "
-                         f"build it with TinyLM(..., max_seq={needed})")
-
-
-@dataclass(frozen=True)
-class PrefixTiming(_HitMiss):
-    """Measured TTFT (s, medians over ``repeats``) of a prefix + new-token prompt, full vs with the prefix's K/V loaded.
-
-    ``max_abs_diff``: the largest difference between the cached prefill's logits and the same rows of
-    the full prefill (prefix reuse is exact: rounding only). ``state_bytes``: the prefix's K/V.
-    """
-
-    prefix_tokens: int
-    new_tokens: int
-    full_seconds: float
-    full_q1: float
-    full_q3: float
-    cached_seconds: float
-    cached_q1: float
-    cached_q3: float
-    repeats: int
-    threads: int | None
-    max_abs_diff: float
-    state_bytes: int
-
-    @property
-    def ttft_miss(self) -> float:
-        return self.full_seconds
-
-    @property
-    def ttft_hit(self) -> float:
-        return self.cached_seconds
-
-
-def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, repeats: int = 5, warmup: int = 1,
-                        threads: int | None = None, seed: int = 0) -> PrefixTiming:
-    """Time ``lm.prefill(prompt)`` against ``lm.prefill(prompt, prefix=state)`` (the prefix's saved K/V).
-
-    The prompt is ``prefix_tokens`` + ``new_tokens`` random ids; the state comes from an untimed
-    prefill of the prefix. The two kinds of run alternate (``warmup`` untimed pairs first), each
-    synchronised on a GPU, with a fixed CPU thread count (``course_lib.bench``).
-    """
-    bench = _timing_tools()
-    P = require_count("prefix_tokens", prefix_tokens, minimum=1)
-    n = require_count("new_tokens", new_tokens, minimum=1)
-    reps = require_count("repeats", repeats, minimum=1)
-    w = require_count("warmup", warmup)
-    _check_lm(lm, P + n)
-    ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P + n)
-    full_t, cached_t, diff = [], [], 0.0
-    with bench.Stopwatch(lm.device, threads) as sw:
-        lm.prefill(ids[:P])
-        state = lm.save_state()
-        for i in range(w + reps):
-            t_full, full = sw.time(lm.prefill, ids)
-            t_cached, cached = sw.time(lm.prefill, ids, prefix=state)
-            if i >= w:
-                full_t.append(t_full)
-                cached_t.append(t_cached)
-            diff = max(diff, float((full[P:].float() - cached.float()).abs().max()))
-    fq1, fmed, fq3 = bench.quartiles(full_t)
-    cq1, cmed, cq3 = bench.quartiles(cached_t)
-    return PrefixTiming(P, n, fmed, fq1, fq3, cmed, cq1, cq3, reps, sw.threads, diff, state.nbytes)
-
-
-@dataclass(frozen=True)
-class SessionTiming:
-    """Measured TTFT (s) per turn of a chat, medians over ``repeats`` sessions: full re-prefill vs a session cache."""
-
-    system_tokens: int
-    user_tokens: int
-    reply_tokens: int
-    turns: int
-    ttft_nocache: tuple
-    ttft_cached: tuple
-    repeats: int
-    threads: int | None
-
-    @property
-    def total_nocache(self) -> float:
-        return sum(self.ttft_nocache)
-
-    @property
-    def total_cached(self) -> float:
-        return sum(self.ttft_cached)
-
-
-def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, reply_tokens: int = 64,
-                         turns: int = 5, repeats: int = 3, threads: int | None = None, seed: int = 0) -> SessionTiming:
-    """Time each turn's first token: ``lm.prefill(whole conversation)`` vs ``lm.extend(new user message)``.
-
-    The replies are random ids fed with ``lm.extend`` between turns (untimed), all but their last
-    token: the cache then holds exactly what decoding them would have left there, and the next turn
-    processes the reply's last token with its user message (as a server does). The first turn of a cached session is a plain
-    prefill of the system prompt and the first message. One untimed session runs first (warm-up).
-    """
-    bench = _timing_tools()
-    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=1)
-    reps = require_count("repeats", repeats, minimum=1)
-    _check_lm(lm, S + T * (u + r))
-    rng = random.Random(require_count("seed", seed))
-    conv = _random_ids(rng, lm.spec.vocab, S)
-    starts = []
-    for _ in range(T):
-        starts.append(len(conv))
-        conv += _random_ids(rng, lm.spec.vocab, u + r)
-    nc = [[] for _ in range(T)]
-    c = [[] for _ in range(T)]
-    with bench.Stopwatch(lm.device, threads) as sw:
-        def timed(fn, *args):
-            return sw.time(fn, *args)[0]
-
-        for rep in range(reps + 1):
-            for t in range(T):
-                dt = timed(lm.prefill, conv[:starts[t] + u])
-                if rep:
-                    nc[t].append(dt)
-            for t in range(T):
-                a = starts[t]
-                pending = 1 if (t and r) else 0     # the previous reply's last token
-                dt = timed(lm.prefill, conv[:a + u]) if t == 0 else timed(lm.extend, conv[a - pending:a + u])
-                if rep:
-                    c[t].append(dt)
-                if r > 1:
-                    lm.extend(conv[a + u:a + u + r - 1])
-    return SessionTiming(S, u, r, T, tuple(statistics.median(x) for x in nc), tuple(statistics.median(x) for x in c),
-                         reps, sw.threads)
-
-
-@dataclass(frozen=True)
-class ModuleAgreement:
-    """How close reused K/V leave the new tokens' logits to a full prefill (``tinylm.logit_agreement`` dicts)."""
-
-    module_tokens: tuple
-    new_tokens: int
-    prefix_exact: dict
-    modules_in_place: dict
-    modules_at_zero: dict
-
-
-def measure_module_reuse(lm, module_tokens: Sequence[int] = (256, 256, 256), new_tokens: int = 32,
-                         seed: int = 0) -> ModuleAgreement:
-    """Logits of ``new_tokens`` after a prompt of modules, full prefill vs three kinds of reuse.
-
-    * ``prefix_exact``: the modules' K/V saved from a prefill of them all (a shared prefix): exact;
-    * ``modules_in_place``: each module encoded alone at the positions it has in this prompt
-      (``encode_module(ids, start=offset)``): only the attention between modules is skipped;
-    * ``modules_at_zero``: each module encoded alone at position 0, as a cache that stores a module
-      once and reuses it anywhere: cross-module attention skipped AND positions wrong.
-    """
-    from course_lib.measure.tinylm import logit_agreement
-
-    if isinstance(module_tokens, (str, bytes)) or not hasattr(module_tokens, "__len__") or not len(module_tokens):
-        raise TypeError("module_tokens must be a non-empty list of token counts")
-    mods = [require_count(f"module_tokens[{i}]", t, minimum=1) for i, t in enumerate(module_tokens)]
-    n = require_count("new_tokens", new_tokens, minimum=1)
-    total = sum(mods)
-    _check_lm(lm, total + n)
-    rng = random.Random(require_count("seed", seed))
-    pieces = [_random_ids(rng, lm.spec.vocab, t) for t in mods]
-    new = _random_ids(rng, lm.spec.vocab, n)
-    ids = [x for p in pieces for x in p] + new
-    ref = lm.prefill(ids)[total:].clone()
-    lm.prefill(ids[:total])
-    state = lm.save_state()
-    exact = lm.prefill(ids, prefix=state)
-    offsets = [sum(mods[:i]) for i in range(len(mods))]
-    in_place = lm.prefill_modules([lm.encode_module(p, o) for p, o in zip(pieces, offsets)], new)
-    at_zero = lm.prefill_modules([lm.encode_module(p, 0) for p in pieces], new)
-    return ModuleAgreement(tuple(mods), n, logit_agreement(ref, exact), logit_agreement(ref, in_place),
-                           logit_agreement(ref, at_zero))
-
-
-#: how :func:`profile_prefill` groups PyTorch operators
-PROFILE_GROUPS = {
-    "matrix products": ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::linear", "aten::matmul"),
-    "softmax and masking": ("aten::_softmax", "aten::softmax", "aten::masked_fill_", "aten::masked_fill",
-                            "aten::le", "aten::gt", "aten::lt", "aten::ge", "aten::bitwise_not", "aten::bitwise_and",
-                            "aten::logical_and", "aten::logical_not", "aten::__iand__", "aten::__and__"),
-}
-
-
-@contextlib.contextmanager
-def _native_stderr_silenced():
-    """Send file descriptor 2 to the null device for a moment (Python exceptions still propagate).
-
-    torch.profiler's C++ layer writes "profiler_start/stop" trace lines straight to fd 2, which a
-    Jupyter kernel shows under the cell; they say nothing to a learner.
-    """
-    import sys
-
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):      # no real fd 2 (an embedded interpreter): nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int | None = None,
-                    prefix_tokens: int = 0) -> dict:
-    """Seconds of one ``lm.prefill`` of ``prompt_tokens`` random ids, by kind of operator (torch.profiler).
-
-    With ``prefix_tokens`` > 0 the first ``prefix_tokens`` ids are cached first (``save_state``) and the
-    profiled call is ``lm.prefill(ids, prefix=state)``: the cached pass.
-
-    Returns ``{"matrix products": s, "softmax and masking": s, "other": s, "total": s, "calls": n,
-    "group_calls": {group: n}}``: the operators' own time (CPU time, or GPU kernel time on a GPU), after one
-    untimed warm-up prefill. The roofline counts the FLOPs of the matrix products; softmax, masking and the
-    elementwise rest are what it leaves out. ``calls``: aten operator calls (nested ones included, so an
-    upper count); ``group_calls``: the same calls split by group (they add up to ``calls``).
-    """
-    bench = _timing_tools()
-    from torch.profiler import ProfilerActivity, profile
-
-    P = require_count("prompt_tokens", prompt_tokens, minimum=1)
-    C = require_count("prefix_tokens", prefix_tokens)
-    if C >= P:
-        raise ValueError(f"prefix_tokens must be < prompt_tokens ({P}), got {C}")
-    _check_lm(lm, P)
-    ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P)
-    with bench.Stopwatch(lm.device, threads) as sw:
-        gpu = sw.device.type == "cuda"
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-        state = None
-        if C:
-            lm.prefill(ids[:C])
-            state = lm.save_state()
-        lm.prefill(ids, prefix=state)
-        sw.sync()
-        with _native_stderr_silenced(), profile(activities=acts) as prof:
-            lm.prefill(ids, prefix=state)
-            sw.sync()
-    out = {k: 0.0 for k in PROFILE_GROUPS}
-    out["other"] = 0.0
-    group_calls = {k: 0 for k in out}
-    for ev in prof.key_averages():
-        us = (getattr(ev, "self_device_time_total", 0) or getattr(ev, "self_cuda_time_total", 0)
-              if gpu else ev.self_cpu_time_total)
-        group = next((g_ for g_, names in PROFILE_GROUPS.items() if ev.key in names), "other")
-        out[group] += us / 1e6
-        if ev.key.startswith("aten::"):
-            group_calls[group] += ev.count
-    out["total"] = sum(out[k] for k in (*PROFILE_GROUPS, "other"))
-    out["calls"] = sum(group_calls.values())
-    out["group_calls"] = group_calls
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# The same cases predicted by the calibrated model (course_lib.validate: probes only, torch imported inside)
-# --------------------------------------------------------------------------------------------------
-def _validate():
-    from course_lib.measure import validate
-
-    return validate
-
-
-def calibration_shapes(prefix_tokens=None, new_tokens=None, system_tokens=None, user_tokens=None,
-                       reply_tokens=None, turns=None) -> dict:
-    """The prefill shapes :func:`predict_prefix_ttft_calibrated` and/or :func:`predict_session_ttft_calibrated`
-    price, as keyword arguments of ``validate.calibrate``: ``{"prompt_lengths": [...], "cached_prefills":
-    [(prompt_tokens, cached_tokens), ...]}``, so that every GEMM and score pass is probed at its exact shape.
-
-    A prefix case is a full prefill of ``prefix_tokens + new_tokens`` and the same prompt with the prefix
-    cached; a session case is every turn's prompt without a cache and, from turn 2, with the session's
-    cached tokens (:func:`turn_prompts`).
-    """
-    full: set[int] = set()
-    cached: set[tuple[int, int]] = set()
-    if prefix_tokens is not None or new_tokens is not None:
-        P = require_count("prefix_tokens", prefix_tokens, minimum=1)
-        n = require_count("new_tokens", new_tokens, minimum=1)
-        full.add(P + n)
-        cached.add((P + n, P))
-    session = (system_tokens, user_tokens, reply_tokens, turns)
-    if any(x is not None for x in session):
-        for prompt, c in turn_prompts(*_session_args(*session, user_min=1)):
-            full.add(prompt)
-            if c:
-                cached.add((prompt, c))
-    if not full:
-        raise ValueError("calibration_shapes needs a prefix case (prefix_tokens, new_tokens) and/or a "
-                         "session case (system_tokens, user_tokens, reply_tokens, turns)")
-    return {"prompt_lengths": sorted(full), "cached_prefills": sorted(cached)}
-
-
-@dataclass(frozen=True)
-class CalibratedPrefix(_HitMiss):
-    """:func:`measure_prefix_ttft`'s two passes predicted by the calibrated model (``validate.Prediction`` each)."""
-
-    prefix_tokens: int
-    new_tokens: int
-    full: object     # validate.Prediction: lm.prefill(prompt)
-    cached: object   # validate.Prediction: lm.prefill(prompt, prefix=state)
-
-    @property
-    def ttft_miss(self) -> float:
-        return self.full.seconds
-
-    @property
-    def ttft_hit(self) -> float:
-        return self.cached.seconds
-
-
-def predict_prefix_ttft_calibrated(spec, prefix_tokens, new_tokens, calibration) -> CalibratedPrefix:
-    """Predict :func:`measure_prefix_ttft` with the calibrated model (``course_lib.validate``).
-
-    ``full``: ``validate.predict_ttft(spec, P + n, calibration)``; ``cached``: the same with
-    ``cached_tokens=P`` on the ``prefix`` path (the state's K/V copied in, n new tokens computed).
-    ``calibration`` comes from ``validate.calibrate(...)`` (pass ``**calibration_shapes(...)`` for GEMM
-    and score-pass rates at these exact shapes).
-    """
-    validate = _validate()
-    P = require_count("prefix_tokens", prefix_tokens, minimum=1)
-    n = require_count("new_tokens", new_tokens, minimum=1)
-    full = validate.predict_ttft(spec, P + n, calibration)
-    cached = validate.predict_ttft(spec, P + n, calibration, cached_tokens=P, reuse="prefix")
-    return CalibratedPrefix(P, n, full, cached)
-
-
-@dataclass(frozen=True)
-class CalibratedSession:
-    """:func:`measure_session_ttft` predicted per turn by the calibrated model (``validate.Prediction`` each)."""
-
-    system_tokens: int
-    user_tokens: int
-    reply_tokens: int
-    turns: int
-    nocache: tuple    # per turn: lm.prefill(the whole conversation)
-    cached: tuple     # per turn: lm.prefill at turn 1, then lm.extend(pending reply token + new message)
-
-    @property
-    def ttft_nocache(self) -> tuple[float, ...]:
-        return tuple(p.seconds for p in self.nocache)
-
-    @property
-    def ttft_cached(self) -> tuple[float, ...]:
-        return tuple(p.seconds for p in self.cached)
-
-    @property
-    def total_nocache(self) -> float:
-        return sum(self.ttft_nocache)
-
-    @property
-    def total_cached(self) -> float:
-        return sum(self.ttft_cached)
-
-
-def predict_session_ttft_calibrated(spec, system_tokens, user_tokens, reply_tokens, turns,
-                                    calibration) -> CalibratedSession:
-    """Predict :func:`measure_session_ttft` with the calibrated model, turn by turn.
-
-    Turn t's prompt and cached tokens are :func:`turn_prompts`'; without a cache each turn is
-    ``validate.predict_ttft(spec, prompt, calibration)``, with one ``cached_tokens=<cached>`` on the
-    ``session`` path (``TinyLM.extend``: the K/V are already in place).
-    """
-    validate = _validate()
-    S, u, r, T = _session_args(system_tokens, user_tokens, reply_tokens, turns, user_min=1)
-    nc, c = [], []
-    for prompt, cached in turn_prompts(S, u, r, T):
-        nc.append(validate.predict_ttft(spec, prompt, calibration))
-        c.append(validate.predict_ttft(spec, prompt, calibration, cached_tokens=cached, reuse="session"))
-    return CalibratedSession(S, u, r, T, tuple(nc), tuple(c))
