@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_lib.measure import bench  # noqa: E402
 from course_lib.core.units import format_bytes  # noqa: E402
+from course_lib.measure import device as dev_info  # noqa: E402
+from course_lib.measure import probes  # noqa: E402
 
 
 def sizes_for(llc: int | None, esize: int, device: str) -> list[tuple[int, int]]:
     """Powers of two from 256, up to the first square matrix of >= 4 × LLC (and 8192 at least)."""
-    target = 4 * (llc or bench.FALLBACK_LLC_BYTES)
+    target = 4 * (llc or dev_info.FALLBACK_LLC_BYTES)
     big = 2 ** math.ceil(math.log2(math.sqrt(target / esize)))
     top = max(big, 8192 if device == "cpu" else 16384)
     sizes, n = [], 256
@@ -42,14 +43,14 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--no-rotate", action="store_true", help="reuse one weight buffer (cache effect)")
     a = p.parse_args(argv)
-    device = a.device or bench.default_device()
+    device = a.device or dev_info.default_device()
     dtype = a.dtype or ("fp16" if device.startswith("cuda") else "fp32")
     esize = 2 if dtype in ("fp16", "bf16") else 4
-    llc = bench.last_level_cache_bytes(device)
-    copy = bench.measure_copy_bandwidth(threads=a.threads, device=device, repeats=a.repeats)
-    table = bench.measure_gemv(sizes_for(llc, esize, device.split(":")[0]), [dtype], repeats=a.repeats,
-                               rotate=not a.no_rotate, threads=a.threads, device=device)
-    print(f"device: {bench.device_name(device)}; threads: {copy.threads or '-'}; "
+    llc = dev_info.last_level_cache_bytes(device)
+    copy = probes.measure_copy_bandwidth(threads=a.threads, device=device, repeats=a.repeats)
+    table = probes.measure_gemv(sizes_for(llc, esize, device.split(":")[0]), [dtype], repeats=a.repeats,
+                                rotate=not a.no_rotate, threads=a.threads, device=device)
+    print(f"device: {dev_info.device_name(device)}; threads: {copy.threads or '-'}; "
           f"last-level cache: {format_bytes(llc, system='iec') if llc else 'unknown'}")
     print(f"copy (read+write counted, {format_bytes(copy.buffer_bytes, system='iec')} buffer): "
           f"{copy.gb_per_s:.2f} GB/s  (IQR ±{copy.spread / 2:.1%})")

@@ -1,4 +1,8 @@
-"""course_lib.bench: what is timed and counted, never how fast this machine is."""
+"""course_lib.measure (timing, probes, machine, model_timing; the old ``bench``): what is timed and counted.
+
+Never how fast this machine is, nor how large its caches are: where a result depends on the last-level
+cache, the test injects one (a fake LLC of 1 MiB and of 1 GiB).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -6,29 +10,29 @@ import math
 
 import pytest
 
+from course_lib import estimate, get_model
+from course_lib.core.hardware import HardwareSpec
+
 torch = pytest.importorskip("torch")
 
-from course_lib import estimate, get_model
-
-from course_lib.measure import bench  # noqa: E402
-from course_lib.core.hardware import HardwareSpec  # noqa: E402
+from course_lib.measure import bench, device, machine, model_timing, probes, timing  # noqa: E402
 
 FAST = dict(repeats=2, min_block=1e-5, progress=False, device="cpu")
 
 
 def test_fast_mode_is_on_under_the_test_suite():
-    assert bench.fast_mode()
-    assert all(m <= 1024 for m, _ in bench.default_sizes("cpu"))
+    assert device.fast_mode()
+    assert all(m <= 1024 for m, _ in probes.default_sizes("cpu"))
 
 
 def test_gemv_rows_count_bytes_and_flops_exactly():
-    table = bench.measure_gemv([(48, 80), 64], ["fp32", "bf16"], threads=1, **FAST)
+    table = probes.measure_gemv([(48, 80), 64], ["fp32", "bf16"], threads=1, **FAST)
     assert [(r.m, r.k, r.dtype) for r in table] == [(48, 80, "fp32"), (48, 80, "bf16"), (64, 64, "fp32"),
                                                     (64, 64, "bf16")]
     for r in table:
         b = 4 if r.dtype == "fp32" else 2
-        assert r.bytes == (r.m * r.k + r.k + r.m) * b == bench.gemv_bytes(r.m, r.k, r.dtype)
-        assert r.flops == 2 * r.m * r.k == bench.gemv_flops(r.m, r.k)
+        assert r.bytes == (r.m * r.k + r.k + r.m) * b == probes.gemv_bytes(r.m, r.k, r.dtype)
+        assert r.flops == 2 * r.m * r.k == probes.gemv_flops(r.m, r.k)
         assert r.matrix_bytes == r.m * r.k * b
         assert r.q1_seconds <= r.seconds <= r.q3_seconds and r.min_seconds <= r.seconds
         assert math.isclose(r.bandwidth, r.bytes / r.seconds) and math.isclose(r.gb_per_s, r.bandwidth / 1e9)
@@ -41,62 +45,96 @@ def test_gemv_rows_count_bytes_and_flops_exactly():
 def test_rotation_exceeds_four_times_the_last_level_cache():
     llc = 32 * 2**20
     for mb in (1, 4096, 2**20, 16 * 2**20, 256 * 2**20):
-        n = bench.rotation_buffers(mb, llc)  # before the MAX_BUFFERS cap of measure_gemv
+        n = probes.rotation_buffers(mb, llc)  # before the MAX_BUFFERS cap of measure_gemv
         assert n * mb > 4 * llc and (n - 1) * mb <= 4 * llc or n == 1 and mb > 4 * llc
-        assert bench.rotation_buffers(mb, llc, rotate=False) == 1
-    assert bench.rotation_buffers(1000, None) * 1000 > 4 * bench.FALLBACK_LLC_BYTES
+        assert probes.rotation_buffers(mb, llc, rotate=False) == 1
+    assert probes.rotation_buffers(1000, None) * 1000 > 4 * device.FALLBACK_LLC_BYTES
 
 
-def test_rotate_flag_sets_the_working_set():
-    rot, = bench.measure_gemv([64], ["fp32"], rotate=True, **FAST)
-    same, = bench.measure_gemv([64], ["fp32"], rotate=False, **FAST)
+@pytest.mark.parametrize("llc", [2**20, 2**30], ids=["llc-1MiB", "llc-1GiB"])
+def test_rotate_flag_sets_the_working_set(llc):
+    """The rotation is sized against the LLC it is given; where the cap keeps it inside 4 x LLC it says so."""
+    rot, = probes.measure_gemv([64], ["fp32"], rotate=True, llc_bytes=llc, **FAST)
+    same, = probes.measure_gemv([64], ["fp32"], rotate=False, llc_bytes=llc, **FAST)
     assert same.buffers == 1 and same.working_set_bytes == same.matrix_bytes and not same.rotate
+    assert rot.llc_bytes == same.llc_bytes == llc
     assert rot.buffers > 1 and rot.working_set_bytes == rot.buffers * rot.matrix_bytes
-    if rot.llc_bytes is not None:
-        assert rot.beyond_cache and not same.beyond_cache
+    wanted = probes.rotation_buffers(rot.matrix_bytes, llc)
+    assert rot.buffers == min(wanted, probes.MAX_BUFFERS)     # 16 KiB matrices: the memory budget never binds
+    assert rot.beyond_cache == (rot.working_set_bytes > probes.ROTATION_FACTOR * llc)
+    assert not same.beyond_cache
+    if llc == 2**20:    # 4 MiB is 257 matrices of 16 KiB: rotated beyond the cache
+        assert rot.buffers == wanted == 257 and rot.beyond_cache
+    else:               # 4 GiB would be 262,145 matrices: capped at 256 MiB, inside 4 x LLC, and reported so
+        assert wanted > probes.MAX_BUFFERS and rot.buffers == probes.MAX_BUFFERS and rot.beyond_cache is False
 
 
-def test_thread_count_is_fixed_and_restored():
+def test_rotation_count_and_copies():
+    assert probes.rotation_count(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
+    assert probes.rotation_count(1000, 2**20, False, 10**12) == 1
+    assert probes.rotation_count(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the one cap
+    assert probes.rotation_count(1000, 2**20, True, 5000) == 5                          # the budget
+    assert probes.rotation_count(1000, 2**20, True, 10) == 1                            # at least one
+    first = torch.arange(6.0).view(2, 3)
+    copies = probes.rotated_copies(first, 3)
+    assert len(copies) == 3 and all(torch.equal(c, first) for c in copies)
+    assert len({c.data_ptr() for c in copies}) == 3                                     # distinct memory
+    assert probes.rotated_copies(first, 1)[0] is first
+
+
+def test_kv_read_rotation_is_sized_against_the_llc(monkeypatch):
+    monkeypatch.setattr(probes, "last_level_cache_bytes", lambda dev=None: 2**20)
+    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=1, min_block=1e-5)
+    assert kv.buffers == probes.rotation_buffers(kv.bytes, 2**20) and kv.buffers * kv.bytes > 4 * 2**20
+
+
+def test_thread_count_is_fixed_and_restored(monkeypatch):
     before = torch.get_num_threads()
     seen = []
-    original = bench._time_block
+    original = timing.time_block
 
     def spy(*args):
         seen.append(torch.get_num_threads())
         return original(*args)
 
-    bench._time_block = spy
-    try:
-        bench.measure_gemv([32], ["fp32"], threads=1, **FAST)
-    finally:
-        bench._time_block = original
+    monkeypatch.setattr(timing, "time_block", spy)
+    probes.measure_gemv([32], ["fp32"], threads=1, **FAST)
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before
 
 
 def test_copy_counts_read_and_write():
-    c = bench.measure_copy_bandwidth(buffer_bytes=1 << 20, repeats=2, min_block=1e-5, device="cpu")
+    c = probes.measure_copy_bandwidth(buffer_bytes=1 << 20, repeats=2, min_block=1e-5, device="cpu")
     assert c.counted == "read+write" and c.bytes == 2 * c.buffer_bytes == 2 << 20
     assert math.isclose(c.bandwidth, c.bytes / c.seconds) and c.q1_seconds <= c.seconds <= c.q3_seconds
 
 
 def test_matmul_counts_two_n_cubed():
-    r = bench.measure_matmul_flops(n=32, dtype="fp32", repeats=2, min_block=1e-5, device="cpu")
+    r = probes.measure_matmul_flops(n=32, dtype="fp32", repeats=2, min_block=1e-5, device="cpu")
     assert r.flops == 2 * 32**3 and math.isclose(r.flop_rate, r.flops / r.seconds)
-    auto = bench.measure_matmul_flops(dtype="fp32", repeats=1, min_block=1e-5, device="cpu", max_call_seconds=1e-9)
+    auto = probes.measure_matmul_flops(dtype="fp32", repeats=1, min_block=1e-5, device="cpu", max_call_seconds=1e-9)
     assert auto.n == 256  # a tiny time limit keeps the starting size
 
 
-def test_cache_sizes_report_a_last_level():
-    caches = bench.cache_sizes("cpu")
-    assert all(isinstance(v, int) and v > 0 for v in caches.values())
-    if caches:
-        assert caches["LLC"] >= max(v for k, v in caches.items() if k != "LLC" and not k.endswith("i"))
+@pytest.mark.parametrize("reported,expected", [
+    ([{"level": 1, "type": "Data", "size_bytes": 32 << 10, "instances": 8},
+      {"level": 1, "type": "Instruction", "size_bytes": 32 << 10, "instances": 8},
+      {"level": 2, "type": "Unified", "size_bytes": 1 << 20, "instances": 8},
+      {"level": 3, "type": "Unified", "size_bytes": 32 << 20, "instances": 2}],
+     {"L1d": 32 << 10, "L1i": 32 << 10, "L2": 1 << 20, "L3": 32 << 20, "LLC": 64 << 20}),   # two L3 slices
+    ([{"level": 2, "type": "Unified", "size_bytes": 4 << 20, "instances": None}], {"L2": 4 << 20, "LLC": 4 << 20}),
+    ([], {}),                                                                                 # the OS says nothing
+])
+def test_cache_sizes_sum_the_last_level_over_its_instances(monkeypatch, reported, expected):
+    from course_lib.measure import sysinfo
+    monkeypatch.setattr(sysinfo, "cache_info", lambda: reported)
+    assert device.cache_sizes("cpu") == expected
+    assert device.last_level_cache_bytes("cpu") == expected.get("LLC")
 
 
 def _row(dtype, seconds, m=64, k=64):
     b = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
-    return bench.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
+    return probes.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
                             flops=2 * m * k, seconds=seconds, q1_seconds=seconds, q3_seconds=seconds,
                             min_seconds=seconds, repeats=1, number=1, rotate=True, buffers=1,
                             working_set_bytes=m * k * b, llc_bytes=None, threads=1)
@@ -104,7 +142,7 @@ def _row(dtype, seconds, m=64, k=64):
 
 def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
     rows = [_row("fp32", 1.0), _row("fp16", 0.5), _row("bf16", 1.5)]
-    v = {d["dtype"]: d for d in bench.dtype_verdicts(rows)}
+    v = {d["dtype"]: d for d in probes.dtype_verdicts(rows)}
     assert math.isclose(v["fp16"]["predicted_speedup"], 2.0) and not v["fp16"]["contradicts"]
     assert v["bf16"]["contradicts"] and "compute-bound" in v["bf16"]["verdict"]
     assert math.isclose(v["bf16"]["measured_speedup"], 1 / 1.5)
@@ -112,64 +150,64 @@ def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
 
 
 def test_dtype_verdicts_do_not_call_a_speedup_far_above_the_bytes_memory_bound():
-    v = bench.dtype_verdicts([_row("fp32", 1.0), _row("fp16", 0.2)])[0]   # 5x from halving the bytes
+    v = probes.dtype_verdicts([_row("fp32", 1.0), _row("fp16", 0.2)])[0]   # 5x from halving the bytes
     assert v["bound"] == "inconclusive" and not v["contradicts"]
     assert "memory-bound" not in v["verdict"]
 
 
 def test_probe_reports_every_dtype_and_fp32_is_always_fast():
-    probes = bench.probe_dtypes("cpu", size=64)
-    assert [p.dtype for p in probes] == list(bench.DTYPES)
-    fp32 = probes[0]
+    found = probes.probe_dtypes("cpu", size=64)
+    assert [p.dtype for p in found] == list(probes.DTYPES)
+    fp32 = found[0]
     assert fp32.fast and fp32.relative_to_fp32 == 1.0
-    for p in probes[1:]:
-        assert p.fast == (p.relative_to_fp32 >= bench.FAST_FRACTION)
+    for p in found[1:]:
+        assert p.fast == (p.relative_to_fp32 >= probes.FAST_FRACTION)
         assert ("no fast kernel" in p.note) != p.fast
 
 
 def _machine():
-    table = bench.GemvTable([_row("fp32", 2e-4, 1024, 1024), _row("fp32", 1e-7)])
-    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.01,
+    table = probes.GemvTable([_row("fp32", 2e-4, 1024, 1024), _row("fp32", 1e-7)])
+    copy = probes.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.01,
                             q1_seconds=0.01, q3_seconds=0.01, repeats=1, device="cpu", threads=1)
-    mm = {d: bench.MatmulResult(n=100, dtype=d, flops=2 * 10**6, seconds=1e-5, q1_seconds=1e-5, q3_seconds=1e-5,
+    mm = {d: probes.MatmulResult(n=100, dtype=d, flops=2 * 10**6, seconds=1e-5, q1_seconds=1e-5, q3_seconds=1e-5,
                                 repeats=1, device="cpu", threads=1) for d in ("fp32", "fp16")}
-    return bench.MachineMeasurements(device="cpu", device_name="test CPU", threads=1, caches={}, llc_bytes=None,
+    return machine.MachineMeasurements(device="cpu", device_name="test CPU", threads=1, caches={}, llc_bytes=None,
                                      copy=copy, matmul=mm, gemv=table, capacity_bytes=16 * 10**9)
 
 
 def test_this_machine_is_a_hardware_spec_the_estimator_uses():
     m = _machine()
-    hw = bench.this_machine(m)
+    hw = machine.this_machine(m)
     assert isinstance(hw, HardwareSpec)
     big = m.gemv.largest("fp32")
     assert big.m == 1024 and hw.bandwidth == big.bandwidth            # auto: the largest rotated GEMV
-    assert bench.this_machine(m, bandwidth="copy").bandwidth == 2e10   # 2e8 bytes in 0.01 s
+    assert machine.this_machine(m, bandwidth="copy").bandwidth == 2e10   # 2e8 bytes in 0.01 s
     assert math.isclose(hw.flops("fp32"), 2e11) and hw.capacity == 16e9
     assert math.isclose(hw.measured["copy_GBps"], 20.0)
     e = estimate(get_model("qwen3-0.6b"), hw, prompt_tokens=10, new_tokens=3, precision="fp32")
     assert e.decode_bound == "memory"
     assert math.isclose(e.tpot_first, e.decode_first.bytes / hw.bandwidth)
-    m.gemv = bench.GemvTable()
-    assert bench.this_machine(m).bandwidth == 2e10                    # no GEMV rows: the copy ceiling
+    m.gemv = probes.GemvTable()
+    assert machine.this_machine(m).bandwidth == 2e10                    # no GEMV rows: the copy ceiling
     with pytest.raises(ValueError, match="gemv"):
-        bench.this_machine(m, bandwidth="gemv")
+        machine.this_machine(m, bandwidth="gemv")
 
 
 def test_measure_machine_end_to_end_in_fast_mode():
-    m = bench.measure_machine(device="cpu", threads=1, gemv_sizes=[64], matmul_dtypes=["fp32"], progress=False)
-    hw = bench.this_machine(m)
+    m = machine.measure_machine(device="cpu", threads=1, gemv_sizes=[64], matmul_dtypes=["fp32"], progress=False)
+    hw = machine.this_machine(m)
     assert hw.bandwidth > 0 and set(hw.peak_flops) == {"fp32"} and m.gemv[0].m == 64
     assert m.as_dict()["copy"]["counted"] == "read+write"
 
 
 def test_progress_bar_is_text_under_test(capsys):
-    bench.measure_gemv([16], ["fp32"], repeats=1, min_block=1e-5, device="cpu", progress=True)
+    probes.measure_gemv([16], ["fp32"], repeats=1, min_block=1e-5, device="cpu", progress=True)
     err = capsys.readouterr().err
     assert "GEMV" in err and "100%" in err
 
 
 def test_table_helpers_and_display():
-    t = bench.GemvTable([_row("fp32", 1e-6), _row("bf16", 1e-6, 128, 128)])
+    t = probes.GemvTable([_row("fp32", 1e-6), _row("bf16", 1e-6, 128, 128)])
     assert t.where(dtype="bf16")[0].m == 128 and t.largest().m == 128 and t.largest("fp32").m == 64
     md = t._repr_markdown_()
     assert md.count("\n") == 3 and "| 64 × 64 | fp32 |" in md
@@ -194,7 +232,7 @@ def test_table_helpers_and_display():
 def test_bad_input_gets_one_clear_error(kwargs, err, match):
     args = {"sizes": [16], "dtypes": ["fp32"], "progress": False, "device": "cpu", **kwargs}
     with pytest.raises(err, match=match):
-        bench.measure_gemv(**args)
+        probes.measure_gemv(**args)
 
 
 def test_results_are_frozen():
@@ -212,7 +250,7 @@ def _tiny_lm(batch=1, max_seq=64):
 
 def test_measure_prefill_times_each_length_from_an_empty_cache():
     lm = _tiny_lm()
-    rows = bench.measure_prefill(lm, [4, 9], repeats=3, threads=1, warmup=1)
+    rows = model_timing.measure_prefill(lm, [4, 9], repeats=3, threads=1, warmup=1)
     assert [r.prompt_tokens for r in rows] == [4, 9]
     for r in rows:
         assert r.repeats == 3 and r.threads == 1 and r.batch == 1
@@ -223,67 +261,111 @@ def test_measure_prefill_times_each_length_from_an_empty_cache():
 
 def test_measure_decode_batch_and_contexts():
     lm = _tiny_lm(batch=2)
-    t = bench.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1)
+    t = model_timing.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1)
     assert t.batch == 2 and t.steps == 3 and t.first_context == 6 and t.last_context == 8
     assert math.isclose(t.tokens_per_second, 2 / t.seconds)
-    one = bench.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1, batch=1)
+    one = model_timing.measure_decode(lm, prompt_tokens=4, steps=3, warmup=1, threads=1, batch=1)
     assert one.batch == 1 and lm.length == 4 + 1 + 3
-    rows = bench.measure_decode_contexts(lm, [10, 30], steps=4, threads=1)
+    rows = model_timing.measure_decode_contexts(lm, [10, 30], steps=4, threads=1)
     assert [(r.first_context, r.last_context) for r in rows] == [(11, 14), (31, 34)]
     assert all(r.q1_seconds <= r.seconds <= r.q3_seconds and r.steps == 4 for r in rows)
     with pytest.raises(ValueError, match="batch=3"):
-        bench.measure_decode(lm, batch=3)
+        model_timing.measure_decode(lm, batch=3)
     with pytest.raises(ValueError, match="max_seq"):
-        bench.measure_decode_contexts(lm, [60], steps=8)
+        model_timing.measure_decode_contexts(lm, [60], steps=8)
     with pytest.raises(ValueError, match="contexts"):
-        bench.measure_decode_contexts(lm, [])
+        model_timing.measure_decode_contexts(lm, [])
     with pytest.raises(TypeError, match="contexts"):
-        bench.measure_decode_contexts(lm, "long")
+        model_timing.measure_decode_contexts(lm, "long")
     with pytest.raises(ValueError, match="prompt_lengths"):
-        bench.measure_prefill(lm, [0])
+        model_timing.measure_prefill(lm, [0])
     with pytest.raises(ValueError, match="max_seq"):
-        bench.measure_prefill(lm, [65])
+        model_timing.measure_prefill(lm, [65])
     with pytest.raises(TypeError, match="TinyLM"):
-        bench.measure_prefill("model", [4])
+        model_timing.measure_prefill("model", [4])
 
 
 def test_op_overhead_reports_every_kind():
-    r = bench.measure_op_overhead(threads=1, device="cpu", repeats=3, min_block=1e-4, cold=False)
-    assert set(r.per_kind) == set(bench.OVERHEAD_KINDS)
+    r = probes.measure_op_overhead(threads=1, device="cpu", repeats=3, min_block=1e-4, cold=False)
+    assert set(r.per_kind) == set(probes.OVERHEAD_KINDS)
     assert all(v > 0 for v in r.per_kind.values())
     assert math.isclose(r.seconds, (r.per_kind["elementwise"] + r.per_kind["matmul"]) / 2)
     assert r.q1_seconds <= r.q3_seconds and r.threads == 1 and r.device == "cpu"
     assert math.isclose(r.microseconds, r.seconds * 1e6)
     assert r.cold_seconds is None and r.cold_factor is None  # cold run not asked for below
-    c = bench.measure_op_overhead(threads=1, device="cpu", repeats=1, min_block=1e-5, cold=True, flush_bytes=1 << 20,
+    c = probes.measure_op_overhead(threads=1, device="cpu", repeats=1, min_block=1e-5, cold=True, flush_bytes=1 << 20,
                                   cold_runs=3)
     assert c.cold_seconds > 0 and c.cold_view_seconds > 0 and c.flush_bytes == 1 << 20 and c.cold_runs == 3
     assert c.cold_q1_seconds <= c.cold_seconds <= c.cold_q3_seconds
     assert math.isclose(c.cold_factor, c.cold_seconds / c.seconds)
     with pytest.raises(TypeError, match="cold"):
-        bench.measure_op_overhead(cold="yes")
+        probes.measure_op_overhead(cold="yes")
 
 
 def test_linear_and_kv_read_probes_count_bytes_exactly():
-    r = bench.measure_linear(3, 40, 24, threads=1, device="cpu", repeats=2, min_block=1e-5, rotate=False)
+    r = probes.measure_linear(3, 40, 24, threads=1, device="cpu", repeats=2, min_block=1e-5, rotate=False)
     assert r.flops == 2 * 3 * 40 * 24 and r.bytes == (40 * 24 + 3 * 24 + 3 * 40) * 4 and r.buffers == 1
     assert math.isclose(r.flop_rate, r.flops / r.seconds) and math.isclose(r.bandwidth, r.bytes / r.seconds)
-    kv = bench.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=2, min_block=1e-5)
+    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=2, min_block=1e-5)
     assert kv.bytes == 2 * 2 * 50 * 16 * 4 and kv.buffers > 1 and math.isclose(kv.bandwidth, kv.bytes / kv.seconds)
     with pytest.raises(ValueError, match="context"):
-        bench.measure_kv_read(context=0)
+        probes.measure_kv_read(context=0)
     with pytest.raises(ValueError, match="tokens"):
-        bench.measure_linear(0, 4, 4)
+        probes.measure_linear(0, 4, 4)
+
+
+def test_every_public_name_of_the_old_bench_is_still_offered():
+    import course_lib.bench as flat
+    from course_lib import bench as from_package
+    assert flat is from_package is bench
+    old = ["CLOCKS", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "CopyResult", "DTYPES", "DecodeTiming", "DtypeProbe",
+           "FALLBACK_LLC_BYTES", "FAST_FRACTION", "GemvResult", "GemvTable", "KVReadResult", "LinearResult",
+           "MAX_BUFFERS", "MachineMeasurements", "MatmulResult", "OVERHEAD_KINDS", "OverheadResult", "PrefillTiming",
+           "ROTATION_FACTOR", "Stopwatch", "cache_sizes", "clock_name", "default_device", "default_sizes",
+           "device_name", "dtype_verdicts", "fast_dtypes", "fast_mode", "gemv_bytes", "gemv_flops",
+           "last_level_cache_bytes", "measure_copy_bandwidth", "measure_decode", "measure_decode_contexts",
+           "measure_gemv", "measure_kv_read", "measure_linear", "measure_machine", "measure_matmul_flops",
+           "measure_op_overhead", "measure_prefill", "probe_dtypes", "quartiles", "rotation_buffers", "this_machine",
+           "use_clock"]
+    assert set(old) <= set(bench.__all__)
+    for part in bench.PARTS:
+        for name in part.__all__:
+            assert getattr(bench, name) is getattr(part, name), name
+    assert bench.measure_gemv is probes.measure_gemv and bench.this_machine is machine.this_machine
+
+
+def test_quartiles_is_one_definition():
+    assert timing.quartiles([3.0]) == (3.0, 3.0, 3.0)
+    assert timing.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+    t = timing.timeit([lambda: None], "cpu", repeats=5, min_block=1e-5)
+    assert t.q1 <= t.median <= t.q3 and t.minimum <= t.median and t.repeats == 5
+    with pytest.raises(ValueError, match="at least one"):
+        timing.quartiles([])
+    with pytest.raises(ValueError, match="times"):
+        timing.quartiles([1.0, -1.0])
+
+
+def test_clock_is_passed_explicitly(monkeypatch):
+    ticks = iter(range(10**6))
+    monkeypatch.setitem(timing.CLOCKS, "process", lambda: float(next(ticks)))
+    with timing.Stopwatch("cpu", threads=1, clock="process") as sw:
+        seconds, out = sw.time(lambda: 7)
+    assert (seconds, out) == (1.0, 7)                       # read the fake clock, not the wall
+    assert timing.clock_name() == "wall"                    # nothing global changed
+    t = timing.timeit([lambda: None], "cpu", repeats=2, min_block=1e-9, clock="process")
+    assert t.median == 1.0 and t.number == 1                # one tick per block of one call
+    with pytest.raises(ValueError, match="clock"):
+        timing.timeit([lambda: None], "cpu", clock="sundial")
 
 
 def test_process_clock_is_scoped_and_checked():
-    assert bench.clock_name() == "wall"
-    with bench.use_clock("process"):
-        assert bench.clock_name() == "process"
+    assert timing.clock_name() == "wall"
+    with timing.use_clock("process"):
+        assert timing.clock_name() == "process"
         lm = _tiny_lm()
-        t = bench.measure_decode(lm, prompt_tokens=3, steps=2, warmup=0, threads=1)
+        t = model_timing.measure_decode(lm, prompt_tokens=3, steps=2, warmup=0, threads=1)
         assert t.seconds > 0
-    assert bench.clock_name() == "wall"
+    assert timing.clock_name() == "wall"
     with pytest.raises(ValueError, match="clock"):
-        with bench.use_clock("sundial"):
+        with timing.use_clock("sundial"):
             pass

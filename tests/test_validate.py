@@ -1,4 +1,4 @@
-"""course_lib.validate: the benchmark runs and its predictions follow the course's formulas.
+"""course_lib.measure.validate (the benchmark), calibrate and predict: the run; predictions follow the formulas.
 
 No timing thresholds: the predictions are checked on a hand-made Calibration (known numbers), the
 ``--fast`` run only for its shape (columns, last line) and error handling.
@@ -11,36 +11,36 @@ import math
 
 import pytest
 
+from course_lib import estimate
+from course_lib.core import _generated as g
+
 torch = pytest.importorskip("torch")
 
-from course_lib.core import _generated as g  # noqa: E402
-from course_lib import estimate, get_model
-from course_lib.measure import bench
-from course_lib.measure import validate  # noqa: E402
+from course_lib.measure import calibrate, predict, probes, validate  # noqa: E402
 
-SPEC = validate.VALIDATION_MODELS["llama-S"]
+SPEC = calibrate.VALIDATION_MODELS["llama-S"]
 
 
 def _calibration(gemv_bw=10e9, copy_bw=10e9, kv_bw=5e9, flops=1e11, t_op=2e-6, t_view=5e-7, gemm=None):
-    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=2 * 10**8 / copy_bw,
+    copy = probes.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=2 * 10**8 / copy_bw,
                             q1_seconds=2 * 10**8 / copy_bw, q3_seconds=2 * 10**8 / copy_bw, repeats=1, device="cpu",
                             threads=1)
-    mm = bench.MatmulResult(n=1000, dtype="fp32", flops=2 * 10**9, seconds=2e9 / flops, q1_seconds=2e9 / flops,
+    mm = probes.MatmulResult(n=1000, dtype="fp32", flops=2 * 10**9, seconds=2e9 / flops, q1_seconds=2e9 / flops,
                             q3_seconds=2e9 / flops, repeats=1, device="cpu", threads=1)
-    ov = bench.OverheadResult(seconds=t_op, q1_seconds=t_op, q3_seconds=t_op,
+    ov = probes.OverheadResult(seconds=t_op, q1_seconds=t_op, q3_seconds=t_op,
                               per_kind={"elementwise": t_op, "matmul": t_op, "view": t_view}, repeats=1, device="cpu",
                               threads=1)
-    specs = list(validate.VALIDATION_MODELS.values())
-    gemv = {sh: gemv_bw for s in specs for sh in validate.weight_matrices(s)}
+    specs = list(calibrate.VALIDATION_MODELS.values())
+    gemv = {sh: gemv_bw for s in specs for sh in calibrate.weight_matrices(s)}
     kv = {(s.kv_heads, s.heads // s.kv_heads, s.head_dim): kv_bw for s in specs}
-    return validate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
+    return calibrate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
                                 load_before=(0.1, 0.2, 0.3), copy=copy, matmul=mm, overhead=ov, gemv=gemv,
                                 gemm=dict(gemm or {}), kv=kv)
 
 
 def test_weight_matrices_plus_vectors_are_the_streamed_weights():
-    for s in validate.VALIDATION_MODELS.values():
-        mats = validate.weight_matrices(s)
+    for s in calibrate.VALIDATION_MODELS.values():
+        mats = calibrate.weight_matrices(s)
         mat_params = sum(m * k * n for (m, k), n in mats.items())
         vectors = s.layers * 2 * s.hidden + s.hidden + s.hidden  # block norms, final norm, one embedding row
         assert mat_params + vectors == s.streamed_params(1)
@@ -48,17 +48,17 @@ def test_weight_matrices_plus_vectors_are_the_streamed_weights():
 
 
 def test_models_span_the_promised_weight_sizes():
-    sizes = sorted(s.weight_bytes("fp32") for s in validate.VALIDATION_MODELS.values())
+    sizes = sorted(s.weight_bytes("fp32") for s in calibrate.VALIDATION_MODELS.values())
     assert len(sizes) >= 3 and 0.25e9 <= sizes[0] and sizes[-1] <= 2e9
-    for s in validate.VALIDATION_MODELS.values():
+    for s in calibrate.VALIDATION_MODELS.values():
         assert s.kv_heads < s.heads and s.mlp == "gated"  # Llama-like: GQA, SwiGLU
 
 
 def test_tpot_terms_follow_the_formulas():
     cal = _calibration()
     c = 1000
-    p = validate.predict_tpot(SPEC, c, cal)
-    ops = validate.count_ops(SPEC, "decode", c)
+    p = predict.predict_tpot(SPEC, c, cal)
+    ops = predict.count_ops(SPEC, "decode", c)
     k_tok = SPEC.kv_bytes_per_token("fp32")
     # same GEMV and copy bandwidth: the weights term is the streamed bytes over that bandwidth
     assert math.isclose(p.terms["weights"], SPEC.decode_weight_bytes("fp32") / 10e9, rel_tol=1e-12)
@@ -71,9 +71,9 @@ def test_tpot_terms_follow_the_formulas():
     assert math.isclose(p.uncalibrated, est.decode_first.time)
     assert math.isclose(p.uncalibrated, (SPEC.decode_weight_bytes("fp32") + c * k_tok) / 10e9, rel_tol=1e-12)
     # faster shapes, faster weights term; more context, more K/V time; a batch reads the weights once
-    assert validate.predict_tpot(SPEC, c, _calibration(gemv_bw=20e9)).terms["weights"] < p.terms["weights"]
-    assert validate.predict_tpot(SPEC, 2 * c, cal).terms["kv"] == pytest.approx(2 * p.terms["kv"])
-    b4 = validate.predict_tpot(SPEC, c, cal, batch=4)
+    assert predict.predict_tpot(SPEC, c, _calibration(gemv_bw=20e9)).terms["weights"] < p.terms["weights"]
+    assert predict.predict_tpot(SPEC, 2 * c, cal).terms["kv"] == pytest.approx(2 * p.terms["kv"])
+    b4 = predict.predict_tpot(SPEC, c, cal, batch=4)
     assert b4.terms["kv"] == pytest.approx(4 * p.terms["kv"]) and b4.batch == 4
     assert b4.terms["weights"] >= p.terms["weights"]
 
@@ -88,9 +88,9 @@ def test_cold_op_costs_interpolate_between_probed_streams():
     s = SPEC
     per_layer = (s.heads * s.head_dim * s.hidden * 2 + 2 * s.kv_heads * s.head_dim * s.hidden
                  + 3 * s.hidden * s.intermediate) * 4
-    assert validate.stream_between_ops(s) == per_layer
-    p = validate.predict_tpot(s, 100, cal)
-    ops = validate.count_ops(s, "decode", 100)
+    assert calibrate.stream_between_ops(s) == per_layer
+    p = predict.predict_tpot(s, 100, cal)
+    ops = predict.count_ops(s, "decode", 100)
     t_op, t_view = cal.op_costs(per_layer)
     assert math.isclose(p.terms["overhead"], ops["ops"] * t_op)
     assert math.isclose(p.terms["views"], ops["views"] * t_view)
@@ -98,14 +98,14 @@ def test_cold_op_costs_interpolate_between_probed_streams():
 
 def test_decode_op_count_does_not_depend_on_context():
     small = SPEC.scaled(name="ctx-check", layers=1)
-    a = validate.count_ops(small, "decode", 5)
-    b = validate.count_ops(small, "decode", 40)
-    c = validate.count_ops(small, "decode", 4096)
+    a = predict.count_ops(small, "decode", 5)
+    b = predict.count_ops(small, "decode", 40)
+    c = predict.count_ops(small, "decode", 4096)
     assert a["by_name"] == b["by_name"] == c["by_name"]
 
 
 def test_op_counts_grow_by_a_fixed_amount_per_layer():
-    counts = [validate.count_ops(SPEC.scaled(name=f"x{n}", layers=n), "decode", 20) for n in (1, 2, 3)]
+    counts = [predict.count_ops(SPEC.scaled(name=f"x{n}", layers=n), "decode", 20) for n in (1, 2, 3)]
     per_layer = counts[1]["ops"] - counts[0]["ops"]
     assert per_layer > 0 and counts[2]["ops"] - counts[1]["ops"] == per_layer
     assert counts[1]["views"] - counts[0]["views"] == counts[2]["views"] - counts[1]["views"]
@@ -114,15 +114,15 @@ def test_op_counts_grow_by_a_fixed_amount_per_layer():
 
 def test_ttft_terms_follow_the_formulas():
     P = 128
-    gemm = {(P, m, k): 5e10 for (m, k) in validate.weight_matrices(SPEC)}
+    gemm = {(P, m, k): 5e10 for (m, k) in calibrate.weight_matrices(SPEC)}
     cal = _calibration(gemm=gemm)
-    p = validate.predict_ttft(SPEC, P, cal)
+    p = predict.predict_ttft(SPEC, P, cal)
     dense = g.prefill_flops_dense(1, SPEC.block_params, P, SPEC.vocab, SPEC.hidden, SPEC.layers, SPEC.heads,
                                   SPEC.head_dim, 0)
     attn = 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * P * P
     assert math.isclose(p.terms["attention"], attn / 1e11)
     # every linear at 5e10 FLOP/s: logits at every position, so the linear FLOPs are dense minus attention
-    vectors_flops = 2 * P * (SPEC.block_params - sum(m * k * n for (m, k), n in validate.weight_matrices(SPEC).items()
+    vectors_flops = 2 * P * (SPEC.block_params - sum(m * k * n for (m, k), n in calibrate.weight_matrices(SPEC).items()
                                                       if (m, k) != (SPEC.vocab, SPEC.hidden)))
     assert math.isclose(p.terms["linear"] * 5e10 + vectors_flops, dense - attn, rel_tol=1e-9)
     assert math.isclose(p.uncalibrated, estimate(SPEC, cal.hardware(), P, 1, precision="fp32").ttft)
@@ -146,8 +146,8 @@ def test_fast_run_prints_the_table_and_the_last_line(fast_output):
     for col in validate.COLUMNS:
         assert col in header
     rows = [line.split() for line in lines if line.split()[:1] in (["TPOT"], ["TTFT"])]
-    rows = [r for r in rows if len(r) > 1 and r[1] in validate.FAST_MODELS]
-    n_models, n_ctx, n_prompts = len(validate.FAST_MODELS), len(validate.FAST_CONTEXTS), len(validate.FAST_PROMPTS)
+    rows = [r for r in rows if len(r) > 1 and r[1] in calibrate.FAST_MODELS]
+    n_models, n_ctx, n_prompts = len(calibrate.FAST_MODELS), len(calibrate.FAST_CONTEXTS), len(calibrate.FAST_PROMPTS)
     assert len(rows) == n_models * n_ctx + n_prompts
     assert "threads=1" in text and "load_avg" in text and "torch=" in text and "device=cpu" in text
 
@@ -156,7 +156,7 @@ def test_report_numbers_are_consistent():
     cal = _calibration()
     pts = []
     for c, measured in ((128, 0.02), (1024, 0.03)):
-        pr = validate.predict_tpot(SPEC, c, cal)
+        pr = predict.predict_tpot(SPEC, c, cal)
         pts.append(validate.Point("tpot", SPEC.name, 3e8, c, pr.seconds, measured, 0.05, pr.uncalibrated, 8, pr))
     rep = validate.ValidationReport(cal, pts, (0.0, 0.0, 0.0), 1.0)
     errs = [abs(p.predicted - p.measured) / p.measured for p in pts]
@@ -169,19 +169,19 @@ def test_report_numbers_are_consistent():
 
 
 @pytest.mark.parametrize("call,err,match", [
-    (lambda cal: validate.predict_tpot(SPEC, 0, cal), ValueError, "context"),
-    (lambda cal: validate.predict_tpot(SPEC, 10, cal, batch=0), ValueError, "batch"),
-    (lambda cal: validate.predict_tpot(SPEC, 10, "fast"), TypeError, "calibration"),
-    (lambda cal: validate.predict_ttft(SPEC, -1, cal), ValueError, "prompt_tokens"),
-    (lambda cal: validate.predict_tpot("no-such-model", 10, cal), ValueError, "model"),
-    (lambda cal: validate.predict_tpot("deepseek-v3", 10, cal), ValueError, "dense"),
+    (lambda cal: predict.predict_tpot(SPEC, 0, cal), ValueError, "context"),
+    (lambda cal: predict.predict_tpot(SPEC, 10, cal, batch=0), ValueError, "batch"),
+    (lambda cal: predict.predict_tpot(SPEC, 10, "fast"), TypeError, "calibration"),
+    (lambda cal: predict.predict_ttft(SPEC, -1, cal), ValueError, "prompt_tokens"),
+    (lambda cal: predict.predict_tpot("no-such-model", 10, cal), ValueError, "model"),
+    (lambda cal: predict.predict_tpot("deepseek-v3", 10, cal), ValueError, "dense"),
     (lambda cal: validate.run(models=[], calibration=cal), ValueError, "models"),
     (lambda cal: validate.run(contexts=[0], calibration=cal), ValueError, "contexts"),
     (lambda cal: validate.run(fast="yes"), TypeError, "fast"),
     (lambda cal: validate.run(runs=2, calibration=cal), ValueError, "runs"),
-    (lambda cal: validate.count_ops(SPEC, "training"), ValueError, "phase"),
+    (lambda cal: predict.count_ops(SPEC, "training"), ValueError, "phase"),
     (lambda cal: validate.run(clock="process", threads=2, device="cpu", calibration=cal), ValueError, "threads=1"),
-    (lambda cal: validate.calibrate(clock="sundial"), ValueError, "clock"),
+    (lambda cal: calibrate.calibrate(clock="sundial"), ValueError, "clock"),
 ])
 def test_bad_input_gets_one_clear_error(call, err, match):
     with pytest.raises(err, match=match):
@@ -198,72 +198,72 @@ def test_main_reports_bad_arguments_without_a_traceback(capsys):
 # --------------------------------------------------------------------------------------------------
 def test_cached_tokens_zero_is_the_full_prefill():
     cal = _calibration()
-    a, b = validate.predict_ttft(SPEC, 96, cal), validate.predict_ttft(SPEC, 96, cal, cached_tokens=0, reuse="session")
+    a, b = predict.predict_ttft(SPEC, 96, cal), predict.predict_ttft(SPEC, 96, cal, cached_tokens=0, reuse="session")
     assert a.terms == b.terms and a.uncalibrated == b.uncalibrated and a.counts == b.counts
     assert set(a.terms) == {"linear", "attention", "overhead", "views"} and a.cached_tokens == 0
 
 
-@pytest.mark.parametrize("reuse", validate.REUSE_PATHS)
+@pytest.mark.parametrize("reuse", predict.REUSE_PATHS)
 def test_cached_prefill_terms_follow_the_formulas(reuse):
     P, C = 80, 64
     n = P - C
-    cal = _calibration(gemm={(n, m, k): 4e10 for (m, k) in validate.weight_matrices(SPEC)})
-    full, hit = validate.predict_ttft(SPEC, P, cal), validate.predict_ttft(SPEC, P, cal, cached_tokens=C, reuse=reuse)
+    cal = _calibration(gemm={(n, m, k): 4e10 for (m, k) in calibrate.weight_matrices(SPEC)})
+    full, hit = predict.predict_ttft(SPEC, P, cal), predict.predict_ttft(SPEC, P, cal, cached_tokens=C, reuse=reuse)
     assert hit.seconds < full.seconds and hit.cached_tokens == C and hit.tokens == P
     assert math.isclose(sum(hit.terms.values()), hit.seconds, rel_tol=1e-12)          # the terms add up
-    mats = validate.weight_matrices(SPEC)
+    mats = calibrate.weight_matrices(SPEC)
     assert math.isclose(hit.terms["linear"], sum(2 * n * m * k * c for (m, k), c in mats.items()) / 4e10)
     attn = 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * n * P                      # n queries x all P keys
     assert math.isclose(hit.terms["attention"], attn / 1e11)
     load = 2 * C * SPEC.kv_bytes_per_token("fp32") / 10e9 if reuse == "prefix" else 0.0
     assert math.isclose(hit.terms["kv_load"], load)
-    ops = validate.count_ops(SPEC, "prefill", P, cached_tokens=C, reuse=reuse)
+    ops = predict.count_ops(SPEC, "prefill", P, cached_tokens=C, reuse=reuse)
     assert hit.counts["ops"] == ops["ops"] and math.isclose(hit.terms["overhead"], ops["ops"] * 2e-6)
     assert math.isclose(hit.uncalibrated, estimate(SPEC, cal.hardware(), P, 1, precision="fp32",
                                                    cached_prefix_tokens=C).ttft)
-    more = validate.predict_ttft(SPEC, P + 32, cal, cached_tokens=C + 32, reuse=reuse)  # more cached, same new
+    more = predict.predict_ttft(SPEC, P + 32, cal, cached_tokens=C + 32, reuse=reuse)  # more cached, same new
     assert more.terms["attention"] > hit.terms["attention"] and more.terms["linear"] == hit.terms["linear"]
 
 
 def test_cached_op_counts_are_those_of_the_real_call():
-    plain = validate.count_ops(SPEC, "prefill", 48)
-    prefix = validate.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="prefix")
-    session = validate.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="session")
+    plain = predict.count_ops(SPEC, "prefill", 48)
+    prefix = predict.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="prefix")
+    session = predict.count_ops(SPEC, "prefill", 48, cached_tokens=40, reuse="session")
     # the prefix path also checks the state's tokens and copies its K/V into the cache: more ops than extend
     assert prefix["ops"] + prefix["views"] > session["ops"] + session["views"] > 0
     assert any("copy_" in name for name in prefix["by_name"])
-    assert validate.count_ops(SPEC, "prefill", 48, cached_tokens=0, reuse="session") == plain
+    assert predict.count_ops(SPEC, "prefill", 48, cached_tokens=0, reuse="session") == plain
 
 
 def test_score_term_uses_the_probed_rate_and_nearest_shape():
     cal = _calibration()
     cal.scores = {(SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, 128, 128): 1e9,
                   (SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, 16, 1024): 2e9}
-    p = validate.predict_ttft(SPEC, 128, cal)
+    p = predict.predict_ttft(SPEC, 128, cal)
     assert math.isclose(p.terms["scores"], g.score_pass_time(1, SPEC.layers, SPEC.heads, 128, 0, 1e9))
     assert math.isclose(p.terms["scores"], SPEC.layers * SPEC.heads * 128 * 128 / 1e9)
-    h = validate.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)   # 16 x 1040: nearest probe 16 x 1024
+    h = predict.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)   # 16 x 1040: nearest probe 16 x 1024
     assert math.isclose(h.terms["scores"], SPEC.layers * SPEC.heads * 16 * 1040 / 2e9)
     assert math.isclose(sum(p.terms.values()), p.seconds)
-    assert "scores" not in validate.predict_ttft(SPEC, 128, _calibration()).terms   # older calibrations: no term
+    assert "scores" not in predict.predict_ttft(SPEC, 128, _calibration()).terms   # older calibrations: no term
 
 
 def test_score_probe_runs_on_random_scores():
-    rate = validate.measure_score_passes(2, 2, 8, 32, threads=1, device="cpu", repeats=1, min_block=1e-4)
+    rate = probes.measure_score_passes(2, 2, 8, 32, threads=1, device="cpu", repeats=1, min_block=1e-4)
     assert rate > 0
     with pytest.raises(ValueError, match="queries"):
-        validate.measure_score_passes(1, 1, 64, 32)
+        probes.measure_score_passes(1, 1, 64, 32)
 
 
 @pytest.mark.parametrize("call,err,match", [
-    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=64), ValueError, "cached_tokens"),
-    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=-1), ValueError, "cached_tokens"),
-    (lambda cal: validate.predict_ttft(SPEC, 64, cal, cached_tokens=8, reuse="sesion"), ValueError, "session"),
-    (lambda cal: validate.count_ops(SPEC, "decode", 64, cached_tokens=8), ValueError, "prefill"),
-    (lambda cal: validate.count_ops(SPEC, "prefill", 64, batch=2, cached_tokens=8), ValueError, "batch"),
-    (lambda cal: validate.calibrate(cached_prefills=[(64, 64)]), ValueError, "cached_prefills"),
-    (lambda cal: validate.calibrate(cached_prefills=[64]), TypeError, "cached_prefills"),
-    (lambda cal: validate.calibrate(rotate_gemm="yes"), TypeError, "rotate_gemm"),
+    (lambda cal: predict.predict_ttft(SPEC, 64, cal, cached_tokens=64), ValueError, "cached_tokens"),
+    (lambda cal: predict.predict_ttft(SPEC, 64, cal, cached_tokens=-1), ValueError, "cached_tokens"),
+    (lambda cal: predict.predict_ttft(SPEC, 64, cal, cached_tokens=8, reuse="sesion"), ValueError, "session"),
+    (lambda cal: predict.count_ops(SPEC, "decode", 64, cached_tokens=8), ValueError, "prefill"),
+    (lambda cal: predict.count_ops(SPEC, "prefill", 64, batch=2, cached_tokens=8), ValueError, "batch"),
+    (lambda cal: calibrate.calibrate(cached_prefills=[(64, 64)]), ValueError, "cached_prefills"),
+    (lambda cal: calibrate.calibrate(cached_prefills=[64]), TypeError, "cached_prefills"),
+    (lambda cal: calibrate.calibrate(rotate_gemm="yes"), TypeError, "rotate_gemm"),
 ])
 def test_cached_prefill_bad_input(call, err, match):
     with pytest.raises(err, match=match):
@@ -274,11 +274,76 @@ def test_attention_products_use_the_probed_rate():
     cal = _calibration()
     layout = (SPEC.kv_heads, SPEC.heads // SPEC.kv_heads, SPEC.head_dim)
     cal.attention = {(*layout, 16, 1040): 2e10}
-    h = validate.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)
+    h = predict.predict_ttft(SPEC, 1040, cal, cached_tokens=1024)
     assert math.isclose(h.terms["attention"], 4 * SPEC.layers * SPEC.heads * SPEC.head_dim * 16 * 1040 / 2e10)
     assert cal.attention_rate(*layout, 32, 1056) == 2e10                 # nearest probe of the same layout
     assert cal.attention_rate(layout[0], layout[1], 2 * SPEC.head_dim, 16, 1040) == cal.matmul.flop_rate
-    rate = validate.measure_attention_products(1, 2, 8, 4, 16, threads=1, device="cpu", repeats=1, min_block=1e-4)
+    rate = probes.measure_attention_products(1, 2, 8, 4, 16, threads=1, device="cpu", repeats=1, min_block=1e-4)
     assert rate > 0
     with pytest.raises(ValueError, match="head_dim"):
-        validate.measure_attention_products(1, 1, 0, 4, 16)
+        probes.measure_attention_products(1, 1, 0, 4, 16)
+
+
+# --------------------------------------------------------------------------------------------------
+# The calibration's table of probes, and the names validate offers as before the split
+# --------------------------------------------------------------------------------------------------
+def test_probe_jobs_run_in_order_and_each_kind_has_a_probe():
+    specs = calibrate.model_specs(None, fast=True)
+    ttft = list(specs.values())[0]
+    jobs = calibrate.probe_jobs(specs, [8, 32], ttft, [(32, 24)], [0, 100])
+    kinds = [k for k, _ in jobs]
+    order = ["copy", "matmul", "overhead", "cold", "gemv", "kv", "gemm", "scores", "attention"]
+    assert sorted(set(kinds), key=order.index) == order and set(order) == set(calibrate.PROBES)
+    assert kinds == sorted(kinds, key=order.index)                     # grouped, in that order
+    shapes = {sh for s in specs.values() for sh in calibrate.weight_matrices(s)}
+    assert {key for k, key in jobs if k == "gemv"} == shapes
+    assert [key for k, key in jobs if k == "cold"] == [0, 100]
+    rows = {key[0] for k, key in jobs if k == "gemm"}
+    assert rows == {8, 32, 32 - 24}                                    # prompt rows and the cached pair's new tokens
+    layout = (ttft.kv_heads, ttft.heads // ttft.kv_heads)
+    assert [key for k, key in jobs if k == "scores"] == [(*layout, 8, 8), (*layout, 8, 32), (*layout, 32, 32)]
+    assert [key for k, key in jobs if k == "attention"] == [(*layout, ttft.head_dim, q, k) for q, k in
+                                                            ((8, 8), (8, 32), (32, 32))]
+
+
+def test_calibrate_stores_what_each_probe_returns(monkeypatch):
+    cal = _calibration()
+    seen = []
+
+    def fake(kind, value):
+        def run(key, settings):
+            seen.append((kind, key, settings.clock, settings.threads))
+            return value(key) if callable(value) else value
+        return run
+
+    monkeypatch.setattr(calibrate, "PROBES", {
+        "copy": fake("copy", cal.copy), "matmul": fake("matmul", cal.matmul),
+        "overhead": fake("overhead", cal.overhead),
+        "cold": fake("cold", lambda x: (1e-6 + x * 1e-15, 2e-7)), "gemv": fake("gemv", 1e10), "kv": fake("kv", 5e9),
+        "gemm": fake("gemm", 4e10), "scores": fake("scores", 1e9), "attention": fake("attention", 2e10)})
+    got = calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False, clock="process")
+    assert got.copy is cal.copy and got.matmul is cal.matmul and got.overhead is cal.overhead
+    assert [x for x, _, _ in got.cold_ops] == calibrate.cold_streams("cpu", fast=True)
+    assert set(got.gemv.values()) == {1e10} and set(got.kv.values()) == {5e9} and set(got.gemm.values()) == {4e10}
+    assert got.clock == "process" and got.threads == 1
+    assert {(c, t) for _, _, c, t in seen} == {("process", 1)}        # the clock is passed to every probe
+    assert len(seen) == len(calibrate.probe_jobs(calibrate.FAST_MODELS, calibrate.FAST_PROMPTS,
+                                                 list(calibrate.FAST_MODELS.values())[0],
+                                                 streams=calibrate.cold_streams("cpu", fast=True)))
+
+
+def test_cold_streams_are_sized_against_the_given_llc():
+    assert calibrate.cold_streams("cpu", llc_bytes=2**20) == [0, 2**18, 2**19, 2**20, 2**21, 2**22]
+    assert calibrate.cold_streams("cpu", fast=True, llc_bytes=2**30) == [0, 2**30]
+
+
+def test_validate_offers_the_names_it_had():
+    import course_lib.validate as flat
+    assert flat is validate
+    old = ["COLUMNS", "Calibration", "DECODE_CONTEXTS", "DECODE_COUNT_CONTEXT", "FAST_CONTEXTS", "FAST_MODELS",
+           "FAST_PROMPTS", "LAST_LINE_RE", "Point", "Prediction", "REUSE_PATHS", "TTFT_PROMPTS", "VALIDATION_MODELS",
+           "ValidationReport", "calibrate", "count_ops", "main", "measure_attention_products", "measure_score_passes",
+           "predict_tpot", "predict_ttft", "run", "stream_between_ops", "weight_matrices"]
+    assert all(hasattr(validate, name) for name in old)
+    assert validate.calibrate is calibrate.calibrate and validate.predict_ttft is predict.predict_ttft
+    assert validate.measure_score_passes is probes.measure_score_passes

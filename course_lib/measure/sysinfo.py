@@ -1,5 +1,7 @@
 """What this machine is: the environment check at the start of the course.
 
+Lessons: 00, 05.
+
     from course_lib.measure.sysinfo import system_info, system_report
     info = system_info()          # a plain dict (JSON-serialisable)
     system_report()               # displays as a Markdown/HTML table in a notebook

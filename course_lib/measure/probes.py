@@ -1,0 +1,899 @@
+"""Probes: small timed operations on random tensors, each counting its bytes and FLOP exactly.
+
+Lessons: 05, 06, 07, 08.
+
+Lesson 05 (GEMV, copy, matmul, which dtypes run well), lesson 06 and :mod:`course_lib.measure.calibrate`
+(a linear layer at a model's shape, the K/V read of decode attention, the per-op overhead, the score
+passes and attention products of a prefill), lesson 08 and exercise set 05::
+
+    from course_lib.measure import probes
+    table = probes.measure_gemv()                 # y = W·x over sizes and dtypes, this machine
+    copy = probes.measure_copy_bandwidth()        # practical memory ceiling (read + write counted)
+    mm = probes.measure_matmul_flops()            # practical compute ceiling
+    probes.measure_op_overhead()                  # fixed seconds per small op, hot and cold
+    probes.measure_linear(1, 32000, 1024)         # one linear layer at a model's exact shape
+    probes.measure_kv_read(8, 4, 128, 4096)       # the rate decode attention reads K/V
+
+A decode step at batch 1 is a chain of matrix-vector products: every weight is read once and used
+for one multiply-add. The probes time that with :mod:`course_lib.measure.timing` (warm-up,
+calibrated blocks, median and quartiles, a fixed thread count) and **rotate over distinct buffers**
+whose total size exceeds 4 × the last-level cache (:func:`rotation_count`, :func:`rotated_copies`:
+written once, used by every rotating probe), so that a small matrix is read from memory and not from
+the cache of the previous call. With ``rotate=False`` the same buffer is reused and small matrices are
+served from cache: the difference is the "tens of MB of cache" effect. At most :data:`MAX_BUFFERS`
+buffers and the device's memory budget are used: where that is not enough to exceed 4 × the LLC
+(a very large cache), a GEMV row says so with ``beyond_cache=False``.
+
+Bytes and FLOP per call are counted exactly: a GEMV reads the matrix (m·k elements) and the vector
+(k) and writes the result (m); it does 2·m·k FLOP. A copy reads and writes its buffer: both are
+counted (read + write), as GPU vendors and the course's H200 measurement do.
+
+Every probe takes ``clock=`` (None: :func:`course_lib.measure.timing.clock_name`). Set the environment
+variable ``COURSE_FAST=1`` for tiny sizes and few repeats (the test suite).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Iterable
+
+import torch
+
+from course_lib.core.validation import require_choice, require_count, require_positive
+from course_lib.measure.device import (FALLBACK_LLC_BYTES, fast_mode, last_level_cache_bytes, memory_budget,
+                                       resolve_device)
+from course_lib.measure.timing import (Spread, Threads, clock_function, progress_bar, quartiles, repeat_settings,
+                                       sync, thread_count, timeit)
+
+__all__ = [
+    "DTYPES", "ROTATION_FACTOR", "MAX_BUFFERS", "Rates", "rotation_buffers", "rotation_count", "rotated_copies",
+    "gemv_bytes", "gemv_flops", "GemvResult", "GemvTable", "default_sizes", "gemv_shapes", "measure_gemv",
+    "CopyResult", "measure_copy_bandwidth", "MatmulResult", "measure_matmul_flops",
+    "DtypeProbe", "FAST_FRACTION", "probe_dtypes", "fast_dtypes", "dtype_verdicts",
+    "OVERHEAD_KINDS", "OverheadResult", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "measure_op_overhead",
+    "LinearResult", "measure_linear", "KVReadResult", "measure_kv_read",
+    "measure_score_passes", "measure_attention_products",
+]
+
+#: the dtypes the probes time, by course precision name
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+#: rotation makes the working set larger than this many last-level caches
+ROTATION_FACTOR = 4
+#: at most this many rotation buffers in any probe (64 × 64 fp32 matrices: 16384 × 16 KiB = 256 MiB, beyond
+#: 4 × an LLC of up to 64 MiB; a larger cache needs larger matrices to be exceeded)
+MAX_BUFFERS = 16384
+
+
+class Rates(Spread):
+    """Mixin for a timed result that moved ``bytes`` and/or did ``flops``: rates in base units and GB/s, G/TFLOP/s."""
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        return self.bytes / self.seconds
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bandwidth / 1e9
+
+    @property
+    def flop_rate(self) -> float:
+        """FLOP per second."""
+        return self.flops / self.seconds
+
+    @property
+    def gflop_per_s(self) -> float:
+        return self.flop_rate / 1e9
+
+    @property
+    def tflop_per_s(self) -> float:
+        return self.flop_rate / 1e12
+
+
+# --------------------------------------------------------------------------------------------------
+# GEMV
+# --------------------------------------------------------------------------------------------------
+def gemv_bytes(m: int, k: int, dtype: str = "fp32") -> int:
+    """Bytes one y = W·x moves: the m×k matrix and the k-vector read, the m-vector written."""
+    m = require_count("m", m, minimum=1)
+    k = require_count("k", k, minimum=1)
+    b = torch.empty((), dtype=DTYPES[require_choice("dtype", dtype, DTYPES)]).element_size()
+    return (m * k + k + m) * b
+
+
+def gemv_flops(m: int, k: int) -> int:
+    """FLOP of one y = W·x: one multiply and one add per matrix element."""
+    return 2 * require_count("m", m, minimum=1) * require_count("k", k, minimum=1)
+
+
+@dataclass(frozen=True)
+class GemvResult(Rates):
+    """One timed GEMV shape: seconds are per call (median over repeats; q1/q3 the quartiles)."""
+
+    m: int
+    k: int
+    dtype: str
+    device: str
+    element_bytes: int
+    bytes: int                  # moved per call: matrix + x read, y written
+    flops: int                  # 2·m·k
+    seconds: float              # median per call
+    q1_seconds: float
+    q3_seconds: float
+    min_seconds: float
+    repeats: int
+    number: int                 # calls per timed block
+    rotate: bool
+    buffers: int                # distinct weight matrices cycled through
+    working_set_bytes: int      # bytes of all weight buffers
+    llc_bytes: int | None       # last-level cache the rotation was sized against
+    threads: int | None
+
+    @property
+    def matrix_bytes(self) -> int:
+        return self.m * self.k * self.element_bytes
+
+    @property
+    def bandwidth_range(self) -> tuple[float, float]:
+        """(low, high) achieved bytes/s over the middle half of the runs (from q3 and q1)."""
+        return self.bytes / self.q3_seconds, self.bytes / self.q1_seconds
+
+    @property
+    def beyond_cache(self) -> bool | None:
+        """True when the bytes cycled through exceed 4 × the last-level cache (None: cache unknown)."""
+        if self.llc_bytes is None:
+            return None
+        ws = self.working_set_bytes if self.rotate else self.matrix_bytes
+        return ws > ROTATION_FACTOR * self.llc_bytes
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(spread=self.spread, bandwidth=self.bandwidth, gb_per_s=self.gb_per_s,
+                 gflop_per_s=self.gflop_per_s, matrix_bytes=self.matrix_bytes)
+        return d
+
+
+class GemvTable(list):
+    """A list of :class:`GemvResult` rows that shows itself as a table in a notebook."""
+
+    def where(self, **conditions) -> "GemvTable":
+        """Rows whose fields equal the given values: ``table.where(dtype="fp32", rotate=True)``."""
+        fields = set(GemvResult.__dataclass_fields__)
+        bad = sorted(set(conditions) - fields)
+        if bad:
+            raise TypeError(f"unknown field(s) {bad}; rows have {sorted(fields)}")
+        return GemvTable(r for r in self if all(getattr(r, k) == v for k, v in conditions.items()))
+
+    def largest(self, dtype: str | None = None) -> GemvResult:
+        """The row with the biggest matrix (of ``dtype`` when given)."""
+        rows = self.where(dtype=dtype) if dtype else self
+        if not rows:
+            raise ValueError(f"no rows{' of dtype ' + repr(dtype) if dtype else ''} in this table")
+        return max(rows, key=lambda r: (r.matrix_bytes, r.rotate))
+
+    def as_dicts(self) -> list[dict]:
+        return [r.as_dict() for r in self]
+
+    def _markdown(self) -> str:
+        from course_lib.core.units import format_bytes
+        lines = ["| m × k | dtype | matrix | rotate | time per call (median) | spread (IQR) | GB/s | GFLOP/s |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for r in self:
+            lines.append(f"| {r.m} × {r.k} | {r.dtype} | {format_bytes(r.matrix_bytes, system='iec')} | "
+                         f"{'yes' if r.rotate else 'no'} | {r.seconds * 1e6:.1f} µs | ±{r.spread / 2:.1%} | "
+                         f"{r.gb_per_s:.2f} | {r.gflop_per_s:.2f} |")
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        return self._markdown()
+
+    def __str__(self) -> str:
+        return self._markdown()
+
+
+def rotation_buffers(matrix_bytes: int, llc_bytes: int | None, rotate: bool = True) -> int:
+    """How many distinct matrices to cycle through so that together they exceed 4 × the LLC (no cap applied)."""
+    matrix_bytes = require_count("matrix_bytes", matrix_bytes, minimum=1)
+    if not rotate:
+        return 1
+    target = ROTATION_FACTOR * (llc_bytes if llc_bytes else FALLBACK_LLC_BYTES)
+    return target // matrix_bytes + 1
+
+
+def rotation_count(item_bytes: int, llc_bytes: int | None, rotate: bool, budget_bytes: int) -> int:
+    """The buffers a probe cycles through: :func:`rotation_buffers`, capped by :data:`MAX_BUFFERS` and by
+    what ``budget_bytes`` holds (at least one)."""
+    return min(rotation_buffers(item_bytes, llc_bytes, rotate), max(1, budget_bytes // item_bytes), MAX_BUFFERS)
+
+
+def rotated_copies(first: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """``count`` distinct tensors holding ``first``'s values, in one allocation (``[first]`` for one).
+
+    The copies share the values (timing ignores them) but not the memory: cycling through them reads
+    ``count`` × ``first``'s bytes.
+    """
+    count = require_count("count", count, minimum=1)
+    if count == 1:
+        return [first]
+    block = torch.empty((count, *first.shape), device=first.device, dtype=first.dtype)
+    block.copy_(first.expand(count, *first.shape))
+    return list(block.unbind(0))
+
+
+def default_sizes(device=None, full: bool = False) -> list[tuple[int, int]]:
+    """Square sizes for a sweep: fast mode tiny, the default up to 8192 (CPU) / 16384 (GPU), ``full`` denser."""
+    dev = resolve_device(device)
+    if fast_mode():
+        sizes = [64, 256, 1024]
+    elif full:
+        sizes = [128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
+        if dev.type == "cuda":
+            sizes += [12288, 16384]
+    else:
+        sizes = [256, 512, 1024, 2048, 4096, 8192] + ([16384] if dev.type == "cuda" else [])
+    return [(n, n) for n in sizes]
+
+
+def gemv_shapes(sizes) -> list[tuple[int, int]]:
+    """``sizes`` (n, an (m, k) pair, or a list of them) as a checked list of (m, k) pairs."""
+    if isinstance(sizes, numbers.Integral) or (hasattr(sizes, "item") and getattr(sizes, "shape", None) == ()):
+        sizes = [sizes]
+    if isinstance(sizes, (str, bytes)):
+        raise TypeError(f"sizes must be a list of n (square) or (m, k) pairs, got {sizes!r}")
+    out = []
+    try:
+        items = list(sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a list of n (square) or (m, k) pairs, got {type(sizes).__name__}") from None
+    if not items:
+        raise ValueError("sizes must name at least one matrix size")
+    for s in items:
+        if isinstance(s, (tuple, list)):
+            if len(s) != 2:
+                raise ValueError(f"sizes: each entry is n or (m, k), got {s!r}")
+            out.append((require_count("m", s[0], minimum=1), require_count("k", s[1], minimum=1)))
+        else:
+            n = require_count("size", s, minimum=1)
+            out.append((n, n))
+    return out
+
+
+def _dtypes(dtypes, dev) -> list[str]:
+    if dtypes is None or (isinstance(dtypes, str) and dtypes == "auto"):
+        return fast_dtypes(dev.type)
+    if isinstance(dtypes, str):
+        dtypes = [dtypes]
+    names = [require_choice("dtype", d, DTYPES) for d in dtypes]
+    if not names:
+        raise ValueError("dtypes must name at least one of " + ", ".join(DTYPES))
+    return names
+
+
+def _gemv_one(m, k, dtype, dev, rotate, llc, repeats, min_block, threads, budget, clock) -> GemvResult:
+    tdt = DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    mbytes = m * k * esize
+    if mbytes > budget:
+        raise ValueError(f"a {m} × {k} {dtype} matrix needs {mbytes / 1e9:.2f} GB; this device allows "
+                         f"{budget / 1e9:.2f} GB for the probe: choose smaller sizes")
+    nbuf = rotation_count(mbytes, llc, rotate, budget)
+    gen = torch.Generator(device="cpu").manual_seed(m * 7919 + k)
+    first = torch.randn(m, k, generator=gen).to(device=dev, dtype=tdt)
+    weights = rotated_copies(first, nbuf)
+    x = torch.randn(k, generator=gen).to(device=dev, dtype=tdt)
+    y = torch.empty(m, device=dev, dtype=tdt)
+    calls = [(lambda W=W: torch.mv(W, x, out=y)) for W in weights]
+    with torch.inference_mode():
+        t = timeit(calls, dev, repeats, min_block, clock)
+    del weights, calls, first
+    return GemvResult(m=m, k=k, dtype=dtype, device=dev.type, element_bytes=esize,
+                      bytes=(m * k + k + m) * esize, flops=2 * m * k,
+                      seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, min_seconds=t.minimum,
+                      repeats=t.repeats, number=t.number, rotate=bool(rotate), buffers=nbuf,
+                      working_set_bytes=nbuf * mbytes, llc_bytes=llc, threads=threads)
+
+
+def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bool = True,
+                 threads: int | None = None, device=None, min_block: float | None = None,
+                 progress: bool = True, llc_bytes: int | None = None, clock: str | None = None) -> GemvTable:
+    """Time y = W·x for every (size, dtype); one :class:`GemvResult` row each.
+
+    ``sizes``: n (square) or (m, k) pairs; default :func:`default_sizes`. ``dtypes``: names from
+    :data:`DTYPES`; default the ones this device runs well (:func:`fast_dtypes`: fp32, plus fp16/bf16
+    where a fast kernel exists). ``rotate``: cycle through distinct weight buffers totalling more than
+    4 × the last-level cache (``False``: one buffer, so small matrices stay in cache). ``threads``:
+    CPU threads (default: physical cores), restored afterwards. ``repeats``: timed blocks
+    (median and quartiles over them); ``min_block``: seconds each block lasts at least. ``llc_bytes``:
+    the last-level cache the rotation is sized against (default: what the OS reports, see
+    :func:`course_lib.measure.device.last_level_cache_bytes`).
+    """
+    dev = resolve_device(device)
+    shapes = gemv_shapes(default_sizes(dev) if sizes is None else sizes)
+    names = _dtypes(dtypes, dev)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be True or False, got {rotate!r}")
+    nthreads = thread_count(threads, dev)
+    llc = last_level_cache_bytes(dev) if llc_bytes is None else require_count("llc_bytes", llc_bytes, minimum=1)
+    budget = memory_budget(dev)
+    jobs = [(m, k, d) for (m, k) in shapes for d in names]
+    table = GemvTable()
+    with Threads(nthreads), progress_bar(jobs, desc="GEMV", unit="shape", enabled=progress) as bar:
+        for m, k, d in bar:
+            bar.set_postfix_str(f"{m}×{k} {d}")
+            table.append(_gemv_one(m, k, d, dev, rotate, llc, repeats, min_block, nthreads, budget, clock))
+    return table
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Ceilings: copy bandwidth and matmul FLOP/s
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CopyResult(Rates):
+    """``dst.copy_(src)`` of one buffer: bytes counts the read AND the write (2 × buffer bytes)."""
+
+    buffer_bytes: int
+    bytes: int                  # moved per copy: read + write
+    counted: str                # "read+write"
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    device: str
+    threads: int | None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(bandwidth=self.bandwidth, gb_per_s=self.gb_per_s, spread=self.spread)
+        return d
+
+
+def measure_copy_bandwidth(buffer_bytes: int | None = None, repeats: int | None = None, threads: int | None = None,
+                           device=None, min_block: float | None = None, clock: str | None = None) -> CopyResult:
+    """The practical memory ceiling: copy a buffer of ``buffer_bytes`` (default 4 × LLC, >= 64 MiB).
+
+    Both directions are counted (``counted="read+write"``): the copy reads ``buffer_bytes`` and writes
+    ``buffer_bytes``. (A CPU may additionally read each destination line before writing it; that
+    hidden traffic is not counted, so a CPU's copy figure understates its raw DRAM bandwidth.)
+    """
+    dev = resolve_device(device)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    nthreads = thread_count(threads, dev)
+    llc = last_level_cache_bytes(dev) or FALLBACK_LLC_BYTES
+    if buffer_bytes is None:
+        buffer_bytes = max(ROTATION_FACTOR * llc, 64 * 2**20)
+    buffer_bytes = require_count("buffer_bytes", buffer_bytes, minimum=4)
+    if 2 * buffer_bytes > memory_budget(dev):
+        raise ValueError(f"buffer_bytes={buffer_bytes} needs twice that much memory; too large for this device")
+    n = buffer_bytes // 4
+    with Threads(nthreads), torch.inference_mode():
+        src = torch.ones(n, dtype=torch.float32, device=dev)
+        dst = torch.empty_like(src)
+        t = timeit([lambda: dst.copy_(src)], dev, repeats, min_block, clock)
+    nbytes = n * 4
+    return CopyResult(buffer_bytes=nbytes, bytes=2 * nbytes, counted="read+write", seconds=t.median,
+                      q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, device=dev.type, threads=nthreads)
+
+
+@dataclass(frozen=True)
+class MatmulResult(Rates):
+    """C = A·B for n×n matrices: 2·n³ FLOP per call."""
+
+    n: int
+    dtype: str
+    flops: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    device: str
+    threads: int | None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(flop_rate=self.flop_rate, gflop_per_s=self.gflop_per_s)
+        return d
+
+
+def measure_matmul_flops(n: int | None = None, dtype: str = "fp32", repeats: int | None = None,
+                         threads: int | None = None, device=None, max_call_seconds: float | None = None,
+                         min_block: float | None = None, clock: str | None = None) -> MatmulResult:
+    """The practical compute ceiling: C = A·B, n×n, in ``dtype``.
+
+    With ``n=None`` the size grows (doubling from 256) while one call stays under
+    ``max_call_seconds`` (0.05 s, fast mode 0.01 s), up to 2048 on a CPU and 8192 on a GPU: a dtype
+    without fast kernels (fp16 on many CPUs) is then measured at a size that finishes.
+    """
+    dev = resolve_device(device)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    tdt = DTYPES[dtype]
+    repeats, min_block = repeat_settings(repeats, min_block)
+    nthreads = thread_count(threads, dev)
+    limit = (0.01 if fast_mode() else 0.05) if max_call_seconds is None else require_positive(
+        "max_call_seconds", max_call_seconds)
+    with Threads(nthreads), torch.inference_mode():
+        if n is None:
+            n_max = 8192 if dev.type == "cuda" else (512 if fast_mode() else 2048)
+            n = 256
+            while n < n_max:
+                a = torch.ones(n, n, device=dev, dtype=tdt)
+                torch.mm(a, a)  # warm-up: the first calls of a shape pay one-off costs
+                t_call = math.inf
+                for _ in range(3):  # the fastest of three: robust against a busy machine
+                    sync(dev)
+                    t0 = time.perf_counter()
+                    torch.mm(a, a)
+                    sync(dev)
+                    t_call = min(t_call, time.perf_counter() - t0)
+                if t_call * 8 > limit:  # doubling n multiplies the time by 8
+                    break
+                n *= 2
+        n = require_count("n", n, minimum=1)
+        gen = torch.Generator(device="cpu").manual_seed(n)
+        a = torch.randn(n, n, generator=gen).to(device=dev, dtype=tdt)
+        b = torch.randn(n, n, generator=gen).to(device=dev, dtype=tdt)
+        c = torch.empty(n, n, device=dev, dtype=tdt)
+        t = timeit([lambda: torch.mm(a, b, out=c)], dev, repeats, min_block, clock)
+    return MatmulResult(n=n, dtype=dtype, flops=2 * n**3, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3,
+                        repeats=repeats, device=dev.type, threads=nthreads)
+
+
+# --------------------------------------------------------------------------------------------------
+# Which dtypes run well here
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DtypeProbe:
+    """Whether ``dtype`` has a fast GEMV here: its achieved GB/s relative to fp32's on the same shape."""
+
+    dtype: str
+    supported: bool
+    gb_per_s: float | None
+    relative_to_fp32: float | None
+    fast: bool
+    note: str
+
+
+#: a half-precision GEMV counts as fast when it reaches this fraction of fp32's bytes per second
+FAST_FRACTION = 0.7
+
+
+def probe_dtypes(device=None, size: int | None = None, threads: int | None = None) -> list[DtypeProbe]:
+    """Time one GEMV (default 4096 × 4096; fast mode 512) per dtype and say which run well.
+
+    Half precision moves half the bytes, so with a real kernel it runs at about fp32's GB/s and
+    takes half the time. Without one (fp16 on most CPUs) each element is converted and computed
+    slowly: the GEMV turns compute-bound and its GB/s collapses.
+    """
+    dev = resolve_device(device)
+    size = (512 if fast_mode() else 4096) if size is None else require_count("size", size, minimum=1)
+    table = measure_gemv([size], list(DTYPES), repeats=3, threads=threads, device=dev, progress=False)
+    ref = table.where(dtype="fp32")[0].bandwidth
+    out = []
+    for r in table:
+        rel = r.bandwidth / ref
+        fast = r.dtype == "fp32" or rel >= FAST_FRACTION
+        if r.dtype == "fp32":
+            note = "reference"
+        elif fast:
+            note = f"fast kernel: {rel:.2f}× fp32's bytes per second, so about {rel * 2:.1f}× fp32's speed"
+        else:
+            note = (f"no fast kernel: {rel:.2f}× fp32's bytes per second; half the bytes but "
+                    f"{1 / (rel * 2):.1f}× fp32's time: compute-bound, not memory-bound")
+        out.append(DtypeProbe(r.dtype, True, r.gb_per_s, rel, fast, note))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _fast_dtypes_cached(device_type: str, threads: int | None, fast: bool) -> tuple[str, ...]:
+    return tuple(p.dtype for p in probe_dtypes(device_type, threads=threads) if p.fast)
+
+
+def fast_dtypes(device=None, threads: int | None = None) -> list[str]:
+    """Dtypes this device runs well (probed once per session): always fp32, plus fp16/bf16 if fast."""
+    dev = resolve_device(device)
+    return list(_fast_dtypes_cached(dev.type, thread_count(threads, dev), fast_mode()))
+
+
+def dtype_verdicts(table: Iterable[GemvResult]) -> list[dict]:
+    """For each (shape, dtype) row: the speed-up over fp32 bytes/bandwidth predicts vs the one measured.
+
+    bytes/bandwidth predicts time ∝ bytes, so a 2-byte dtype should take half fp32's time. When the
+    measured speed-up falls short by more than a third, the row is flagged ``contradicts=True``:
+    the kernel is not memory-bound (typically no native half-precision kernel: compute-bound). A
+    speed-up more than half again above the prediction is no evidence of memory-boundedness either:
+    the fp32 reference itself missed the memory ceiling (its kernel or its cache behaviour differs), so
+    that row is reported as ``"inconclusive"``. ``bound`` is ``"compute"``, ``"memory"`` or
+    ``"inconclusive"``.
+    """
+    rows = list(table)
+    out = []
+    for r in rows:
+        ref = [x for x in rows if x.dtype == "fp32" and (x.m, x.k, x.rotate) == (r.m, r.k, r.rotate)]
+        if not ref or r.dtype == "fp32":
+            continue
+        f = ref[0]
+        predicted = f.bytes / r.bytes
+        measured = f.seconds / r.seconds
+        contradicts = measured < predicted * (1 - 1 / 3)
+        if contradicts:
+            bound = "compute"
+            why = ("slower than its bytes predict: the time is set by converting and multiplying, not by memory "
+                   "(no native kernel for this dtype here: compute-bound)")
+        elif measured > predicted * 1.5:
+            bound = "inconclusive"
+            why = ("faster than its bytes predict: the fp32 reference did not run at the memory ceiling (another "
+                   "kernel, or cache effects), so this ratio says nothing about the memory bound")
+        else:
+            bound = "memory"
+            why = "as bytes/bandwidth predicts: memory-bound"
+        out.append({"m": r.m, "k": r.k, "dtype": r.dtype, "predicted_speedup": predicted,
+                    "measured_speedup": measured, "contradicts": contradicts, "bound": bound, "verdict": why})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-op dispatch overhead
+# --------------------------------------------------------------------------------------------------
+#: what :func:`measure_op_overhead` times: tiny ops whose data movement and arithmetic are negligible
+OVERHEAD_KINDS = ("elementwise", "matmul", "view")
+
+
+@dataclass(frozen=True)
+class OverheadResult(Spread):
+    """Fixed seconds per small op (framework dispatch + kernel launch), independent of tinylm.
+
+    Hot (a tight loop of one op, everything cached): ``per_kind`` holds the median seconds per op of
+    each kind in :data:`OVERHEAD_KINDS` (``elementwise``: an add of two 8-element vectors;
+    ``matmul``: a 1×8 by 8×8 ``F.linear``; ``view``: a reshape that moves no data); ``seconds`` is
+    the mean of ``elementwise`` and ``matmul`` (ops that launch a kernel), q1/q3 likewise.
+
+    Cold (``cold_seconds``, ``cold_view_seconds``): seconds per op of a run of distinct small ops
+    (norm-, rotary- and residual-style ops on a 1×1024 vector; then views) timed right after
+    ``flush_bytes`` were streamed through memory, as a decode step streams its weights between its
+    small ops. On a CPU that stream evicts the framework's code and data from the caches and every op
+    pays memory latency: several times the hot cost. On a GPU the weights stream through the GPU's
+    memory, not the host's caches: no flush is done (``flush_bytes=0``) and cold ≈ hot.
+    """
+
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    per_kind: dict
+    repeats: int
+    device: str
+    threads: int | None
+    cold_seconds: float | None = None
+    cold_view_seconds: float | None = None
+    cold_q1_seconds: float | None = None
+    cold_q3_seconds: float | None = None
+    flush_bytes: int = 0
+    cold_runs: int = 0
+
+    @property
+    def cold_spread(self) -> float | None:
+        if self.cold_seconds is None:
+            return None
+        return (self.cold_q3_seconds - self.cold_q1_seconds) / self.cold_seconds
+
+    @property
+    def microseconds(self) -> float:
+        return self.seconds * 1e6
+
+    @property
+    def cold_factor(self) -> float | None:
+        """How many times a cold op costs a hot one."""
+        return None if self.cold_seconds is None else self.cold_seconds / self.seconds
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(spread=self.spread, microseconds=self.microseconds, cold_factor=self.cold_factor)
+        return d
+
+
+#: small ops of the cold run (a norm, rotary embedding, residual and gated-MLP style sequence)
+COLD_COMPUTE_OPS = 14
+COLD_VIEW_OPS = 8
+
+
+def _cold_runs(dev, flush_bytes: int, runs: int, clock: str | None):
+    """Per-op seconds of a run of distinct compute ops and of view ops, each timed after a flush."""
+    from torch.nn import functional as F
+    n = 1024
+    a = torch.randn(1, 1, n, device=dev)
+    b = torch.randn(1, 1, n, device=dev)
+    w = torch.ones(n, device=dev)
+    table = torch.randn(256, n // 16, device=dev)
+    cache = torch.zeros(1, 4, 256, n // 16, device=dev)
+    pos = torch.tensor([7], device=dev)
+
+    def compute():  # 14 ops
+        h = a.pow(2).mean(-1, keepdim=True)             # pow, mean
+        h = a * torch.rsqrt(h + 1e-5) * w               # add, rsqrt, mul, mul
+        c = table[pos]                                  # index
+        r = torch.cat([-b[..., n // 2:], b[..., :n // 2]], -1)  # neg, cat
+        r = b * c.repeat(1, 16).view(1, 1, n) + r       # repeat, mul, add
+        cache[0, :, 7].copy_(r.view(4, n // 4)[:, : n // 16])    # copy_
+        return h + F.silu(r)                            # silu, add
+
+    def views():  # 8 views
+        v = a.view(1, n).transpose(0, 1).reshape(n)
+        v = v[: n // 2].unsqueeze(0).select(0, 0).view(2, -1)
+        return v.t()
+
+    flush_src = flush_dst = None
+    if flush_bytes:
+        flush_src = torch.ones(flush_bytes // 8, device=dev)
+        flush_dst = torch.empty_like(flush_src)
+    now = clock_function(clock)
+    out = {"compute": [], "view": []}
+    for i in range(runs + 2):
+        for kind, fn, k in (("compute", compute, COLD_COMPUTE_OPS), ("view", views, COLD_VIEW_OPS)):
+            if flush_src is not None:
+                flush_dst.copy_(flush_src)
+            sync(dev)
+            t0 = now()
+            fn()
+            sync(dev)
+            if i >= 2:  # two warm-up rounds
+                out[kind].append((now() - t0) / k)
+    return out
+
+
+def measure_op_overhead(threads: int | None = None, device=None, repeats: int | None = None,
+                        min_block: float | None = None, cold: bool = True, flush_bytes: int | None = None,
+                        cold_runs: int | None = None, clock: str | None = None) -> OverheadResult:
+    """The fixed cost of one small PyTorch op on this machine: what a roofline leaves out.
+
+    A decode step launches hundreds of ops; each costs a fixed time (Python call, dispatcher,
+    allocation, and on a GPU the kernel launch) however few bytes it moves. Hot: ops on 8-element
+    tensors in a tight loop (timed like the other probes: calibrated blocks, median and quartiles
+    over ``repeats``). Cold (``cold=True``): runs of distinct small ops each timed after streaming
+    ``flush_bytes`` (default 2 × the last-level cache, CPU only) through memory; ``cold_runs`` runs
+    (default 30, fast mode 8). All under ``torch.inference_mode()``, as a model's forward pass runs.
+    """
+    from torch.nn import functional as F
+    dev = resolve_device(device)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    if not isinstance(cold, bool):
+        raise TypeError(f"cold must be True or False, got {cold!r}")
+    nthreads = thread_count(threads, dev)
+    if flush_bytes is None:
+        flush_bytes = 0 if dev.type == "cuda" else 2 * (last_level_cache_bytes(dev) or FALLBACK_LLC_BYTES)
+        flush_bytes = min(flush_bytes, memory_budget(dev) // 4)
+    flush_bytes = require_count("flush_bytes", flush_bytes)
+    runs = (8 if fast_mode() else 30) if cold_runs is None else require_count("cold_runs", cold_runs, minimum=1)
+    per_kind, q1s, q3s = {}, {}, {}
+    cold_res = None
+    with Threads(nthreads), torch.inference_mode():
+        x = torch.randn(1, 8, device=dev)
+        y = torch.randn(1, 8, device=dev)
+        w = torch.randn(8, 8, device=dev)
+        calls = {"elementwise": lambda: x.add(y), "matmul": lambda: F.linear(x, w), "view": lambda: x.view(8)}
+        for kind in OVERHEAD_KINDS:
+            t = timeit([calls[kind]], dev, repeats, min_block, clock)
+            per_kind[kind], q1s[kind], q3s[kind] = t.median, t.q1, t.q3
+        if cold:
+            cold_res = _cold_runs(dev, flush_bytes, runs, clock)
+
+    def mean(d):
+        return (d["elementwise"] + d["matmul"]) / 2
+
+    extra = {}
+    if cold_res is not None:
+        cq1, cmed, cq3 = quartiles(cold_res["compute"])
+        extra = dict(cold_seconds=cmed, cold_q1_seconds=cq1, cold_q3_seconds=cq3,
+                     cold_view_seconds=statistics.median(cold_res["view"]), flush_bytes=flush_bytes, cold_runs=runs)
+    return OverheadResult(seconds=mean(per_kind), q1_seconds=mean(q1s), q3_seconds=mean(q3s), per_kind=per_kind,
+                          repeats=repeats, device=dev.type, threads=nthreads, **extra)
+
+
+# --------------------------------------------------------------------------------------------------
+# A linear layer at a given shape (prefill's GEMMs, decode's GEMVs) and attention's K/V reads
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LinearResult(Rates):
+    """``F.linear(x, W)``: ``tokens`` rows of x (tokens × k) times W (m × k) transposed.
+
+    ``tokens=1`` is a decode step's matrix-vector product; ``tokens=P`` a prefill GEMM. ``bytes``
+    counts W and x read and the output written; ``flops`` = 2·tokens·m·k.
+    """
+
+    tokens: int
+    m: int
+    k: int
+    dtype: str
+    device: str
+    bytes: int
+    flops: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    buffers: int
+    threads: int | None
+
+
+def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: int | None = None,
+                   threads: int | None = None, device=None, rotate: bool = True,
+                   min_block: float | None = None, clock: str | None = None) -> LinearResult:
+    """Time one linear layer of shape (m × k) applied to ``tokens`` rows, weights rotated beyond the LLC.
+
+    The achieved bytes/s (``tokens=1``) or FLOP/s (large ``tokens``) of a layer depends on its shape,
+    not only on its size: a 32000 × 1024 matrix streams slower than a 4096 × 4096 one on many CPUs
+    (short rows: each dot product's reduction and store weigh more). This probe times the shapes a
+    model uses, on random matrices; the model itself is not run.
+    """
+    from torch.nn import functional as F
+    dev = resolve_device(device)
+    tokens = require_count("tokens", tokens, minimum=1)
+    m = require_count("m", m, minimum=1)
+    k = require_count("k", k, minimum=1)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be True or False, got {rotate!r}")
+    repeats, min_block = repeat_settings(repeats, min_block)
+    nthreads = thread_count(threads, dev)
+    tdt = DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    mbytes = m * k * esize
+    budget = memory_budget(dev)
+    if mbytes + (tokens * (m + k)) * esize > budget:
+        raise ValueError(f"a {m} × {k} {dtype} layer on {tokens} tokens needs more than the "
+                         f"{budget / 1e9:.2f} GB this device allows the probe")
+    llc = last_level_cache_bytes(dev)
+    nbuf = rotation_count(mbytes, llc, rotate, budget // 2)  # half the budget: the activations need room too
+    with Threads(nthreads), torch.inference_mode():
+        gen = torch.Generator(device="cpu").manual_seed(m * 31 + k)
+        first = (torch.randn(m, k, generator=gen) * 0.02).to(device=dev, dtype=tdt)
+        weights = rotated_copies(first, nbuf)
+        x = torch.randn(1, tokens, k, generator=gen).to(device=dev, dtype=tdt)
+        calls = [(lambda W=W: F.linear(x, W)) for W in weights]
+        t = timeit(calls, dev, repeats, min_block, clock)
+        del weights, calls, first
+    return LinearResult(tokens=tokens, m=m, k=k, dtype=dtype, device=dev.type,
+                        bytes=(m * k + tokens * k + tokens * m) * esize, flops=2 * tokens * m * k,
+                        seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, buffers=nbuf,
+                        threads=nthreads)
+
+
+@dataclass(frozen=True)
+class KVReadResult(Rates):
+    """One decode step's attention over ``context`` cached tokens of one layer, on random K/V.
+
+    ``bytes`` = the K and V read: 2·kv_heads·context·head_dim elements. ``bandwidth`` is the rate
+    attention achieves reading them (scores = q·Kᵀ, softmax, weights·V, the ``group`` query heads of
+    a KV head sharing its K/V without copies).
+    """
+
+    kv_heads: int
+    group: int
+    head_dim: int
+    context: int
+    dtype: str
+    device: str
+    bytes: int
+    seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    repeats: int
+    buffers: int
+    threads: int | None
+
+
+def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, context: int = 4096,
+                    dtype: str = "fp32", repeats: int | None = None, threads: int | None = None, device=None,
+                    min_block: float | None = None, clock: str | None = None) -> KVReadResult:
+    """The rate at which decode attention reads the KV cache, on random tensors (no model involved).
+
+    Per call: q (kv_heads, group, head_dim) against K and V (kv_heads, context, head_dim):
+    ``softmax(q Kᵀ / √d) V``: grouped-query attention with the K/V of each KV head read once for all
+    its ``group`` query heads. K/V buffers rotate so that their total exceeds 4 × the LLC.
+    """
+    dev = resolve_device(device)
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    d = require_count("head_dim", head_dim, minimum=1)
+    c = require_count("context", context, minimum=1)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    nthreads = thread_count(threads, dev)
+    tdt = DTYPES[dtype]
+    esize = torch.empty((), dtype=tdt).element_size()
+    kv_bytes = 2 * kvh * c * d * esize
+    budget = memory_budget(dev)
+    if kv_bytes > budget:
+        raise ValueError(f"K/V of {c} tokens need {kv_bytes / 1e9:.2f} GB; this device allows the probe "
+                         f"{budget / 1e9:.2f} GB")
+    nbuf = rotation_count(kv_bytes, last_level_cache_bytes(dev), True, budget)
+    scale = 1.0 / math.sqrt(d)
+    with Threads(nthreads), torch.inference_mode():
+        gen = torch.Generator(device="cpu").manual_seed(c * 7 + d)
+        first = torch.randn(2, kvh, c, d, generator=gen).to(device=dev, dtype=tdt)
+        kvs = rotated_copies(first, nbuf)
+        q = torch.randn(kvh, grp, d, generator=gen).to(device=dev, dtype=tdt)
+
+        def attend(kv):
+            return ((q @ kv[0].transpose(-1, -2)) * scale).softmax(-1) @ kv[1]
+
+        calls = [(lambda kv=kv: attend(kv)) for kv in kvs]
+        t = timeit(calls, dev, repeats, min_block, clock)
+        del kvs, calls, first
+    return KVReadResult(kv_heads=kvh, group=grp, head_dim=d, context=c, dtype=dtype, device=dev.type,
+                        bytes=kv_bytes, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats,
+                        buffers=nbuf, threads=nthreads)
+
+
+def measure_score_passes(kv_heads: int, group: int, queries: int, keys: int, threads: int | None = None,
+                         device=None, repeats: int | None = None, min_block: float | None = None,
+                         clock: str | None = None) -> float:
+    """Scores/s of the elementwise passes a simple prefill runs over its attention scores (a probe).
+
+    Random fp32 scores of shape (kv_heads, group × queries, keys), as ``q @ kᵀ`` leaves them for one
+    layer (the ``group`` query heads sharing a K/V head are rows of one matrix), then: scale by
+    1/√d (a new tensor, as the matmul's output is), causal mask (``masked_fill_`` with the mask of
+    ``queries`` new tokens after ``keys - queries`` cached ones) and softmax over the keys. Nothing
+    of the model under test is used: only the shape. Returns ``kv_heads · group · queries · keys /
+    seconds`` (median of the probe's timed blocks, :func:`course_lib.measure.timing.timeit`).
+    """
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    q = require_count("queries", queries, minimum=1)
+    k = require_count("keys", keys, minimum=1)
+    if q > k:
+        raise ValueError(f"queries must be <= keys (the new tokens are among the keys), got {q} > {k}")
+    dev = resolve_device(device)
+    nthreads = thread_count(threads, dev)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(kvh, grp * q, k, generator=gen).to(dev)
+    qslot = torch.arange(k - q, k, device=dev).view(-1, 1)
+    blocked = ~(torch.arange(k, device=dev).view(1, -1) <= qslot)
+    scale = math.sqrt(64.0)
+
+    def passes():
+        x = torch.div(base, scale)
+        if q > 1:  # TinyLM masks only chunks of several queries (one query sees every key in its range)
+            x.view(kvh, grp, q, k).masked_fill_(blocked, float("-inf"))
+        return torch.softmax(x, -1)
+
+    with Threads(nthreads), torch.inference_mode():
+        t = timeit([passes], dev, repeats, min_block, clock)
+    return kvh * grp * q * k / t.median
+
+
+def measure_attention_products(kv_heads: int, group: int, head_dim: int, queries: int, keys: int,
+                                threads: int | None = None, device=None, repeats: int | None = None,
+                                min_block: float | None = None, clock: str | None = None) -> float:
+    """FLOP/s of one layer's attention products in a prefill, ``q·kᵀ`` then ``p·v`` (a probe).
+
+    Random fp32 tensors laid out as TinyLM's: q (1, kv_heads, group × queries, head_dim) against
+    k and v (1, kv_heads, keys, head_dim), the scores (1, kv_heads, group × queries, keys) times v.
+    ``4 · kv_heads · group · queries · keys · head_dim`` FLOP per call (the dense count of
+    ``prefill_flops_dense``). Thin products (head_dim deep, few queries) run well below a square matmul.
+    """
+    kvh = require_count("kv_heads", kv_heads, minimum=1)
+    grp = require_count("group", group, minimum=1)
+    d = require_count("head_dim", head_dim, minimum=1)
+    q = require_count("queries", queries, minimum=1)
+    k = require_count("keys", keys, minimum=1)
+    dev = resolve_device(device)
+    nthreads = thread_count(threads, dev)
+    repeats, min_block = repeat_settings(repeats, min_block)
+    gen = torch.Generator().manual_seed(0)
+    qq = torch.randn(1, kvh, grp * q, d, generator=gen).to(dev)
+    kk = torch.randn(1, kvh, k, d, generator=gen).to(dev)
+    vv = torch.randn(1, kvh, k, d, generator=gen).to(dev)
+    pp = torch.rand(1, kvh, grp * q, k, generator=gen).to(dev)
+
+    def products():
+        return qq @ kk.transpose(-1, -2), pp @ vv
+
+    with Threads(nthreads), torch.inference_mode():
+        t = timeit([products], dev, repeats, min_block, clock)
+    return 4 * kvh * grp * q * k * d / t.median
