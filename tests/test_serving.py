@@ -1,0 +1,319 @@
+"""The serving simulator and the steady-state plan (issue 16): analytic limits, each with its tolerance stated.
+
+* one request alone is the estimator's TTFT / TPOT / total (relative 1e-9: the same formulas, summed in
+  a different order);
+* saturation: requests that all arrive at once, served in waves of ``max_batch``, give exactly the
+  throughput of the estimator's static batch (relative 1e-9);
+* ``max_batch=1`` and fixed lengths is an M/D/1 queue: the mean wait matches Pollaczek-Khinchine's
+  ``rho S / (2 (1 - rho))`` within 5 % (40,000 requests at rho = 0.5: over 12 seeds the error's standard
+  deviation is 1 %, so 5 % is 5 of them; the M/M/1 value, twice as large, fails by 50 %);
+* Little's law from empty to empty with the empirical arrival rate, the time integral kept by the
+  simulator against the per-request records (relative 1e-9), also with preemptions;
+* determinism for a seed, monotonicity in the rate (fixed seeds, common random numbers);
+* the steady-state plan reproduces issue 16's 1,000-user numbers and bounds the simulated TPOT.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from course_lib.core.estimator import estimate
+from course_lib.core.serving import (MAX_REQUESTS, SimulationTooLarge, StepCost, continuous_batching_plan,
+                                     percentile, simulate, speculative_decoding, speculative_tokens_per_step,
+                                     step_cost)
+
+M, H = "llama-3-8b", "h100-sxm"
+EFF = dict(compute_efficiency=0.747, bandwidth_efficiency=0.546)   # lesson 09's measured efficiencies
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+# --------------------------------------------------------------------------------------------------
+# The step cost is the estimator's
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision, cached", [("fp16", 0), ("fp8", 1536), ("fp16", 100)])
+def test_one_request_alone_is_the_estimate(precision, cached):
+    r = simulate(M, H, None, 2048, 300, arrivals=[0.5], precision=precision, cached_prefix_tokens=cached,
+                 token_budget=4096, **EFF)
+    e = estimate(M, H, 2048, 300, precision=precision, cached_prefix_tokens=cached, **EFF)
+    rec = r.records[0]
+    assert rel(rec.ttft, e.ttft) < 1e-9
+    assert rel(rec.tpot, e.tpot) < 1e-9
+    assert rel(rec.e2e, e.total) < 1e-9
+    assert rec.wait == 0 and r.steps == 300
+
+
+def test_sliding_window_decode_reads_at_most_the_window():
+    e = estimate("mistral-7b", H, 4000, 400)          # the window (4096) is crossed during the answer
+    rec = simulate("mistral-7b", H, None, 4000, 400, arrivals=[0.0], token_budget=4096).records[0]
+    assert rel(rec.e2e, e.total) < 1e-9
+
+
+def test_step_cost_prices_a_mixed_step_as_max_of_compute_and_memory():
+    cost = step_cost(M, H, **EFF)
+    pure_decode = cost(0, 64, 64 * 2000)
+    e = estimate(M, H, 1999, 2, batch=64, **EFF)       # one decode step at context 2000
+    assert rel(pure_decode, e.decode_first.time) < 1e-9
+    mixed = cost(512, 64, 64 * 2000 + 512, attention_pairs=64 * 2000 + 512 ** 2 / 2, logit_rows=65)
+    prefill = cost(512, 0, 512, attention_pairs=512 ** 2 / 2, logit_rows=1)
+    assert max(pure_decode, prefill) < mixed < pure_decode + prefill   # piggybacking saves the sum
+    with pytest.raises(ValueError, match="at least one token"):
+        cost(0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Saturation
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunked", [False, True])
+def test_saturation_throughput_is_the_static_batch_bound(chunked):
+    B, P, n, waves = 16, 512, 64, 3
+    r = simulate(M, H, None, P, n, arrivals=[0.0] * (B * waves), max_batch=B, token_budget=B * P,
+                 chunked_prefill=chunked, **EFF)
+    e = estimate(M, H, P, n, batch=B, **EFF)
+    bound = B * n / e.total                          # output tokens/s of one static batch, back to back
+    assert rel(r.throughput, bound) < 1e-9
+    assert r.max_batch_seen == B and r.preemptions == 0
+    assert rel(r.utilisation, 1.0) < 1e-12
+
+
+# --------------------------------------------------------------------------------------------------
+# Queueing theory
+# --------------------------------------------------------------------------------------------------
+def test_max_batch_one_is_md1():
+    P, n, rho, N = 256, 2, 0.5, 40_000
+    S = estimate(M, H, P, n).total                   # deterministic service: one prefill + one decode step
+    r = simulate(M, H, rho / S, P, n, N, 0, max_batch=1)
+    wq = sum(r.wait) / N
+    pk = rho * S / (2 * (1 - rho))                   # Pollaczek-Khinchine for M/D/1
+    assert rel(wq, pk) < 0.05
+    assert all(abs(rec.e2e - rec.wait - S) < 1e-12 for rec in r.records[:100])
+
+
+@pytest.mark.parametrize("memory_fraction", [0.9, 0.215])
+def test_littles_law_empty_to_empty(memory_fraction):
+    r = simulate(M, H, 40.0, (128, 1024), (16, 256), 1500, 3, max_batch=64, token_budget=1024,
+                 kv_memory_fraction=memory_fraction, **EFF)
+    if memory_fraction < 0.5:
+        assert r.preemptions > 0                     # the small KV pool forces recomputation
+    lam = r.arrival_rate                             # empirical: requests / (last completion - first arrival)
+    W = sum(r.e2e) / len(r.records)
+    Wq = sum(r.wait) / len(r.records)
+    assert rel(r.mean_in_system, lam * W) < 1e-9
+    assert rel(r.mean_queued, lam * Wq) < 1e-9
+    assert r.kv_blocks_free_at_end == r.kv_blocks  # every block came back
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(chunked_prefill=False),
+    dict(max_batch=4, token_budget=64, block_tokens=32),
+    dict(kv_memory_fraction=0.215, max_batch=64),
+    dict(kv_memory_fraction=0.215, chunked_prefill=False),
+    dict(cached_prefix_tokens=100, block_tokens=8, token_budget=256),
+])
+def test_every_request_completes_no_sooner_than_alone(kw):
+    r = simulate(M, H, 30.0, (128, 1024), (1, 200), 300, 5, **kw)
+    k = kw.get("cached_prefix_tokens", 0)
+    alone = {}
+    for x in r.records:
+        assert x.arrival <= x.admitted <= x.first_token <= x.finish
+        key = (x.prompt_tokens, x.output_tokens)
+        if key not in alone:
+            alone[key] = estimate(M, H, *key, cached_prefix_tokens=k)
+        e = alone[key]                               # a step with more work never takes less time
+        assert x.ttft >= e.ttft * (1 - 1e-9) and x.e2e >= e.total * (1 - 1e-9)
+    assert sum(x.preemptions for x in r.records) == r.preemptions
+    assert r.kv_blocks_free_at_end == r.kv_blocks
+    assert r.max_batch_seen <= kw.get("max_batch", 256)
+
+
+def test_deterministic_for_a_seed():
+    args = (M, H, 20.0, (64, 512), [8, 32, 128], 300)
+    a, b, c = simulate(*args, 7), simulate(*args, 7), simulate(*args, 8)
+    assert a.records == b.records and a.steps == b.steps
+    assert a.records != c.records
+
+
+def test_higher_rate_never_lowers_the_median_ttft():
+    p50 = [simulate(M, H, rate, (256, 1024), (32, 128), 600, seed, max_batch=32, **EFF).percentiles("ttft")[50]
+           for seed in (0, 1) for rate in (5.0, 20.0, 40.0, 60.0)]
+    for runs in (p50[:4], p50[4:]):
+        assert runs == sorted(runs)
+        assert runs[-1] > 2 * runs[0]                # and the load shows
+
+
+def test_chunked_prefill_trades_ttft_for_tpot_and_raises_capacity():
+    kw = dict(max_batch=64, token_budget=2048, **EFF)
+
+    def run(rate, chunked):
+        return simulate(M, H, rate, 1536, 128, 800, 0, chunked_prefill=chunked, **kw).summary()
+
+    on, off = run(10.0, True), run(10.0, False)      # light load (about half the capacity)
+    assert on["tpot_p99"] < off["tpot_p99"]          # prefills no longer stall the decodes ...
+    assert on["ttft_p99"] > off["ttft_p99"]          # ... and a prompt shares its steps with them
+    on, off = run(20.0, True), run(20.0, False)      # 2,560 output tokens/s offered
+    assert on["throughput"] > 1.1 * off["throughput"]  # a prefill riding on decode steps costs less
+
+
+def test_lengths_fixed_uniform_or_list():
+    r = simulate(M, H, 10.0, (100, 200), [5, 7], 400, 1)
+    ps = [x.prompt_tokens for x in r.records]
+    assert min(ps) >= 100 and max(ps) <= 200 and len(set(ps)) > 50
+    assert {x.output_tokens for x in r.records} == {5, 7}
+    r = simulate(M, H, None, [10, 20, 30], 4, arrivals=[0.0, 1.0, 2.0])
+    assert [x.prompt_tokens for x in r.records] == [10, 20, 30]
+
+
+def test_custom_step_time():
+    calls = []
+
+    def constant(prefill_tokens, decode_seqs, context_tokens_total):
+        calls.append((prefill_tokens, decode_seqs, context_tokens_total))
+        return 0.001
+
+    r = simulate(M, H, None, 100, 10, arrivals=[0.0], step_time=constant)
+    assert rel(r.records[0].e2e, 0.010) < 1e-12     # one prefill step, nine decode steps
+    assert calls[0] == (100, 0, 100) and calls[1] == (0, 1, 101)
+    with pytest.raises(ValueError, match="step_time must return"):
+        simulate(M, H, None, 100, 10, arrivals=[0.0], step_time=lambda p, d, c: 0.0)
+
+
+def test_percentile_is_numpys_linear():
+    xs = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    for q in (0, 10, 50, 90, 99, 100):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)), rel=1e-12)
+    with pytest.raises(ValueError, match="values"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match="q"):
+        percentile(xs, 101)
+
+
+# --------------------------------------------------------------------------------------------------
+# The steady state
+# --------------------------------------------------------------------------------------------------
+def test_thousand_users_plan_of_issue_16():
+    fp16 = continuous_batching_plan(M, H, 1000, 2048, 300, tpot_budget=0.05, **EFF)
+    fp8 = continuous_batching_plan(M, H, 1000, 2048, 300, precision="fp8", cached_prefix_tokens=1536,
+                                   tpot_budget=0.05, **EFF)
+    assert (fp16.gpus, fp8.gpus) == (7, 3)           # issue 16: "about 7 and about 3" (static batching: 42 and 6)
+    assert abs(fp16.prefill_share - 0.38) < 0.01     # "prefill taking about 38% of each GPU"
+    for p in (fp16, fp8):
+        assert p.binds == "TPOT budget" and p.tpot <= 0.05 and p.ttft < 0.2
+        assert p.memory_needed <= p.memory_limit
+        nxt = continuous_batching_plan(M, H, 1000, 2048, 300, precision=p.precision,
+                                       cached_prefix_tokens=1536 if p.precision == "fp8" else 0,
+                                       tpot_budget=p.tpot * 0.999, **EFF)
+        assert nxt.sequences_per_gpu < p.sequences_per_gpu
+
+
+def test_plan_memory_binds_with_a_small_memory_fraction():
+    p = continuous_batching_plan(M, H, 100, 2048, 300, kv_memory_fraction=0.25, **EFF)
+    assert p.binds == "memory" and p.memory_needed <= p.memory_limit
+
+
+def test_plan_bounds_the_simulated_tpot():
+    """The plan adds the prefills to the decode steps; a mixed step costs max(compute, memory) <= the sum.
+
+    So the simulated mean TPOT at C sequences in flight is at most the plan's, and within 15 % of it
+    when the token budget lets prefills ride whole on a decode step (measured 10 % with these numbers).
+    """
+    plan = continuous_batching_plan(M, H, 100, 1024, 128, tpot_budget=0.03, **EFF)
+    C = plan.sequences_per_gpu
+    r = simulate(M, H, None, 1024, 128, arrivals=[0.0] * (8 * C), max_batch=C, token_budget=8192, **EFF)
+    sim = r.summary()["tpot_mean"]
+    assert sim <= plan.tpot and rel(sim, plan.tpot) < 0.15
+
+
+# --------------------------------------------------------------------------------------------------
+# Speculative decoding
+# --------------------------------------------------------------------------------------------------
+def test_speculative_tokens_per_step():
+    import sympy as sp
+    a, k = sp.symbols("a k", positive=True)
+    closed = (1 - a ** (k + 1)) / (1 - a)            # the formula the lead moves into core/formulas.py
+    for kv in range(0, 6):
+        series = sum(a ** i for i in range(kv + 1))  # accepted drafts until the first rejection, plus one
+        assert sp.cancel(closed.subs(k, kv) - series) == 0
+        for av in (0.0, 0.3, 0.8):
+            assert speculative_tokens_per_step(av, kv) == pytest.approx(float(series.subs(a, av)), rel=1e-12)
+    assert speculative_tokens_per_step(1, 4) == 5
+    assert speculative_tokens_per_step(0, 4) == 1
+    for bad, name in (((1.5, 4), "acceptance"), ((0.5, -1), "draft_tokens")):
+        with pytest.raises(ValueError, match=name):
+            speculative_tokens_per_step(*bad)
+
+
+def test_speculative_verification_is_cheap_at_small_batch_not_at_large():
+    spec = lambda b, c, k: speculative_decoding(M, H, b, c, k, 0.8, **EFF)  # noqa: E731
+    assert spec(8, 512, 0).speedup == pytest.approx(1.0, rel=1e-12)        # k = 0 is plain decoding
+    small = spec(1, 2048, 4)
+    assert small.verify_bound == "memory"
+    assert rel(small.speedup, small.tokens_per_step) < 0.01  # the 5-token step costs one step (within 1 %)
+    large = spec(512, 128, 4)
+    assert large.verify_bound == "compute" and large.speedup < 1
+    with pytest.raises(ValueError, match="draft_step_time"):
+        speculative_decoding(M, H, 1, 100, 4, 0.8, draft_step_time=-1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input: one clear error each, naming the argument
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(arrival_rate=0), "arrival_rate"),
+    (dict(arrival_rate=-1.0), "arrival_rate"),
+    (dict(prompt_tokens=8000, output_tokens=300), "max_positions"),
+    (dict(output_tokens=(10, 9000)), "max_positions"),
+    (dict(token_budget=8, block_tokens=16), "token_budget"),
+    (dict(requests=0), "requests"),
+    (dict(prompt_tokens=(5, 1)), "prompt_tokens"),
+    (dict(prompt_tokens=[]), "prompt_tokens"),
+    (dict(max_batch=0), "max_batch"),
+    (dict(kv_memory_fraction=1.5), "kv_memory_fraction"),
+    (dict(kv_memory_fraction=0.2), "kv_memory_fraction"),
+    (dict(cached_prefix_tokens=100), "cached_prefix_tokens"),
+    (dict(arrival_rate=None), "arrival_rate"),
+    (dict(arrival_rate=None, arrivals=[1.0, 0.5]), "arrivals"),
+    (dict(arrival_rate=None, arrivals=[0.0, 1.0], requests=3), "requests"),
+    (dict(arrivals=[0.0, 1.0]), "arrival_rate must be None"),
+    (dict(model="deepseek-v3"), "weights .* do not fit"),
+])
+def test_bad_input(kwargs, match):
+    args = dict(model=M, hardware=H, arrival_rate=1.0, prompt_tokens=100, output_tokens=10, requests=5)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        simulate(**args)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seed=1.5), "seed"), (dict(chunked_prefill="yes"), "chunked_prefill"),
+    (dict(prompt_tokens="100"), "prompt_tokens"), (dict(step_time=3), "step_time"),
+])
+def test_bad_types(kwargs, match):
+    args = dict(model=M, hardware=H, arrival_rate=1.0, prompt_tokens=100, output_tokens=10, requests=5)
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=match):
+        simulate(**args)
+
+
+def test_too_much_work_is_refused_with_the_reason():
+    with pytest.raises(SimulationTooLarge, match="requests"):
+        simulate(M, H, 1.0, 100, 10, MAX_REQUESTS + 1)
+    with pytest.raises(SimulationTooLarge, match="sequence-steps"):
+        simulate(M, H, 1.0, 100, 4000, 100_000)      # 4 * 10**8 output tokens
+    with pytest.raises(SimulationTooLarge, match="max_work"):
+        simulate(M, H, 1.0, 100, 100, 50, max_work=1000)
+    assert issubclass(SimulationTooLarge, ValueError)
+
+
+def test_plan_bad_input():
+    with pytest.raises(ValueError, match="output_tokens"):
+        continuous_batching_plan(M, H, 10, 100, 1)
+    with pytest.raises(ValueError, match="tpot_budget"):
+        continuous_batching_plan(M, H, 10, 100, 10, tpot_budget=0)
+    with pytest.raises(ValueError, match="max_positions"):
+        continuous_batching_plan(M, H, 10, 8000, 500)
+    with pytest.raises(ValueError, match="users"):
+        continuous_batching_plan(M, H, 0, 100, 10)
+    assert isinstance(step_cost(M, H), StepCost)
