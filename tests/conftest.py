@@ -6,9 +6,10 @@ What happens here, in order:
   test module is imported: ``COURSE_FAST=1`` (lessons shrink their measurement loops; the stored
   notebook outputs were produced with the same setting by ``make notebooks``) and
   ``MPLBACKEND=Agg`` (no plot window can ever block a test).
-* Notebook kernels are told to use the inline matplotlib backend nevertheless: a kernel would
-  inherit ``MPLBACKEND=Agg`` and then draw no figures at all, so its outputs would no longer
-  match the stored ones. (ipykernel itself only picks the inline backend when MPLBACKEND is unset.)
+* The kernels nbval starts get the kernel environment of ``course_lib.authoring.kernel``, the one
+  ``make notebooks`` stored the outputs with (``COURSE_FAST=1``, the inline matplotlib backend: a
+  kernel inheriting ``MPLBACKEND=Agg`` would draw no figures), and its per-cell timeout
+  (``NBVAL_CELL_TIMEOUT_S``) unless ``--nbval-cell-timeout`` is given.
 * Hypothesis profiles: "dev" (50 examples) and "ci" (30 examples, no deadline, derandomized);
   "ci" is loaded when ``CI=true``, else "dev". ``HYPOTHESIS_PROFILE`` overrides both.
 * ``require_tool``: skip a test when an external tool (chromium, nbgrader, ...) is missing, but
@@ -32,9 +33,6 @@ import pytest
 # --- environment: set before anything else imports matplotlib or starts a kernel ---------------
 os.environ["COURSE_FAST"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
-
-#: The backend a notebook kernel uses under Jupyter; nbval kernels get the same.
-KERNEL_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,26 +63,17 @@ else:
 
 
 # --- nbval kernels ----------------------------------------------------------------------------------
-def _patch_nbval_kernel_env() -> None:
-    """Make every kernel nbval starts use the inline matplotlib backend (see module docstring)."""
-    try:
-        from nbval.kernel import NbvalKernelspecManager
-    except ImportError:  # nbval not installed: nothing to patch
-        return
-    if getattr(NbvalKernelspecManager.get_kernel_spec, "_course_patched", False):
-        return
-    original = NbvalKernelspecManager.get_kernel_spec
+from course_lib.authoring import kernel as course_kernel  # noqa: E402  (after the environment is set)
 
-    def get_kernel_spec(self, kernel_name):
-        spec = original(self, kernel_name)
-        spec.env = {**dict(spec.env or {}), "MPLBACKEND": KERNEL_MPLBACKEND, "COURSE_FAST": "1"}
-        return spec
-
-    get_kernel_spec._course_patched = True
-    NbvalKernelspecManager.get_kernel_spec = get_kernel_spec
+course_kernel.patch_nbval()
 
 
-_patch_nbval_kernel_env()
+def pytest_configure(config):
+    """nbval's per-cell timeout from the kernel module, unless given on the command line."""
+    given = any(str(arg).startswith("--nbval-cell-timeout") for arg in config.invocation_params.args)
+    if hasattr(config.option, "nbval_cell_timeout") and not given:
+        config.option.nbval_cell_timeout = course_kernel.NBVAL_CELL_TIMEOUT_S
+
 
 #: MIME types nbval must not compare, on top of its own list (PNG, JPEG, widget views).
 NBVAL_EXTRA_SKIP = ("image/svg+xml", "image/gif", "application/pdf")

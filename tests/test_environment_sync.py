@@ -187,11 +187,14 @@ def test_harness_environment():
     assert os.environ["MPLBACKEND"] == "Agg"
 
 
-def test_nbval_kernels_get_the_inline_backend():
-    kernel = pytest.importorskip("nbval.kernel")
-    spec = kernel.NbvalKernelspecManager().get_kernel_spec(kernel.CURRENT_ENV_KERNEL_NAME)
-    assert spec.env["MPLBACKEND"] == conftest.KERNEL_MPLBACKEND
+def test_nbval_kernels_get_the_course_kernel_env():
+    from course_lib.authoring import kernel as course_kernel
+
+    nbval_kernel = pytest.importorskip("nbval.kernel")
+    spec = nbval_kernel.NbvalKernelspecManager().get_kernel_spec(nbval_kernel.CURRENT_ENV_KERNEL_NAME)
+    assert spec.env["MPLBACKEND"] == course_kernel.INLINE_BACKEND
     assert spec.env["COURSE_FAST"] == "1"
+    assert course_kernel.kernel_env().items() <= spec.env.items()
 
 
 def test_require_tool_finds_skips_or_fails(monkeypatch):

@@ -253,4 +253,5 @@ def test_generated_exercise_runs_unfilled_and_is_not_attempted(solution, exercis
     g = grade.grade_notebook(path, timeout=120)
     assert g.ok, [p.message for p in g.problems]
     assert g.questions, "the exercise checks questions"
-    assert {q.status for q in g.questions} == {"not_attempted"}, [(q.question, q.status, q.feedback) for q in g.questions]
+    assert {q.status for q in g.questions} == {"not_attempted"}, [(q.question, q.status, q.feedback)
+                                                                  for q in g.questions]

@@ -5,7 +5,9 @@
   order, no error outputs, no machine-specific paths (a learner's or CI's home, temp or checkout
   folder) in any text output;
 * exercises/ are stored without outputs (learners start from a clean notebook);
-* the nbval sanitizer (tests/nbval_sanitize.cfg) masks run-to-run noise and nothing else.
+* ``make notebooks`` (course_lib/authoring/run_notebooks.py) stores them canonically.
+
+The nbval sanitizer has its own tests: tests/test_sanitizer.py.
 """
 from __future__ import annotations
 
@@ -124,66 +126,11 @@ def test_exercises_are_stored_without_outputs(path):
         assert cell.execution_count is None, f"{path.name} cell {i} has execution count {cell.execution_count}"
 
 
-# --- the nbval sanitizer ---------------------------------------------------------------------------------
-def _sanitize_rules() -> list[tuple[str, str]]:
-    text = (ROOT / "tests" / "nbval_sanitize.cfg").read_text()
-    # the same expression nbval uses (nbval.plugin.get_sanitize_patterns)
-    return re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
-
-
-def sanitize(text: str) -> str:
-    for regex, replace in _sanitize_rules():
-        text = re.sub(regex, replace, text)
-    return text
-
-
-def test_sanitizer_is_what_nbval_reads():
-    nbval_plugin = pytest.importorskip("nbval.plugin")
-    text = (ROOT / "tests" / "nbval_sanitize.cfg").read_text()
-    assert nbval_plugin.get_sanitize_patterns(text) == _sanitize_rules()
-    assert len(_sanitize_rules()) >= 6
-    for regex, _ in _sanitize_rules():
-        re.compile(regex)
-
-
-@pytest.mark.parametrize("a, b", [
-    ("took 1.23 s", "took 2.5 s"),
-    ("12.3 ms per step", "9.87 ms per step"),
-    ("done in 0.5s", "done in 12s"),
-    ("1.23 ms ± 45.6 µs per loop (mean ± std. dev. of 7 runs, 1,000 loops each)",
-     "980 µs ± 3.1 µs per loop (mean ± std. dev. of 7 runs, 100 loops each)"),
-    ("100%|██████████| 10/10 [00:01<00:00, 12.34it/s]", "100%|██████████| 10/10 [00:03<00:00,  3.02it/s]"),
-    (" 40%|████      | 4/10 [00:00<?, ?it/s]", " 40%|████      | 4/10 [00:02<00:03,  1.80s/it]"),
-    ("<Model at 0x7f3a2c1b9d90>", "<Model at 0x55d0c0ffee00>"),
-    ("<Figure size 640x480 with 1 Axes>", "<Figure size 800x300 with 2 Axes>"),
-    ("saved to /tmp/tmpa1b2c3/trace.json", "saved to /tmp/pytest-of-x/9/trace.json"),
-    ("model_id 8f14e45fceea167a5a36dedd4bea2543", "model_id 0cc175b9c0f1b6a831c399e269772661"),
-])
-def test_sanitizer_masks_noise(a, b):
-    assert a != b and sanitize(a) == sanitize(b)
-
-
-@pytest.mark.parametrize("a, b", [
-    ("14 GB", "15 GB"),
-    ("1008 GB/s", "936 GB/s"),
-    ("32 layers, 8 KV heads", "32 layers, 32 KV heads"),
-    ("7.24B parameters", "6.74B parameters"),
-    ("q1: correct", "q1: incorrect"),
-    ("memory-bound", "compute-bound"),
-    ("312 TFLOP/s", "989 TFLOP/s"),
-])
-def test_sanitizer_keeps_course_numbers(a, b):
-    assert sanitize(a) != sanitize(b)
-
-
-# --- canonical form (tools/nb_canonical.py, used by `make notebooks`) ------------------------------------
+# --- canonical form (course_lib/authoring/nb_canonical.py, used by `make notebooks`) ----------------------
 def _nb_canonical():
-    import importlib.util
+    from course_lib.authoring import nb_canonical
 
-    spec = importlib.util.spec_from_file_location("nb_canonical", ROOT / "tools" / "nb_canonical.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return nb_canonical
 
 
 @pytest.mark.parametrize("path", EXECUTED, ids=_ids(EXECUTED))
@@ -192,7 +139,7 @@ def test_executed_notebooks_are_stored_canonically(path):
     text = path.read_text(encoding="utf-8")
     assert canon.dumps(canon.canonicalize(nbformat.reads(text, as_version=4))) == text, (
         f"{path.name} is not in canonical form; run `make notebooks NOTEBOOKS={path.relative_to(ROOT)}` "
-        f"(or `python tools/nb_canonical.py {path.relative_to(ROOT)}` if only the metadata is off)"
+        f"(or `python -m course_lib.authoring.nb_canonical {path.relative_to(ROOT)}` if only the metadata is off)"
     )
 
 
@@ -236,16 +183,8 @@ def test_canonicalize_fixes_counts_metadata_and_widget_views():
 def test_run_notebooks_executes_canonically(tmp_path):
     """`make notebooks` end to end on a small notebook: same env as nbval, canonical result,
     and a failing notebook is left untouched."""
-    import importlib.util
-    import sys
+    from course_lib.authoring import run_notebooks
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "tools" / "run_notebooks.py")
-        run_notebooks = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(run_notebooks)
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
     v4 = nbformat.v4
     good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
     nbformat.write(v4.new_notebook(cells=[

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from course_lib.authoring import kernel
 from course_lib.checks.core import CORRECT, INCORRECT, MIME_TYPE, NOT_ATTEMPTED, Question
 
 __all__ = ["MISSING", "QuestionGrade", "Problem", "NotebookGrade", "grade_notebook", "main"]
@@ -197,19 +198,20 @@ def _execute(nb, src: Path, timeout: float, kernel_name: str, startup_timeout: f
         import nbformat
 
         nbformat.write(nb, str(workdir / src.name))  # the copy that runs, for the record
-        env = dict(os.environ)
         paths = [str(src.parent.resolve()), str(_course_root())]
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        env.setdefault("MPLBACKEND", "Agg")
-        env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        # the course's kernel environment; COURSE_FAST as the caller has it, no figures
+        env = kernel.launch_env({**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                                fast=None, backend=kernel.HEADLESS_BACKEND)
         seconds = max(1, math.ceil(timeout))  # nbclient counts whole seconds
         client = NotebookClient(
             nb,
             timeout=seconds,
             startup_timeout=startup_timeout,
             kernel_name=kernel_name,
+            # the default kernel is this interpreter's, whatever a user-level kernelspec says
+            **({"kernel_manager_class": kernel.CurrentEnvKernelManager} if kernel_name == kernel.KERNEL_NAME else {}),
             allow_errors=True,
             interrupt_on_timeout=True,
             error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": f"cell did not finish within {seconds} s",
@@ -324,8 +326,8 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade) -> None:
                 feedback=str(rec.get("feedback", "")), checks=len(mine), graded_checks=len(graded)))
 
 
-def grade_notebook(path, *, timeout: float = 60, kernel_name: str = "python3",
-                   startup_timeout: float = 60) -> NotebookGrade:
+def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel_name: str = kernel.KERNEL_NAME,
+                   startup_timeout: float = kernel.STARTUP_TIMEOUT_S) -> NotebookGrade:
     """Execute a copy of the notebook at ``path`` and grade it (the file itself is never written)."""
     from course_lib.core.validation import require_positive
 
@@ -385,9 +387,11 @@ def main(argv=None) -> int:
         description="Execute copies of exercise notebooks and report per-question results.")
     parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebook files (.ipynb)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-' = stdout)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="seconds each cell may run before it is interrupted (default 60)")
-    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
+    parser.add_argument("--timeout", type=float, default=float(kernel.GRADE_CELL_TIMEOUT_S), metavar="S",
+                        help="seconds each cell may run before it is interrupted "
+                             f"(default {kernel.GRADE_CELL_TIMEOUT_S})")
+    parser.add_argument("--kernel", default=kernel.KERNEL_NAME,
+                        help=f"Jupyter kernel name (default {kernel.KERNEL_NAME}: the ipykernel of this Python)")
     args = parser.parse_args(argv)
     if not args.timeout > 0:
         parser.error("--timeout must be > 0 seconds")
