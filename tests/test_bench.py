@@ -1,7 +1,8 @@
 """course_lib.measure (timing, probes, machine, model_timing; the old ``bench``): what is timed and counted.
 
-Never how fast this machine is, nor how large its caches are: where a result depends on the last-level
-cache, the test injects one (a fake LLC of 1 MiB and of 1 GiB).
+Never how fast this machine is, nor how large its caches or its free memory are: where a result depends on
+the last-level cache or the memory budget, the test injects them (a fake LLC of 1 MiB and of 1 GiB, small
+budgets, recorded sysfs cache trees).
 """
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ torch = pytest.importorskip("torch")
 
 from course_lib.measure import bench, device, machine, model_timing, probes, timing  # noqa: E402
 
-FAST = dict(repeats=2, min_block=1e-5, progress=False, device="cpu")
+MiB, GiB = 2**20, 2**30
+#: the LLC and memory budget the timed probes below are given (no host figure decides a test)
+LIMITS = dict(llc_bytes=MiB, budget_bytes=64 * MiB)
+FAST = dict(repeats=2, min_block=1e-5, progress=False, device="cpu", **LIMITS)
 
 
 def test_fast_mode_is_on_under_the_test_suite():
@@ -51,41 +55,75 @@ def test_rotation_exceeds_four_times_the_last_level_cache():
     assert probes.rotation_buffers(1000, None) * 1000 > 4 * device.FALLBACK_LLC_BYTES
 
 
-@pytest.mark.parametrize("llc", [2**20, 2**30], ids=["llc-1MiB", "llc-1GiB"])
-def test_rotate_flag_sets_the_working_set(llc):
-    """The rotation is sized against the LLC it is given; where the cap keeps it inside 4 x LLC it says so."""
-    rot, = probes.measure_gemv([64], ["fp32"], rotate=True, llc_bytes=llc, **FAST)
-    same, = probes.measure_gemv([64], ["fp32"], rotate=False, llc_bytes=llc, **FAST)
+@pytest.mark.parametrize("llc,budget", [(MiB, 64 * MiB), (GiB, 8 * MiB)], ids=["llc-1MiB", "llc-1GiB-small-budget"])
+def test_rotate_flag_sets_the_working_set(llc, budget):
+    """The rotation is sized in bytes against the LLC given; where the budget keeps it within 4 x LLC, it says so."""
+    limits = dict(repeats=2, min_block=1e-5, progress=False, device="cpu", llc_bytes=llc, budget_bytes=budget)
+    rot, = probes.measure_gemv([64], ["fp32"], rotate=True, **limits)
+    same, = probes.measure_gemv([64], ["fp32"], rotate=False, **limits)
     assert same.buffers == 1 and same.working_set_bytes == same.matrix_bytes and not same.rotate
-    assert rot.llc_bytes == same.llc_bytes == llc
+    assert rot.llc_bytes == same.llc_bytes == llc and rot.budget_bytes == budget
     assert rot.buffers > 1 and rot.working_set_bytes == rot.buffers * rot.matrix_bytes
-    wanted = probes.rotation_buffers(rot.matrix_bytes, llc)
-    assert rot.buffers == min(wanted, probes.MAX_BUFFERS)     # 16 KiB matrices: the memory budget never binds
+    held = rot.working_set_bytes + (rot.m + rot.k) * 4                      # the buffers, x and y
+    assert held <= budget and (rot.beyond_cache or budget < held + rot.matrix_bytes)   # stopped by nothing else
     assert rot.beyond_cache == (rot.working_set_bytes > probes.ROTATION_FACTOR * llc)
-    assert not same.beyond_cache
-    if llc == 2**20:    # 4 MiB is 257 matrices of 16 KiB: rotated beyond the cache
-        assert rot.buffers == wanted == 257 and rot.beyond_cache
-    else:               # 4 GiB would be 262,145 matrices: capped at 256 MiB, inside 4 x LLC, and reported so
-        assert wanted > probes.MAX_BUFFERS and rot.buffers == probes.MAX_BUFFERS and rot.beyond_cache is False
+    assert same.beyond_cache is False and "rotate=False" in same.cache_reason
+    if llc == MiB:      # 4 MiB is 257 matrices of 16 KiB: rotated beyond the cache
+        assert rot.buffers == probes.rotation_buffers(rot.matrix_bytes, llc) == 257 and rot.beyond_cache
+        assert "beyond 4 × the 1 MiB last-level cache" in rot.cache_reason
+    else:               # 4 GiB would be 262,145 matrices: the 8 MiB budget holds 510 of them, and the row says so
+        assert rot.buffers == (budget - 2 * 64 * 4) // rot.matrix_bytes == 511
+        assert rot.beyond_cache is False
+        assert "below 4 × the 1 GiB last-level cache (4 GiB)" in rot.cache_reason
+        assert "memory budget 8 MiB" in rot.cache_reason and "allows no more" in rot.cache_reason
+    assert rot.as_dict()["beyond_cache"] == rot.beyond_cache and rot.as_dict()["cache_reason"] == rot.cache_reason
+
+
+def test_rotation_plan_is_sized_in_bytes_up_to_the_budget():
+    item = 16 * 2**10
+    full = probes.rotation_plan(item, MiB, GiB)
+    assert full.buffers == full.wanted_buffers == 257 and full.beyond_cache and full.working_set_bytes <= GiB
+    short = probes.rotation_plan(item, GiB, 100 * MiB, reserve_bytes=MiB)
+    assert short.buffers == (99 * MiB) // item and short.working_set_bytes <= 99 * MiB < short.working_set_bytes + item
+    assert short.beyond_cache is False and "memory budget 100 MiB" in short.cache_reason
+    capped = probes.rotation_plan(item, GiB, 64 * GiB)                     # arithmetic only: nothing is allocated
+    assert capped.buffers == probes.MAX_BUFFERS < capped.wanted_buffers and capped.beyond_cache is False
+    assert f"{probes.MAX_BUFFERS:,}" in capped.cache_reason and "larger matrix" in capped.cache_reason
+    big = probes.rotation_plan(5 * GiB, GiB, 8 * GiB)                        # one matrix beyond 4 x LLC is enough
+    assert big.buffers == 1 and big.beyond_cache
+    unknown = probes.rotation_plan(item, None, 2 * GiB)
+    assert unknown.beyond_cache is None and "did not report" in unknown.cache_reason
+    assert unknown.buffers * item > 4 * device.FALLBACK_LLC_BYTES           # sized against the assumed LLC
+    with pytest.raises(ValueError, match="memory budget"):
+        probes.rotation_plan(2 * MiB, MiB, 3 * MiB, reserve_bytes=2 * MiB)
 
 
 def test_rotation_count_and_copies():
     assert probes.rotation_count(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
     assert probes.rotation_count(1000, 2**20, False, 10**12) == 1
-    assert probes.rotation_count(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the one cap
+    assert probes.rotation_count(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the object limit
     assert probes.rotation_count(1000, 2**20, True, 5000) == 5                          # the budget
-    assert probes.rotation_count(1000, 2**20, True, 10) == 1                            # at least one
+    assert probes.rotation_count(1000, 2**20, True, 1500) == 1                          # at least one
     first = torch.arange(6.0).view(2, 3)
     copies = probes.rotated_copies(first, 3)
     assert len(copies) == 3 and all(torch.equal(c, first) for c in copies)
-    assert len({c.data_ptr() for c in copies}) == 3                                     # distinct memory
+    assert len({c.data_ptr() for c in copies}) == 3 and copies[0] is first              # distinct memory, no spare
     assert probes.rotated_copies(first, 1)[0] is first
 
 
-def test_kv_read_rotation_is_sized_against_the_llc(monkeypatch):
-    monkeypatch.setattr(probes, "last_level_cache_bytes", lambda dev=None: 2**20)
-    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=1, min_block=1e-5)
-    assert kv.buffers == probes.rotation_buffers(kv.bytes, 2**20) and kv.buffers * kv.bytes > 4 * 2**20
+@pytest.mark.parametrize("llc,budget,beyond", [(MiB, 64 * MiB, True), (GiB, 2 * MiB, False)])
+def test_every_rotating_probe_uses_the_one_rotation(llc, budget, beyond):
+    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=1, min_block=1e-5,
+                                llc_bytes=llc, budget_bytes=budget)
+    lin = probes.measure_linear(1, 40, 24, threads=1, device="cpu", repeats=1, min_block=1e-5,
+                                llc_bytes=llc, budget_bytes=budget)
+    for r, item in ((kv, kv.bytes), (lin, 40 * 24 * 4)):
+        assert r.llc_bytes == llc and r.budget_bytes == budget and r.working_set_bytes == r.buffers * item
+        assert r.beyond_cache is beyond and r.working_set_bytes <= budget
+        if beyond:
+            assert r.buffers == probes.rotation_buffers(item, llc) and "beyond" in r.cache_reason
+        else:
+            assert "memory budget 2 MiB" in r.cache_reason
 
 
 def test_thread_count_is_fixed_and_restored(monkeypatch):
@@ -104,9 +142,19 @@ def test_thread_count_is_fixed_and_restored(monkeypatch):
 
 
 def test_copy_counts_read_and_write():
-    c = probes.measure_copy_bandwidth(buffer_bytes=1 << 20, repeats=2, min_block=1e-5, device="cpu")
+    c = probes.measure_copy_bandwidth(buffer_bytes=1 << 20, repeats=2, min_block=1e-5, device="cpu",
+                                      llc_bytes=MiB // 8, budget_bytes=64 * MiB)
     assert c.counted == "read+write" and c.bytes == 2 * c.buffer_bytes == 2 << 20
     assert math.isclose(c.bandwidth, c.bytes / c.seconds) and c.q1_seconds <= c.seconds <= c.q3_seconds
+    assert c.working_set_bytes == 2 * MiB and c.beyond_cache                   # source + destination > 4 x 128 KiB
+    with pytest.raises(ValueError, match="memory budget"):
+        probes.measure_copy_bandwidth(buffer_bytes=8 * MiB, device="cpu", llc_bytes=MiB, budget_bytes=8 * MiB)
+
+
+def test_copy_buffer_stays_within_the_budget_and_says_so():
+    c = probes.measure_copy_bandwidth(repeats=1, min_block=1e-5, device="cpu", llc_bytes=GiB, budget_bytes=16 * MiB)
+    assert c.buffer_bytes == 8 * MiB and c.beyond_cache is False                # half the budget each way
+    assert "memory budget 16 MiB" in c.cache_reason and "below 4 × the 1 GiB" in c.cache_reason
 
 
 def test_matmul_counts_two_n_cubed():
@@ -114,6 +162,75 @@ def test_matmul_counts_two_n_cubed():
     assert r.flops == 2 * 32**3 and math.isclose(r.flop_rate, r.flops / r.seconds)
     auto = probes.measure_matmul_flops(dtype="fp32", repeats=1, min_block=1e-5, device="cpu", max_call_seconds=1e-9)
     assert auto.n == 256  # a tiny time limit keeps the starting size
+
+
+#: the Intel Xeon VM of issue 13 (2 cores, one 260 MiB L3): cpu0's caches as recorded in its profile
+INTEL_VM_CPU0 = {"index0": {"level": "1", "type": "Data", "size": "48K", "shared_cpu_list": "0"},
+                 "index1": {"level": "1", "type": "Instruction", "size": "32K", "shared_cpu_list": "0"},
+                 "index2": {"level": "2", "type": "Unified", "size": "2048K", "shared_cpu_list": "0"},
+                 "index3": {"level": "3", "type": "Unified", "size": "266240K", "shared_cpu_list": "0-1"}}
+
+
+def _private_and_shared(cpus, l1d, l2, l3, l3_shared):
+    """A sysfs tree of ``cpus``: private L1d/L1i/L2 per CPU, an L3 shared by the CPU list ``l3_shared(cpu)``."""
+    return {cpu: {"index0": {"level": "1", "type": "Data", "size": l1d, "shared_cpu_list": str(cpu)},
+                  "index1": {"level": "1", "type": "Instruction", "size": "32K", "shared_cpu_list": str(cpu)},
+                  "index2": {"level": "2", "type": "Unified", "size": l2, "shared_cpu_list": str(cpu)},
+                  "index3": {"level": "3", "type": "Unified", "size": l3, "shared_cpu_list": l3_shared(cpu)}}
+            for cpu in cpus}
+
+
+SYSFS_TREES = {
+    # the machine this course was developed on: one 300 MiB L3 shared by cpus 0-1
+    "dev-300MiB": _private_and_shared([0, 1], "48K", "2048K", "307200K", lambda c: "0-1"),
+    # the Intel VM: cpu0 as recorded, cpu1 the same with its own private caches
+    "intel-vm-260MiB": {0: INTEL_VM_CPU0, 1: {i: {**e, "shared_cpu_list": "1" if e["shared_cpu_list"] == "0"
+                                                 else e["shared_cpu_list"]} for i, e in INTEL_VM_CPU0.items()}},
+    # two sockets of 4 cores, each with its own 32 MiB L3
+    "two-socket-2x32MiB": _private_and_shared(range(8), "32K", "1024K", "32768K",
+                                              lambda c: "0-3" if c < 4 else "4-7"),
+}
+
+
+def _write_sysfs(root, tree):
+    for cpu, indices in tree.items():
+        for index, files in indices.items():
+            d = root / f"cpu{cpu}" / "cache" / index
+            d.mkdir(parents=True)
+            for name, text in files.items():
+                (d / name).write_text(text + "\n")
+    return root
+
+
+@pytest.mark.parametrize("tree,cpus,llc,l3", [
+    ("dev-300MiB", {0, 1}, 300 * MiB, 300 * MiB),
+    ("dev-300MiB", {1}, 300 * MiB, 300 * MiB),                      # one core still sees the whole shared L3
+    ("intel-vm-260MiB", {0, 1}, 260 * MiB, 260 * MiB),
+    ("two-socket-2x32MiB", {0, 1}, 32 * MiB, 32 * MiB),             # pinned to one socket: its L3 only
+    ("two-socket-2x32MiB", {4, 5, 6, 7}, 32 * MiB, 32 * MiB),
+    ("two-socket-2x32MiB", {2, 5}, 64 * MiB, 32 * MiB),             # one core on each socket: both L3s
+    ("two-socket-2x32MiB", None, 64 * MiB, 32 * MiB),               # no affinity known: every CPU of the tree
+])
+def test_llc_is_the_last_level_the_cores_in_use_share(monkeypatch, tmp_path, tree, cpus, llc, l3):
+    root = _write_sysfs(tmp_path, SYSFS_TREES[tree])
+    if cpus is None:
+        monkeypatch.setattr(device, "cpus_in_use", lambda: None)
+    sizes = device.cache_sizes("cpu", sysfs_root=root, cpus=cpus)
+    assert sizes["LLC"] == llc and sizes["L3"] == l3
+    assert sizes["L1i"] == 32 * 2**10 and sizes["L2"] in (2 * MiB, MiB)
+    assert device.last_level_cache_bytes("cpu", sysfs_root=root, cpus=cpus) == llc
+    l3s = [c for c in device.sysfs_cache_instances(root, cpus) if c["level"] == 3]
+    assert sum(c["size_bytes"] for c in l3s) == llc and len({c["cpus"] for c in l3s}) == len(l3s)   # once each
+
+
+def test_sysfs_tree_without_caches_reports_none(tmp_path):
+    (tmp_path / "cpu0").mkdir()
+    assert device.cache_sizes("cpu", sysfs_root=tmp_path, cpus={0}) == {}
+    assert device.last_level_cache_bytes("cpu", sysfs_root=tmp_path, cpus={0}) is None
+    assert device.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    for bad in ("3-1", "a", "1,,2"):
+        with pytest.raises(ValueError, match="cpu list"):
+            device.parse_cpu_list(bad)
 
 
 @pytest.mark.parametrize("reported,expected", [
@@ -125,11 +242,61 @@ def test_matmul_counts_two_n_cubed():
     ([{"level": 2, "type": "Unified", "size_bytes": 4 << 20, "instances": None}], {"L2": 4 << 20, "LLC": 4 << 20}),
     ([], {}),                                                                                 # the OS says nothing
 ])
-def test_cache_sizes_sum_the_last_level_over_its_instances(monkeypatch, reported, expected):
+def test_without_sysfs_the_fallback_sums_the_last_level(monkeypatch, tmp_path, reported, expected):
+    """lscpu / macOS sysctl do not say which CPUs share a cache: their last level is summed over its instances."""
     from course_lib.measure import sysinfo
+    monkeypatch.setattr(device, "SYSFS_CPU", tmp_path)          # an empty tree: no sysfs here
     monkeypatch.setattr(sysinfo, "cache_info", lambda: reported)
     assert device.cache_sizes("cpu") == expected
     assert device.last_level_cache_bytes("cpu") == expected.get("LLC")
+
+
+def test_memory_budget_is_a_share_of_the_available_memory(monkeypatch):
+    monkeypatch.setattr(device, "available_memory", lambda dev=None: (10 * GiB, "available memory"))
+    assert device.memory_budget("cpu", fast=False) == int(10 * GiB * device.MEMORY_BUDGET_FRACTION)
+    assert device.memory_budget("cpu", fast=True) == device.FAST_MEMORY_BUDGET_BYTES
+    budget, note = device.memory_budget_note("cpu", fast=False)
+    assert "10 GiB" in note and "available memory" in note
+    assert "COURSE_FAST" in device.memory_budget_note("cpu", fast=True)[1]
+    monkeypatch.setattr(device, "available_memory", lambda dev=None: (100 * MiB, "available memory"))
+    assert device.memory_budget("cpu", fast=True) == int(100 * MiB * device.MEMORY_BUDGET_FRACTION)
+
+
+def test_a_container_memory_limit_caps_the_available_memory(monkeypatch, tmp_path):
+    v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
+    (v1 / "memory").mkdir(parents=True)
+    v2.mkdir()
+    none.mkdir()
+    (v2 / "memory.max").write_text(f"{2 * GiB}\n")
+    (v2 / "memory.current").write_text(f"{GiB // 2}\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{GiB}\n")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text(f"{GiB // 4}\n")
+    (none / "memory.max").write_text("max\n")
+    (none / "memory.current").write_text("123\n")
+    assert device.cgroup_memory_room(v2) == 3 * GiB // 2 and device.cgroup_memory_room(v1) == 3 * GiB // 4
+    assert device.cgroup_memory_room(none) is None and device.cgroup_memory_room(tmp_path / "absent") is None
+    monkeypatch.setattr(device, "_meminfo_available", lambda: 20 * GiB)
+    monkeypatch.setattr(device, "cgroup_memory_room", lambda root=None: 3 * GiB // 2)
+    assert device.available_memory("cpu") == (3 * GiB // 2, "memory the container's limit leaves")
+    monkeypatch.setattr(device, "cgroup_memory_room", lambda root=None: None)
+    assert device.available_memory("cpu") == (20 * GiB, "available memory")
+
+
+def test_full_sweep_goes_past_four_times_the_llc_as_far_as_memory_allows(monkeypatch):
+    monkeypatch.setattr(probes, "fast_mode", lambda: False)
+    for llc in (32 * MiB, 260 * MiB, 300 * MiB, GiB):
+        sizes = [n for n, _ in probes.default_sizes("cpu", full=True, llc_bytes=llc, budget_bytes=64 * GiB)]
+        assert sizes == sorted(sizes) and 4 * sizes[-1] ** 2 > 4 * llc            # one fp32 matrix beyond 4 x LLC
+        assert 4 * sizes[-2] ** 2 <= 4 * llc or sizes[-1] == 8192                 # and no further
+        assert sizes[-1] == probes.beyond_cache_size(llc) or sizes[-1] == 8192
+        short = [n for n, _ in probes.default_sizes("cpu", full=True, llc_bytes=llc, budget_bytes=600 * MiB)]
+        assert all(4 * (n * n + 2 * n) <= 600 * MiB for n in short) and short == sizes[:len(short)]
+    assert probes.beyond_cache_size(300 * MiB) == 18432 and probes.beyond_cache_size(260 * MiB) == 17408
+    default = [n for n, _ in probes.default_sizes("cpu", llc_bytes=GiB, budget_bytes=64 * GiB)]
+    assert default[-1] == 8192                                                     # the default sweep is unchanged
+    assert probes.default_sizes("cpu", llc_bytes=MiB, budget_bytes=1024) == [(256, 256)]   # the smallest stays
+    with pytest.raises(TypeError, match="full"):
+        probes.default_sizes("cpu", full="yes")
 
 
 def _row(dtype, seconds, m=64, k=64):
@@ -156,7 +323,7 @@ def test_dtype_verdicts_do_not_call_a_speedup_far_above_the_bytes_memory_bound()
 
 
 def test_probe_reports_every_dtype_and_fp32_is_always_fast():
-    found = probes.probe_dtypes("cpu", size=64)
+    found = probes.probe_dtypes("cpu", size=64, **LIMITS)
     assert [p.dtype for p in found] == list(probes.DTYPES)
     fp32 = found[0]
     assert fp32.fast and fp32.relative_to_fp32 == 1.0
@@ -193,15 +360,30 @@ def test_this_machine_is_a_hardware_spec_the_estimator_uses():
         machine.this_machine(m, bandwidth="gemv")
 
 
-def test_measure_machine_end_to_end_in_fast_mode():
-    m = machine.measure_machine(device="cpu", threads=1, gemv_sizes=[64], matmul_dtypes=["fp32"], progress=False)
+@pytest.mark.parametrize("llc,budget", [(MiB, 16 * MiB), (GiB, 16 * MiB)], ids=["llc-1MiB", "llc-1GiB"])
+def test_measure_machine_end_to_end_in_fast_mode(llc, budget):
+    m = machine.measure_machine(device="cpu", threads=1, gemv_sizes=[64], matmul_dtypes=["fp32"], progress=False,
+                                llc_bytes=llc, budget_bytes=budget)
     hw = machine.this_machine(m)
     assert hw.bandwidth > 0 and set(hw.peak_flops) == {"fp32"} and m.gemv[0].m == 64
-    assert m.as_dict()["copy"]["counted"] == "read+write"
+    d = m.as_dict()
+    assert d["copy"]["counted"] == "read+write" and d["llc_bytes"] == llc and d["budget_bytes"] == budget
+    assert m.copy.budget_bytes == m.gemv[0].budget_bytes == budget and m.gemv[0].llc_bytes == llc
+    assert d["beyond_cache"] == m.beyond_cache and d["cache_reason"] == m.cache_reason
+    if llc == MiB:
+        assert m.beyond_cache is True and m.copy.beyond_cache and m.gemv[0].beyond_cache
+        assert "read memory" in m.cache_reason
+    else:   # 16 MiB cannot exceed 4 GiB: both measurements say so, and the summary names them
+        assert m.beyond_cache is False and m.copy.beyond_cache is False and m.gemv[0].beyond_cache is False
+        assert m.cache_reason.startswith("2 of 2 measurements (the copy, GEMV 64 × 64 fp32)")
+        assert "memory budget 16 MiB" in m.cache_reason
+        assert hw.bandwidth == m.copy.bandwidth                 # no GEMV row beyond the cache to take it from
+    with pytest.raises(TypeError, match="full"):
+        machine.measure_machine(device="cpu", full=1)
 
 
 def test_progress_bar_is_text_under_test(capsys):
-    probes.measure_gemv([16], ["fp32"], repeats=1, min_block=1e-5, device="cpu", progress=True)
+    probes.measure_gemv([16], ["fp32"], repeats=1, min_block=1e-5, device="cpu", progress=True, **LIMITS)
     err = capsys.readouterr().err
     assert "GEMV" in err and "100%" in err
 
@@ -211,6 +393,7 @@ def test_table_helpers_and_display():
     assert t.where(dtype="bf16")[0].m == 128 and t.largest().m == 128 and t.largest("fp32").m == 64
     md = t._repr_markdown_()
     assert md.count("\n") == 3 and "| 64 × 64 | fp32 |" in md
+    assert md.splitlines()[2].endswith("| unknown |")                   # the rows' LLC is not known
     with pytest.raises(TypeError, match="unknown field"):
         t.where(colour="red")
     with pytest.raises(ValueError, match="no rows"):
@@ -230,7 +413,7 @@ def test_table_helpers_and_display():
     ({"device": 3}, TypeError, "device"),
 ])
 def test_bad_input_gets_one_clear_error(kwargs, err, match):
-    args = {"sizes": [16], "dtypes": ["fp32"], "progress": False, "device": "cpu", **kwargs}
+    args = {"sizes": [16], "dtypes": ["fp32"], "progress": False, "device": "cpu", **LIMITS, **kwargs}
     with pytest.raises(err, match=match):
         probes.measure_gemv(**args)
 
@@ -303,10 +486,11 @@ def test_op_overhead_reports_every_kind():
 
 
 def test_linear_and_kv_read_probes_count_bytes_exactly():
-    r = probes.measure_linear(3, 40, 24, threads=1, device="cpu", repeats=2, min_block=1e-5, rotate=False)
+    r = probes.measure_linear(3, 40, 24, threads=1, device="cpu", repeats=2, min_block=1e-5, rotate=False, **LIMITS)
     assert r.flops == 2 * 3 * 40 * 24 and r.bytes == (40 * 24 + 3 * 24 + 3 * 40) * 4 and r.buffers == 1
     assert math.isclose(r.flop_rate, r.flops / r.seconds) and math.isclose(r.bandwidth, r.bytes / r.seconds)
-    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=2, min_block=1e-5)
+    assert r.beyond_cache is False and "rotate=False" in r.cache_reason
+    kv = probes.measure_kv_read(2, 3, 16, 50, threads=1, device="cpu", repeats=2, min_block=1e-5, **LIMITS)
     assert kv.bytes == 2 * 2 * 50 * 16 * 4 and kv.buffers > 1 and math.isclose(kv.bandwidth, kv.bytes / kv.seconds)
     with pytest.raises(ValueError, match="context"):
         probes.measure_kv_read(context=0)

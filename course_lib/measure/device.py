@@ -4,22 +4,29 @@ Lessons: 05, 06, 07, 08, 09.
 
     from course_lib.measure.device import resolve_device, device_name, last_level_cache_bytes
     dev = resolve_device("cpu")             # a torch.device, or one clear error
-    last_level_cache_bytes(dev)             # bytes of the last-level cache, or None
-    memory_budget(dev)                      # bytes a probe may allocate
+    last_level_cache_bytes(dev)             # bytes of the last-level cache the CPUs in use share, or None
+    memory_budget(dev)                      # bytes one probe may allocate (MEMORY_BUDGET_FRACTION of what is free)
 
 Nothing here times anything: :mod:`course_lib.measure.timing` times, :mod:`~course_lib.measure.probes`
 sizes its buffers from the cache and memory figures read here, :mod:`~course_lib.measure.machine`
-records them. Cache and memory sizes come from :mod:`course_lib.measure.sysinfo` (CPU) or the CUDA
-driver (GPU).
+records them. CPU caches are read from Linux sysfs here (the caches the CPUs in use share; the root
+is injectable), else from ``lscpu`` / macOS ``sysctl`` via :mod:`course_lib.measure.sysinfo`; GPU
+figures come from the CUDA driver. The memory budget of one probe is defined here once
+(:data:`MEMORY_BUDGET_FRACTION`, :data:`FAST_MEMORY_BUDGET_BYTES`).
 """
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
+from typing import Iterable
 
 import torch
 
-__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "cache_sizes", "last_level_cache_bytes",
-           "memory_budget", "memory_capacity", "FALLBACK_LLC_BYTES"]
+__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "SYSFS_CPU", "parse_cpu_list",
+           "cpus_in_use", "sysfs_cache_instances", "cache_sizes", "last_level_cache_bytes",
+           "MEMORY_BUDGET_FRACTION", "FAST_MEMORY_BUDGET_BYTES", "ASSUMED_RAM_BYTES", "cgroup_memory_room",
+           "available_memory", "memory_budget_note", "memory_budget", "memory_capacity", "FALLBACK_LLC_BYTES"]
 
 #: last-level cache assumed when neither the OS nor the driver tells. A guess, not a bound: some CPUs
 #: have more (an L3 of 260 or 300 MiB exists), so code that must exceed the cache reads the real size.
@@ -69,18 +76,106 @@ def device_name(device=None) -> str:
     return cpu_info().get("model") or "CPU"
 
 
-def cache_sizes(device=None) -> dict[str, int]:
+#: where Linux describes the CPU caches: ``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """CPUs of a Linux CPU list such as ``"0-3,8,10-11"`` (ValueError for anything else)."""
+    if not isinstance(text, str):
+        raise TypeError(f"cpu list must be a string such as '0-3,8', got {type(text).__name__}")
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"cpu list must look like '0-3,8', got {text!r}")
+        lo = int(m.group(1))
+        cpus.update(range(lo, int(m.group(2) or lo) + 1))
+    return frozenset(cpus)
+
+
+def cpus_in_use() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity mask), or None where the OS does not say."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> list[dict]:
+    """Every distinct cache that the CPUs ``cpus`` use, once, from a Linux sysfs tree under ``root``.
+
+    ``cpus``: default :func:`cpus_in_use` (all CPUs of the tree where the OS does not say). Each CPU's
+    ``cache/index*`` folders describe the caches it uses; a cache shared by several CPUs appears under
+    each of them with the same ``shared_cpu_list``, and is counted once. Returns
+    ``[{level, type, size_bytes, cpus}]`` sorted by level and type (``cpus``: the frozenset of CPUs
+    that share the instance); an empty list when the tree says nothing (no sysfs: macOS, Windows).
+    ``root`` is injectable so tests feed recorded trees.
+    """
+    from course_lib.measure.sysinfo import _parse_size
+    root = Path(root)
+    if cpus is None:
+        cpus = cpus_in_use()
+    if cpus is None:
+        dirs = sorted(root.glob("cpu[0-9]*"))
+    else:
+        dirs = [root / f"cpu{int(c)}" for c in sorted(set(cpus))]
+    found: dict[tuple, dict] = {}
+    for cpu_dir in dirs:
+        for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
+            level, ctype = _read_text(idx / "level"), _read_text(idx / "type")
+            size = _parse_size(_read_text(idx / "size"))
+            if not (level and level.isdigit() and ctype and size):
+                continue
+            shared_text = _read_text(idx / "shared_cpu_list")
+            try:
+                shared = parse_cpu_list(shared_text) if shared_text else frozenset({int(cpu_dir.name[3:])})
+            except ValueError:
+                shared = frozenset({int(cpu_dir.name[3:])})
+            found.setdefault((int(level), ctype, shared),
+                             {"level": int(level), "type": ctype, "size_bytes": size, "cpus": shared})
+    return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], sorted(k[2])))]
+
+
+def _sizes_from_instances(instances: list[dict]) -> dict[str, int]:
+    """{"L1d", "L1i", "L2", "L3", ...: one instance's bytes, "LLC": the top level's total over ``instances``}."""
+    out: dict[str, int] = {}
+    for c in instances:
+        name = f"L{c['level']}" + {"Data": "d", "Instruction": "i"}.get(c["type"], "")
+        out[name] = max(out.get(name, 0), int(c["size_bytes"]))
+    data = [c for c in instances if c["type"] != "Instruction"]
+    if data:
+        top = max(c["level"] for c in data)
+        out["LLC"] = sum(int(c["size_bytes"]) for c in data if c["level"] == top)
+    return out
+
+
+def cache_sizes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = None) -> dict[str, int]:
     """Cache sizes in bytes, as the OS (or the CUDA driver) reports them.
 
-    CPU: ``{"L1d": ..., "L1i": ..., "L2": ..., "L3": ...}`` per instance, from
-    /sys/devices/system/cpu/cpu0/cache, ``lscpu`` or macOS ``sysctl`` (via :mod:`course_lib.measure.sysinfo`),
-    plus ``"LLC"``: the last level summed over its instances (two 32 MiB L3 slices hold 64 MiB).
+    CPU: ``{"L1d": ..., "L1i": ..., "L2": ..., "L3": ...}`` (one instance each), plus ``"LLC"``: the
+    last level **the measuring threads see**, the total of the last-level instances shared by the
+    CPUs in use (the affinity mask, or ``cpus``): two sockets with a 32 MiB L3 each give 32 MiB to a
+    process pinned to one socket and 64 MiB to one that spans both. Read from Linux sysfs
+    (``sysfs_root``, default :data:`SYSFS_CPU`; :func:`sysfs_cache_instances`); where sysfs says
+    nothing, ``lscpu`` or macOS ``sysctl`` (:func:`course_lib.measure.sysinfo.cache_info`), whose
+    last level is summed over all its instances (they do not say which CPUs share which).
     GPU: ``{"L2": ..., "LLC": ...}``. An empty dict when nothing tells.
     """
     dev = resolve_device(device)
     if dev.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
         return {"L2": l2, "LLC": l2} if l2 else {}
+    instances = sysfs_cache_instances(SYSFS_CPU if sysfs_root is None else sysfs_root, cpus)
+    if instances or sysfs_root is not None:
+        return _sizes_from_instances(instances)
     from course_lib.measure.sysinfo import cache_info
     out: dict[str, int] = {}
     top = None
@@ -94,20 +189,97 @@ def cache_sizes(device=None) -> dict[str, int]:
     return out
 
 
-def last_level_cache_bytes(device=None) -> int | None:
-    """Bytes of the last-level cache (all instances), or None when the OS does not say."""
-    return cache_sizes(device).get("LLC")
+def last_level_cache_bytes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = None) -> int | None:
+    """Bytes of the last-level cache the CPUs in use share (see :func:`cache_sizes`), or None when unknown."""
+    return cache_sizes(device, sysfs_root=sysfs_root, cpus=cpus).get("LLC")
 
 
-def memory_budget(device=None) -> int:
-    """Bytes a probe may allocate: a third of free GPU memory, or a quarter of RAM (8 GiB assumed if unknown)."""
+# --------------------------------------------------------------------------------------------------
+# The memory budget of one probe: written here once
+# --------------------------------------------------------------------------------------------------
+#: the share of the memory available now (RAM: ``MemAvailable``; GPU: the driver's free memory) that one
+#: probe may allocate: its rotated buffers, activations and temporaries together
+MEMORY_BUDGET_FRACTION = 0.5
+#: in fast mode (``COURSE_FAST=1``: the test suite and stored notebook outputs) no probe allocates more
+#: than this, whatever the machine (enough for lesson 05's one 8192 × 8192 fp32 matrix, and a kernel stays
+#: well within 1.5 GiB); where that is not enough to exceed 4 × the LLC the results say so
+#: (``beyond_cache`` False, with a ``cache_reason``) instead of allocating gigabytes
+FAST_MEMORY_BUDGET_BYTES = 512 * 2**20
+#: RAM assumed when the OS reports neither the available nor the total memory
+ASSUMED_RAM_BYTES = 8 * 2**30
+
+
+def _meminfo_available() -> int | None:
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^MemAvailable:\s*(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+#: the cgroup files that limit this process's memory (v2, then v1): (limit, usage), relative to /sys/fs/cgroup
+CGROUP_MEMORY_FILES = (("memory.max", "memory.current"),
+                       ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"))
+
+
+def cgroup_memory_room(root="/sys/fs/cgroup") -> int | None:
+    """Bytes a container's memory limit still leaves (limit - usage), or None where no limit is set."""
+    for limit_name, usage_name in CGROUP_MEMORY_FILES:
+        limit, usage = _read_text(Path(root) / limit_name), _read_text(Path(root) / usage_name)
+        if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
+            return max(0, int(limit) - int(usage))
+    return None
+
+
+def available_memory(device=None) -> tuple[int, str]:
+    """(bytes available now, where the figure comes from) for ``device``.
+
+    GPU: the driver's free memory. CPU: Linux ``MemAvailable`` (capped by a container's cgroup memory
+    limit: :func:`cgroup_memory_room`), else ``psutil`` (macOS, Windows) when installed, else half the
+    total RAM (:data:`ASSUMED_RAM_BYTES` when that is unknown too).
+    """
     dev = resolve_device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free // 3)
+        return int(free), "free GPU memory"
+    avail, room = _meminfo_available(), cgroup_memory_room()
+    if room is not None and (avail is None or room < avail):
+        return room, "memory the container's limit leaves"
+    if avail:
+        return avail, "available memory"
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available), "available memory"
+    except Exception:  # psutil missing or failing: fall back to the total
+        pass
     from course_lib.measure.sysinfo import memory_bytes
-    ram = memory_bytes() or 8 * 2**30
-    return int(ram // 4)
+    ram = memory_bytes()
+    if ram:
+        return ram // 2, "half the RAM (the available memory is not reported)"
+    return ASSUMED_RAM_BYTES // 2, "half of an assumed 8 GiB of RAM"
+
+
+def memory_budget_note(device=None, fast: bool | None = None) -> tuple[int, str]:
+    """(the bytes one probe may allocate, how that figure was chosen): the one definition of the budget.
+
+    ``MEMORY_BUDGET_FRACTION`` × :func:`available_memory`; in fast mode (``fast=None``: :func:`fast_mode`)
+    at most :data:`FAST_MEMORY_BUDGET_BYTES`.
+    """
+    from course_lib.core.units import format_bytes
+    avail, source = available_memory(device)
+    budget = int(avail * MEMORY_BUDGET_FRACTION)
+    note = f"{MEMORY_BUDGET_FRACTION:.0%} of the {format_bytes(avail, system='iec')} of {source}"
+    if (fast_mode() if fast is None else fast) and budget > FAST_MEMORY_BUDGET_BYTES:
+        budget = FAST_MEMORY_BUDGET_BYTES
+        note = "fast mode's limit under COURSE_FAST=1; run without it for more"
+    return max(budget, 1), note
+
+
+def memory_budget(device=None, fast: bool | None = None) -> int:
+    """Bytes one probe may allocate: :data:`MEMORY_BUDGET_FRACTION` of the memory available now
+    (fast mode: at most :data:`FAST_MEMORY_BUDGET_BYTES`); see :func:`memory_budget_note`."""
+    return memory_budget_note(device, fast)[0]
 
 
 def memory_capacity(device=None) -> int | None:

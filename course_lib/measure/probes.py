@@ -17,12 +17,15 @@ passes and attention products of a prefill), lesson 08 and exercise set 05::
 A decode step at batch 1 is a chain of matrix-vector products: every weight is read once and used
 for one multiply-add. The probes time that with :mod:`course_lib.measure.timing` (warm-up,
 calibrated blocks, median and quartiles, a fixed thread count) and **rotate over distinct buffers**
-whose total size exceeds 4 × the last-level cache (:func:`rotation_count`, :func:`rotated_copies`:
-written once, used by every rotating probe), so that a small matrix is read from memory and not from
-the cache of the previous call. With ``rotate=False`` the same buffer is reused and small matrices are
-served from cache: the difference is the "tens of MB of cache" effect. At most :data:`MAX_BUFFERS`
-buffers and the device's memory budget are used: where that is not enough to exceed 4 × the LLC
-(a very large cache), a GEMV row says so with ``beyond_cache=False``.
+whose total size in **bytes** exceeds 4 × the last-level cache the cores in use share
+(:func:`rotation_plan` sizes it, :func:`rotated_copies` allocates it: written once, used by the GEMV,
+linear-layer and K/V-read probes), so that a small matrix is read from memory and not from the cache
+of the previous call. With ``rotate=False`` the same buffer is reused and small matrices are served
+from cache: the difference is the "tens of MB of cache" effect. The rotation stops at the device's
+memory budget (:func:`course_lib.measure.device.memory_budget`: a stated share of the memory
+available, smaller in fast mode) and at :data:`MAX_BUFFERS` buffers; where either keeps the working
+set within 4 × the LLC the result says so: ``beyond_cache`` is False and ``cache_reason`` says why,
+in a sentence a lesson can print.
 
 Bytes and FLOP per call are counted exactly: a GEMV reads the matrix (m·k elements) and the vector
 (k) and writes the result (m); it does 2·m·k FLOP. A copy reads and writes its buffer: both are
@@ -45,13 +48,15 @@ import torch
 
 from course_lib.core.validation import require_choice, require_count, require_positive
 from course_lib.measure.device import (FALLBACK_LLC_BYTES, fast_mode, last_level_cache_bytes, memory_budget,
-                                       resolve_device)
+                                       memory_budget_note, resolve_device)
 from course_lib.measure.timing import (Spread, Threads, clock_function, progress_bar, quartiles, repeat_settings,
                                        sync, thread_count, timeit)
 
 __all__ = [
-    "DTYPES", "ROTATION_FACTOR", "MAX_BUFFERS", "Rates", "rotation_buffers", "rotation_count", "rotated_copies",
-    "gemv_bytes", "gemv_flops", "GemvResult", "GemvTable", "default_sizes", "gemv_shapes", "measure_gemv",
+    "DTYPES", "ROTATION_FACTOR", "MAX_BUFFERS", "Rates", "cache_verdict", "CacheVerdict", "RotationPlan",
+    "rotation_buffers", "rotation_plan", "rotation_count", "rotated_copies", "probe_limits",
+    "gemv_bytes", "gemv_flops", "GemvResult", "GemvTable", "SWEEP_SIZES", "beyond_cache_size",
+    "default_sizes", "gemv_shapes", "measure_gemv",
     "CopyResult", "measure_copy_bandwidth", "MatmulResult", "measure_matmul_flops",
     "DtypeProbe", "FAST_FRACTION", "probe_dtypes", "fast_dtypes", "dtype_verdicts",
     "OVERHEAD_KINDS", "OverheadResult", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "measure_op_overhead",
@@ -64,9 +69,10 @@ DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, 
 
 #: rotation makes the working set larger than this many last-level caches
 ROTATION_FACTOR = 4
-#: at most this many rotation buffers in any probe (64 × 64 fp32 matrices: 16384 × 16 KiB = 256 MiB, beyond
-#: 4 × an LLC of up to 64 MiB; a larger cache needs larger matrices to be exceeded)
-MAX_BUFFERS = 16384
+#: at most this many rotation buffers in any probe: each costs about 1 KB of Python objects and 15 µs to set
+#: up besides its bytes (64 × 64 fp32 matrices: 131072 × 16 KiB = 2 GiB, beyond 4 × an LLC of up to 512 MiB).
+#: Not a silent cap: a result it stops short of 4 × the LLC has ``beyond_cache`` False and says so.
+MAX_BUFFERS = 131072
 
 
 class Rates(Spread):
@@ -96,6 +102,153 @@ class Rates(Spread):
 
 
 # --------------------------------------------------------------------------------------------------
+# Rotation beyond the cache: sized in bytes, bounded by the memory budget (one definition for every probe)
+# --------------------------------------------------------------------------------------------------
+def _iec(n: int, digits: int = 3) -> str:
+    from course_lib.core.units import format_bytes
+    return format_bytes(n, system="iec", digits=digits)
+
+
+def _iec_apart(a: int, b: int) -> tuple[str, str]:
+    """``a`` and ``b`` in IEC units, with as many digits as it takes to print different numbers differently."""
+    for digits in range(3, 8):
+        sa, sb = _iec(a, digits), _iec(b, digits)
+        if sa != sb or a == b:
+            break
+    return sa, sb
+
+
+def cache_verdict(working_set_bytes: int, llc_bytes: int | None, *, rotate: bool = True, buffers: int = 1,
+                  wanted_buffers: int | None = None, budget_bytes: int | None = None,
+                  budget_note: str = "") -> tuple[bool | None, str]:
+    """(beyond_cache, cache_reason): whether ``working_set_bytes`` exceed 4 × ``llc_bytes``, and why in words.
+
+    ``beyond_cache`` is None when the LLC is unknown. The reason names what kept the working set
+    inside the cache: the reuse of one buffer (``rotate=False``), the :data:`MAX_BUFFERS` limit
+    (``wanted_buffers`` above it) or the memory budget (``budget_bytes``, described by ``budget_note``).
+    """
+    if llc_bytes is None:
+        return None, (f"the OS did not report the last-level cache, so whether the working set "
+                      f"{_iec(working_set_bytes)} exceeds it is unknown (the rotation was sized against an assumed "
+                      f"{_iec(FALLBACK_LLC_BYTES)})")
+    ws, four = _iec_apart(working_set_bytes, ROTATION_FACTOR * llc_bytes)
+    limit = f"{ROTATION_FACTOR} × the {_iec(llc_bytes)} last-level cache ({four})"
+    if working_set_bytes > ROTATION_FACTOR * llc_bytes:
+        return True, f"working set {ws} is beyond {limit}: every call reads memory"
+    why = f"working set {ws} is below {limit}"
+    if not rotate:
+        return False, f"{why}: one buffer is reused (rotate=False), so after the first call it can come from cache"
+    if wanted_buffers is not None and wanted_buffers > buffers and buffers >= MAX_BUFFERS:
+        return False, (f"{why}: it would take {wanted_buffers:,} buffers of {_iec(working_set_bytes // buffers)}, "
+                       f"more than the {MAX_BUFFERS:,} a probe makes; time a larger matrix")
+    if budget_bytes is not None and (wanted_buffers is None or wanted_buffers > buffers):
+        note = f" ({budget_note})" if budget_note else ""
+        return False, f"{why}: the memory budget {_iec(budget_bytes)}{note} allows no more"
+    return False, why
+
+
+class CacheVerdict:
+    """Mixin for a result with ``working_set_bytes`` and ``llc_bytes``: ``beyond_cache``, a filled ``cache_reason``."""
+
+    @property
+    def beyond_cache(self) -> bool | None:
+        """True when the bytes cycled through exceed 4 × the last-level cache (None: cache unknown)."""
+        if self.llc_bytes is None:
+            return None
+        return self.working_set_bytes > ROTATION_FACTOR * self.llc_bytes
+
+    def __post_init__(self):
+        if not self.cache_reason:  # built by hand (tests, profiles): the reason follows from the fields
+            _, why = cache_verdict(self.working_set_bytes, self.llc_bytes, rotate=getattr(self, "rotate", True),
+                                   buffers=max(1, getattr(self, "buffers", 1)), budget_bytes=self.budget_bytes)
+            object.__setattr__(self, "cache_reason", why)
+
+
+@dataclass(frozen=True)
+class RotationPlan:
+    """How many buffers of ``item_bytes`` a probe cycles through, and whether that exceeds 4 × the LLC."""
+
+    item_bytes: int
+    buffers: int
+    wanted_buffers: int         # what 4 × the LLC asks for, before the budget and MAX_BUFFERS
+    llc_bytes: int | None
+    budget_bytes: int
+    beyond_cache: bool | None
+    cache_reason: str
+
+    @property
+    def working_set_bytes(self) -> int:
+        """Bytes of all buffers: what the probe holds (:func:`rotated_copies` makes no extra copy)."""
+        return self.buffers * self.item_bytes
+
+
+def rotation_buffers(matrix_bytes: int, llc_bytes: int | None, rotate: bool = True) -> int:
+    """How many distinct buffers of ``matrix_bytes`` together exceed 4 × the LLC (no limit applied)."""
+    matrix_bytes = require_count("matrix_bytes", matrix_bytes, minimum=1)
+    if not rotate:
+        return 1
+    target = ROTATION_FACTOR * (llc_bytes if llc_bytes else FALLBACK_LLC_BYTES)
+    return target // matrix_bytes + 1
+
+
+def rotation_plan(item_bytes: int, llc_bytes: int | None, budget_bytes: int, rotate: bool = True,
+                  reserve_bytes: int = 0, budget_note: str = "", what: str = "this probe") -> RotationPlan:
+    """The rotation of every rotating probe: enough buffers of ``item_bytes`` to exceed 4 × ``llc_bytes``, as
+    far as ``budget_bytes`` (less ``reserve_bytes`` for the probe's other tensors) and :data:`MAX_BUFFERS` allow.
+
+    ValueError when even one buffer does not fit.
+    """
+    item_bytes = require_count("item_bytes", item_bytes, minimum=1)
+    budget_bytes = require_count("budget_bytes", budget_bytes, minimum=1)
+    reserve_bytes = require_count("reserve_bytes", reserve_bytes)
+    room = budget_bytes - reserve_bytes
+    if item_bytes > room:
+        note = f" ({budget_note})" if budget_note else ""
+        raise ValueError(f"{what} needs {_iec(item_bytes + reserve_bytes)}; the memory budget of one probe is "
+                         f"{_iec(budget_bytes)}{note}: choose smaller sizes")
+    wanted = rotation_buffers(item_bytes, llc_bytes, rotate)
+    nbuf = max(1, min(wanted, room // item_bytes, MAX_BUFFERS))
+    beyond, why = cache_verdict(nbuf * item_bytes, llc_bytes, rotate=rotate, buffers=nbuf, wanted_buffers=wanted,
+                                budget_bytes=budget_bytes, budget_note=budget_note)
+    return RotationPlan(item_bytes=item_bytes, buffers=nbuf, wanted_buffers=wanted, llc_bytes=llc_bytes,
+                        budget_bytes=budget_bytes, beyond_cache=beyond, cache_reason=why)
+
+
+def rotation_count(item_bytes: int, llc_bytes: int | None, rotate: bool, budget_bytes: int) -> int:
+    """The buffers a probe cycles through: :attr:`rotation_plan(...).buffers <RotationPlan.buffers>`."""
+    return rotation_plan(item_bytes, llc_bytes, budget_bytes, rotate).buffers
+
+
+def rotated_copies(first: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """``count`` distinct tensors holding ``first``'s values: ``first`` itself and ``count - 1`` copies in one block.
+
+    The allocator of every rotating probe. The tensors share the values (timing ignores them) but not
+    the memory: cycling through them reads ``count`` × ``first``'s bytes, and that is all they hold
+    (``first`` is one of them, so no extra source copy is kept).
+    """
+    count = require_count("count", count, minimum=1)
+    if count == 1:
+        return [first]
+    block = torch.empty((count - 1, *first.shape), device=first.device, dtype=first.dtype)
+    block.copy_(first.expand(count - 1, *first.shape))
+    return [first, *block.unbind(0)]
+
+
+def probe_limits(device=None, llc_bytes: int | None = None, budget_bytes: int | None = None
+                 ) -> tuple[int | None, int, str]:
+    """(LLC bytes, budget bytes, how the budget was chosen) for a probe on ``device``: the values given, else
+    the device's (:func:`~course_lib.measure.device.last_level_cache_bytes`,
+    :func:`~course_lib.measure.device.memory_budget_note`). Tests pass both, so no host figure is read."""
+    dev = resolve_device(device)
+    llc = last_level_cache_bytes(dev) if llc_bytes is None else require_count("llc_bytes", llc_bytes, minimum=1)
+    if budget_bytes is None:
+        budget, note = memory_budget_note(dev)
+    else:
+        budget, note = require_count("budget_bytes", budget_bytes, minimum=1), "as given by budget_bytes"
+    return llc, budget, note
+
+
+# --------------------------------------------------------------------------------------------------
 # GEMV
 # --------------------------------------------------------------------------------------------------
 def gemv_bytes(m: int, k: int, dtype: str = "fp32") -> int:
@@ -112,8 +265,12 @@ def gemv_flops(m: int, k: int) -> int:
 
 
 @dataclass(frozen=True)
-class GemvResult(Rates):
-    """One timed GEMV shape: seconds are per call (median over repeats; q1/q3 the quartiles)."""
+class GemvResult(CacheVerdict, Rates):
+    """One timed GEMV shape: seconds are per call (median over repeats; q1/q3 the quartiles).
+
+    ``beyond_cache``: whether the bytes cycled through exceeded 4 × the LLC (None: LLC unknown);
+    ``cache_reason``: that verdict in words, with what stopped the rotation short where it did.
+    """
 
     m: int
     k: int
@@ -133,6 +290,8 @@ class GemvResult(Rates):
     working_set_bytes: int      # bytes of all weight buffers
     llc_bytes: int | None       # last-level cache the rotation was sized against
     threads: int | None
+    budget_bytes: int | None = None     # the memory budget the rotation had
+    cache_reason: str = ""              # beyond_cache in words (filled from the fields when not given)
 
     @property
     def matrix_bytes(self) -> int:
@@ -143,18 +302,10 @@ class GemvResult(Rates):
         """(low, high) achieved bytes/s over the middle half of the runs (from q3 and q1)."""
         return self.bytes / self.q3_seconds, self.bytes / self.q1_seconds
 
-    @property
-    def beyond_cache(self) -> bool | None:
-        """True when the bytes cycled through exceed 4 × the last-level cache (None: cache unknown)."""
-        if self.llc_bytes is None:
-            return None
-        ws = self.working_set_bytes if self.rotate else self.matrix_bytes
-        return ws > ROTATION_FACTOR * self.llc_bytes
-
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(spread=self.spread, bandwidth=self.bandwidth, gb_per_s=self.gb_per_s,
-                 gflop_per_s=self.gflop_per_s, matrix_bytes=self.matrix_bytes)
+                 gflop_per_s=self.gflop_per_s, matrix_bytes=self.matrix_bytes, beyond_cache=self.beyond_cache)
         return d
 
 
@@ -181,12 +332,14 @@ class GemvTable(list):
 
     def _markdown(self) -> str:
         from course_lib.core.units import format_bytes
-        lines = ["| m × k | dtype | matrix | rotate | time per call (median) | spread (IQR) | GB/s | GFLOP/s |",
-                 "|---|---|---|---|---|---|---|---|"]
+        lines = ["| m × k | dtype | matrix | rotate | time per call (median) | spread (IQR) | GB/s | GFLOP/s "
+                 "| working set > 4 × LLC |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        beyond = {True: "yes", False: "no", None: "unknown"}
         for r in self:
             lines.append(f"| {r.m} × {r.k} | {r.dtype} | {format_bytes(r.matrix_bytes, system='iec')} | "
                          f"{'yes' if r.rotate else 'no'} | {r.seconds * 1e6:.1f} µs | ±{r.spread / 2:.1%} | "
-                         f"{r.gb_per_s:.2f} | {r.gflop_per_s:.2f} |")
+                         f"{r.gb_per_s:.2f} | {r.gflop_per_s:.2f} | {beyond[r.beyond_cache]} |")
         return "\n".join(lines)
 
     def _repr_markdown_(self) -> str:
@@ -196,47 +349,45 @@ class GemvTable(list):
         return self._markdown()
 
 
-def rotation_buffers(matrix_bytes: int, llc_bytes: int | None, rotate: bool = True) -> int:
-    """How many distinct matrices to cycle through so that together they exceed 4 × the LLC (no cap applied)."""
-    matrix_bytes = require_count("matrix_bytes", matrix_bytes, minimum=1)
-    if not rotate:
-        return 1
-    target = ROTATION_FACTOR * (llc_bytes if llc_bytes else FALLBACK_LLC_BYTES)
-    return target // matrix_bytes + 1
+#: the square sizes of the sweeps below the size that passes the cache (``full`` adds sizes up to it)
+SWEEP_SIZES = {"fast": (64, 256, 1024), "default": (256, 512, 1024, 2048, 4096, 8192),
+               "full": (128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)}
 
 
-def rotation_count(item_bytes: int, llc_bytes: int | None, rotate: bool, budget_bytes: int) -> int:
-    """The buffers a probe cycles through: :func:`rotation_buffers`, capped by :data:`MAX_BUFFERS` and by
-    what ``budget_bytes`` holds (at least one)."""
-    return min(rotation_buffers(item_bytes, llc_bytes, rotate), max(1, budget_bytes // item_bytes), MAX_BUFFERS)
+def beyond_cache_size(llc_bytes: int | None, element_bytes: int = 4, step: int = 1024) -> int:
+    """The smallest n (a multiple of ``step``) whose n × n matrix of ``element_bytes`` exceeds 4 × ``llc_bytes``
+    (:data:`~course_lib.measure.device.FALLBACK_LLC_BYTES` when unknown)."""
+    llc = require_count("llc_bytes", llc_bytes, minimum=1) if llc_bytes is not None else FALLBACK_LLC_BYTES
+    element_bytes = require_count("element_bytes", element_bytes, minimum=1)
+    step = require_count("step", step, minimum=1)
+    n = math.isqrt(ROTATION_FACTOR * llc // element_bytes)
+    return (n // step + 1) * step
 
 
-def rotated_copies(first: torch.Tensor, count: int) -> list[torch.Tensor]:
-    """``count`` distinct tensors holding ``first``'s values, in one allocation (``[first]`` for one).
+def default_sizes(device=None, full: bool = False, llc_bytes: int | None = None,
+                  budget_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Square sizes for a sweep, each of whose fp32 matrices fits the memory budget (the smallest always kept).
 
-    The copies share the values (timing ignores them) but not the memory: cycling through them reads
-    ``count`` × ``first``'s bytes.
+    Fast mode (``COURSE_FAST=1``): 64, 256, 1024. Default: 256 to 8192 (a GPU adds 16384). ``full``: denser,
+    and on to the first size whose one matrix exceeds 4 × the LLC (:func:`beyond_cache_size`; steps of
+    about 1.5×), so that the same-buffer curve leaves the cache too, whatever its size, as far as the
+    memory budget allows. ``llc_bytes`` / ``budget_bytes``: default the device's (:func:`probe_limits`).
     """
-    count = require_count("count", count, minimum=1)
-    if count == 1:
-        return [first]
-    block = torch.empty((count, *first.shape), device=first.device, dtype=first.dtype)
-    block.copy_(first.expand(count, *first.shape))
-    return list(block.unbind(0))
-
-
-def default_sizes(device=None, full: bool = False) -> list[tuple[int, int]]:
-    """Square sizes for a sweep: fast mode tiny, the default up to 8192 (CPU) / 16384 (GPU), ``full`` denser."""
     dev = resolve_device(device)
+    if not isinstance(full, bool):
+        raise TypeError(f"full must be True or False, got {full!r}")
+    llc, budget, _ = probe_limits(dev, llc_bytes, budget_bytes)
     if fast_mode():
-        sizes = [64, 256, 1024]
+        sizes = list(SWEEP_SIZES["fast"])
     elif full:
-        sizes = [128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
-        if dev.type == "cuda":
-            sizes += [12288, 16384]
+        sizes = list(SWEEP_SIZES["full"]) + ([12288, 16384] if dev.type == "cuda" else [])
+        target = beyond_cache_size(llc)
+        while sizes[-1] < target:
+            sizes.append(min(target, -(-sizes[-1] * 3 // 2 // 1024) * 1024))
     else:
-        sizes = [256, 512, 1024, 2048, 4096, 8192] + ([16384] if dev.type == "cuda" else [])
-    return [(n, n) for n in sizes]
+        sizes = list(SWEEP_SIZES["default"]) + ([16384] if dev.type == "cuda" else [])
+    fits = [n for n in sizes if 4 * (n * n + 2 * n) <= budget]
+    return [(n, n) for n in (fits or sizes[:1])]
 
 
 def gemv_shapes(sizes) -> list[tuple[int, int]]:
@@ -274,33 +425,37 @@ def _dtypes(dtypes, dev) -> list[str]:
     return names
 
 
-def _gemv_one(m, k, dtype, dev, rotate, llc, repeats, min_block, threads, budget, clock) -> GemvResult:
+def _random(shape, gen, dtype, dev) -> torch.Tensor:
+    """Seeded standard-normal values of ``shape`` in ``dtype`` on ``dev`` (drawn on the CPU: one stream)."""
+    return torch.randn(*shape, generator=gen).to(device=dev, dtype=dtype)
+
+
+def _gemv_one(m, k, dtype, dev, rotate, llc, repeats, min_block, threads, budget, note, clock) -> GemvResult:
     tdt = DTYPES[dtype]
     esize = torch.empty((), dtype=tdt).element_size()
     mbytes = m * k * esize
-    if mbytes > budget:
-        raise ValueError(f"a {m} × {k} {dtype} matrix needs {mbytes / 1e9:.2f} GB; this device allows "
-                         f"{budget / 1e9:.2f} GB for the probe: choose smaller sizes")
-    nbuf = rotation_count(mbytes, llc, rotate, budget)
+    plan = rotation_plan(mbytes, llc, budget, rotate, reserve_bytes=(m + k) * esize, budget_note=note,
+                         what=f"a {m} × {k} {dtype} GEMV")
     gen = torch.Generator(device="cpu").manual_seed(m * 7919 + k)
-    first = torch.randn(m, k, generator=gen).to(device=dev, dtype=tdt)
-    weights = rotated_copies(first, nbuf)
-    x = torch.randn(k, generator=gen).to(device=dev, dtype=tdt)
+    weights = rotated_copies(_random((m, k), gen, tdt, dev), plan.buffers)
+    x = _random((k,), gen, tdt, dev)
     y = torch.empty(m, device=dev, dtype=tdt)
     calls = [(lambda W=W: torch.mv(W, x, out=y)) for W in weights]
     with torch.inference_mode():
         t = timeit(calls, dev, repeats, min_block, clock)
-    del weights, calls, first
+    del weights, calls
     return GemvResult(m=m, k=k, dtype=dtype, device=dev.type, element_bytes=esize,
                       bytes=(m * k + k + m) * esize, flops=2 * m * k,
                       seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, min_seconds=t.minimum,
-                      repeats=t.repeats, number=t.number, rotate=bool(rotate), buffers=nbuf,
-                      working_set_bytes=nbuf * mbytes, llc_bytes=llc, threads=threads)
+                      repeats=t.repeats, number=t.number, rotate=bool(rotate), buffers=plan.buffers,
+                      working_set_bytes=plan.working_set_bytes, llc_bytes=llc, threads=threads,
+                      budget_bytes=budget, cache_reason=plan.cache_reason)
 
 
 def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bool = True,
                  threads: int | None = None, device=None, min_block: float | None = None,
-                 progress: bool = True, llc_bytes: int | None = None, clock: str | None = None) -> GemvTable:
+                 progress: bool = True, llc_bytes: int | None = None, clock: str | None = None,
+                 budget_bytes: int | None = None) -> GemvTable:
     """Time y = W·x for every (size, dtype); one :class:`GemvResult` row each.
 
     ``sizes``: n (square) or (m, k) pairs; default :func:`default_sizes`. ``dtypes``: names from
@@ -309,34 +464,36 @@ def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bo
     4 × the last-level cache (``False``: one buffer, so small matrices stay in cache). ``threads``:
     CPU threads (default: physical cores), restored afterwards. ``repeats``: timed blocks
     (median and quartiles over them); ``min_block``: seconds each block lasts at least. ``llc_bytes``:
-    the last-level cache the rotation is sized against (default: what the OS reports, see
-    :func:`course_lib.measure.device.last_level_cache_bytes`).
+    the last-level cache the rotation is sized against and ``budget_bytes`` the memory it may use
+    (defaults: the device's, see :func:`probe_limits`). Each row's ``beyond_cache`` and ``cache_reason``
+    say whether its working set exceeded 4 × the LLC.
     """
     dev = resolve_device(device)
-    shapes = gemv_shapes(default_sizes(dev) if sizes is None else sizes)
+    llc, budget, note = probe_limits(dev, llc_bytes, budget_bytes)
+    shapes = gemv_shapes(default_sizes(dev, llc_bytes=llc, budget_bytes=budget) if sizes is None else sizes)
     names = _dtypes(dtypes, dev)
     repeats, min_block = repeat_settings(repeats, min_block)
     if not isinstance(rotate, bool):
         raise TypeError(f"rotate must be True or False, got {rotate!r}")
     nthreads = thread_count(threads, dev)
-    llc = last_level_cache_bytes(dev) if llc_bytes is None else require_count("llc_bytes", llc_bytes, minimum=1)
-    budget = memory_budget(dev)
     jobs = [(m, k, d) for (m, k) in shapes for d in names]
     table = GemvTable()
     with Threads(nthreads), progress_bar(jobs, desc="GEMV", unit="shape", enabled=progress) as bar:
         for m, k, d in bar:
             bar.set_postfix_str(f"{m}×{k} {d}")
-            table.append(_gemv_one(m, k, d, dev, rotate, llc, repeats, min_block, nthreads, budget, clock))
+            table.append(_gemv_one(m, k, d, dev, rotate, llc, repeats, min_block, nthreads, budget, note, clock))
     return table
-
 
 
 # --------------------------------------------------------------------------------------------------
 # Ceilings: copy bandwidth and matmul FLOP/s
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class CopyResult(Rates):
-    """``dst.copy_(src)`` of one buffer: bytes counts the read AND the write (2 × buffer bytes)."""
+class CopyResult(CacheVerdict, Rates):
+    """``dst.copy_(src)`` of one buffer: bytes counts the read AND the write (2 × buffer bytes).
+
+    ``working_set_bytes`` = source + destination; ``beyond_cache`` / ``cache_reason`` as for a GEMV row.
+    """
 
     buffer_bytes: int
     bytes: int                  # moved per copy: read + write
@@ -347,38 +504,56 @@ class CopyResult(Rates):
     repeats: int
     device: str
     threads: int | None
+    llc_bytes: int | None = None
+    budget_bytes: int | None = None
+    working_set_bytes: int = 0          # 0: 2 × buffer_bytes (filled in)
+    cache_reason: str = ""
+
+    def __post_init__(self):
+        if not self.working_set_bytes:
+            object.__setattr__(self, "working_set_bytes", 2 * self.buffer_bytes)
+        super().__post_init__()
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(bandwidth=self.bandwidth, gb_per_s=self.gb_per_s, spread=self.spread)
+        d.update(bandwidth=self.bandwidth, gb_per_s=self.gb_per_s, spread=self.spread, beyond_cache=self.beyond_cache)
         return d
 
 
 def measure_copy_bandwidth(buffer_bytes: int | None = None, repeats: int | None = None, threads: int | None = None,
-                           device=None, min_block: float | None = None, clock: str | None = None) -> CopyResult:
-    """The practical memory ceiling: copy a buffer of ``buffer_bytes`` (default 4 × LLC, >= 64 MiB).
+                           device=None, min_block: float | None = None, clock: str | None = None,
+                           llc_bytes: int | None = None, budget_bytes: int | None = None) -> CopyResult:
+    """The practical memory ceiling: copy a buffer of ``buffer_bytes`` (default: 2 × the LLC + 1 MiB, so that
+    source and destination together exceed 4 × the LLC, and >= 64 MiB; at most half the memory budget).
 
     Both directions are counted (``counted="read+write"``): the copy reads ``buffer_bytes`` and writes
     ``buffer_bytes``. (A CPU may additionally read each destination line before writing it; that
     hidden traffic is not counted, so a CPU's copy figure understates its raw DRAM bandwidth.)
+    ``beyond_cache``: whether source + destination exceeded 4 × the LLC (``cache_reason`` says why not).
+    ``llc_bytes`` / ``budget_bytes``: default the device's (:func:`probe_limits`).
     """
     dev = resolve_device(device)
     repeats, min_block = repeat_settings(repeats, min_block)
     nthreads = thread_count(threads, dev)
-    llc = last_level_cache_bytes(dev) or FALLBACK_LLC_BYTES
+    llc, budget, note = probe_limits(dev, llc_bytes, budget_bytes)
+    wanted = max(ROTATION_FACTOR * (llc or FALLBACK_LLC_BYTES) // 2 + 2**20, 64 * 2**20)
     if buffer_bytes is None:
-        buffer_bytes = max(ROTATION_FACTOR * llc, 64 * 2**20)
+        buffer_bytes = max(4, min(wanted, budget // 2))
     buffer_bytes = require_count("buffer_bytes", buffer_bytes, minimum=4)
-    if 2 * buffer_bytes > memory_budget(dev):
-        raise ValueError(f"buffer_bytes={buffer_bytes} needs twice that much memory; too large for this device")
+    if 2 * buffer_bytes > budget:
+        raise ValueError(f"buffer_bytes={buffer_bytes} needs twice that much memory, more than the memory budget "
+                         f"of one probe ({_iec(budget)}, {note})")
     n = buffer_bytes // 4
     with Threads(nthreads), torch.inference_mode():
         src = torch.ones(n, dtype=torch.float32, device=dev)
         dst = torch.empty_like(src)
         t = timeit([lambda: dst.copy_(src)], dev, repeats, min_block, clock)
     nbytes = n * 4
+    capped = nbytes < wanted and 2 * wanted > budget
+    _, why = cache_verdict(2 * nbytes, llc, budget_bytes=budget if capped else None, budget_note=note)
     return CopyResult(buffer_bytes=nbytes, bytes=2 * nbytes, counted="read+write", seconds=t.median,
-                      q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, device=dev.type, threads=nthreads)
+                      q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, device=dev.type, threads=nthreads,
+                      llc_bytes=llc, budget_bytes=budget, working_set_bytes=2 * nbytes, cache_reason=why)
 
 
 @dataclass(frozen=True)
@@ -463,16 +638,19 @@ class DtypeProbe:
 FAST_FRACTION = 0.7
 
 
-def probe_dtypes(device=None, size: int | None = None, threads: int | None = None) -> list[DtypeProbe]:
+def probe_dtypes(device=None, size: int | None = None, threads: int | None = None, llc_bytes: int | None = None,
+                 budget_bytes: int | None = None) -> list[DtypeProbe]:
     """Time one GEMV (default 4096 × 4096; fast mode 512) per dtype and say which run well.
 
     Half precision moves half the bytes, so with a real kernel it runs at about fp32's GB/s and
     takes half the time. Without one (fp16 on most CPUs) each element is converted and computed
-    slowly: the GEMV turns compute-bound and its GB/s collapses.
+    slowly: the GEMV turns compute-bound and its GB/s collapses. ``llc_bytes`` / ``budget_bytes``: as
+    :func:`measure_gemv`'s.
     """
     dev = resolve_device(device)
     size = (512 if fast_mode() else 4096) if size is None else require_count("size", size, minimum=1)
-    table = measure_gemv([size], list(DTYPES), repeats=3, threads=threads, device=dev, progress=False)
+    table = measure_gemv([size], list(DTYPES), repeats=3, threads=threads, device=dev, progress=False,
+                         llc_bytes=llc_bytes, budget_bytes=budget_bytes)
     ref = table.where(dtype="fp32")[0].bandwidth
     out = []
     for r in table:
@@ -697,7 +875,7 @@ def measure_op_overhead(threads: int | None = None, device=None, repeats: int | 
 # A linear layer at a given shape (prefill's GEMMs, decode's GEMVs) and attention's K/V reads
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class LinearResult(Rates):
+class LinearResult(CacheVerdict, Rates):
     """``F.linear(x, W)``: ``tokens`` rows of x (tokens × k) times W (m × k) transposed.
 
     ``tokens=1`` is a decode step's matrix-vector product; ``tokens=P`` a prefill GEMM. ``bytes``
@@ -717,17 +895,25 @@ class LinearResult(Rates):
     repeats: int
     buffers: int
     threads: int | None
+    rotate: bool = True
+    working_set_bytes: int = 0          # bytes of all weight buffers
+    llc_bytes: int | None = None
+    budget_bytes: int | None = None
+    cache_reason: str = ""
 
 
 def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: int | None = None,
                    threads: int | None = None, device=None, rotate: bool = True,
-                   min_block: float | None = None, clock: str | None = None) -> LinearResult:
+                   min_block: float | None = None, clock: str | None = None, llc_bytes: int | None = None,
+                   budget_bytes: int | None = None) -> LinearResult:
     """Time one linear layer of shape (m × k) applied to ``tokens`` rows, weights rotated beyond the LLC.
 
     The achieved bytes/s (``tokens=1``) or FLOP/s (large ``tokens``) of a layer depends on its shape,
     not only on its size: a 32000 × 1024 matrix streams slower than a 4096 × 4096 one on many CPUs
     (short rows: each dot product's reduction and store weigh more). This probe times the shapes a
-    model uses, on random matrices; the model itself is not run.
+    model uses, on random matrices; the model itself is not run. The weights rotate as a GEMV's do
+    (:func:`rotation_plan`; ``llc_bytes`` / ``budget_bytes`` default the device's); ``beyond_cache``
+    and ``cache_reason`` say whether they exceeded 4 × the LLC.
     """
     from torch.nn import functional as F
     dev = resolve_device(device)
@@ -742,28 +928,26 @@ def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: in
     tdt = DTYPES[dtype]
     esize = torch.empty((), dtype=tdt).element_size()
     mbytes = m * k * esize
-    budget = memory_budget(dev)
-    if mbytes + (tokens * (m + k)) * esize > budget:
-        raise ValueError(f"a {m} × {k} {dtype} layer on {tokens} tokens needs more than the "
-                         f"{budget / 1e9:.2f} GB this device allows the probe")
-    llc = last_level_cache_bytes(dev)
-    nbuf = rotation_count(mbytes, llc, rotate, budget // 2)  # half the budget: the activations need room too
+    llc, budget, note = probe_limits(dev, llc_bytes, budget_bytes)
+    # the activations: x and the output, a few of each in flight
+    plan = rotation_plan(mbytes, llc, budget, rotate, reserve_bytes=2 * tokens * (m + k) * esize, budget_note=note,
+                         what=f"a {m} × {k} {dtype} layer on {tokens} tokens")
     with Threads(nthreads), torch.inference_mode():
         gen = torch.Generator(device="cpu").manual_seed(m * 31 + k)
-        first = (torch.randn(m, k, generator=gen) * 0.02).to(device=dev, dtype=tdt)
-        weights = rotated_copies(first, nbuf)
-        x = torch.randn(1, tokens, k, generator=gen).to(device=dev, dtype=tdt)
+        weights = rotated_copies((torch.randn(m, k, generator=gen) * 0.02).to(device=dev, dtype=tdt), plan.buffers)
+        x = _random((1, tokens, k), gen, tdt, dev)
         calls = [(lambda W=W: F.linear(x, W)) for W in weights]
         t = timeit(calls, dev, repeats, min_block, clock)
-        del weights, calls, first
+        del weights, calls
     return LinearResult(tokens=tokens, m=m, k=k, dtype=dtype, device=dev.type,
                         bytes=(m * k + tokens * k + tokens * m) * esize, flops=2 * tokens * m * k,
-                        seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, buffers=nbuf,
-                        threads=nthreads)
+                        seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, buffers=plan.buffers,
+                        threads=nthreads, rotate=rotate, working_set_bytes=plan.working_set_bytes, llc_bytes=llc,
+                        budget_bytes=budget, cache_reason=plan.cache_reason)
 
 
 @dataclass(frozen=True)
-class KVReadResult(Rates):
+class KVReadResult(CacheVerdict, Rates):
     """One decode step's attention over ``context`` cached tokens of one layer, on random K/V.
 
     ``bytes`` = the K and V read: 2·kv_heads·context·head_dim elements. ``bandwidth`` is the rate
@@ -784,16 +968,23 @@ class KVReadResult(Rates):
     repeats: int
     buffers: int
     threads: int | None
+    working_set_bytes: int = 0          # bytes of all K/V buffers
+    llc_bytes: int | None = None
+    budget_bytes: int | None = None
+    cache_reason: str = ""
 
 
 def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, context: int = 4096,
                     dtype: str = "fp32", repeats: int | None = None, threads: int | None = None, device=None,
-                    min_block: float | None = None, clock: str | None = None) -> KVReadResult:
+                    min_block: float | None = None, clock: str | None = None, llc_bytes: int | None = None,
+                    budget_bytes: int | None = None) -> KVReadResult:
     """The rate at which decode attention reads the KV cache, on random tensors (no model involved).
 
     Per call: q (kv_heads, group, head_dim) against K and V (kv_heads, context, head_dim):
     ``softmax(q Kᵀ / √d) V``: grouped-query attention with the K/V of each KV head read once for all
-    its ``group`` query heads. K/V buffers rotate so that their total exceeds 4 × the LLC.
+    its ``group`` query heads. K/V buffers rotate so that their total exceeds 4 × the LLC
+    (:func:`rotation_plan`; ``llc_bytes`` / ``budget_bytes`` default the device's; ``beyond_cache`` and
+    ``cache_reason`` say whether they did).
     """
     dev = resolve_device(device)
     kvh = require_count("kv_heads", kv_heads, minimum=1)
@@ -806,27 +997,26 @@ def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, cont
     tdt = DTYPES[dtype]
     esize = torch.empty((), dtype=tdt).element_size()
     kv_bytes = 2 * kvh * c * d * esize
-    budget = memory_budget(dev)
-    if kv_bytes > budget:
-        raise ValueError(f"K/V of {c} tokens need {kv_bytes / 1e9:.2f} GB; this device allows the probe "
-                         f"{budget / 1e9:.2f} GB")
-    nbuf = rotation_count(kv_bytes, last_level_cache_bytes(dev), True, budget)
+    llc, budget, note = probe_limits(dev, llc_bytes, budget_bytes)
+    # q, the scores and their softmax, the output
+    plan = rotation_plan(kv_bytes, llc, budget, True, reserve_bytes=kvh * grp * (2 * d + 2 * c) * esize,
+                         budget_note=note, what=f"K/V of {c} tokens")
     scale = 1.0 / math.sqrt(d)
     with Threads(nthreads), torch.inference_mode():
         gen = torch.Generator(device="cpu").manual_seed(c * 7 + d)
-        first = torch.randn(2, kvh, c, d, generator=gen).to(device=dev, dtype=tdt)
-        kvs = rotated_copies(first, nbuf)
-        q = torch.randn(kvh, grp, d, generator=gen).to(device=dev, dtype=tdt)
+        kvs = rotated_copies(_random((2, kvh, c, d), gen, tdt, dev), plan.buffers)
+        q = _random((kvh, grp, d), gen, tdt, dev)
 
         def attend(kv):
             return ((q @ kv[0].transpose(-1, -2)) * scale).softmax(-1) @ kv[1]
 
         calls = [(lambda kv=kv: attend(kv)) for kv in kvs]
         t = timeit(calls, dev, repeats, min_block, clock)
-        del kvs, calls, first
+        del kvs, calls
     return KVReadResult(kv_heads=kvh, group=grp, head_dim=d, context=c, dtype=dtype, device=dev.type,
                         bytes=kv_bytes, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats,
-                        buffers=nbuf, threads=nthreads)
+                        buffers=plan.buffers, threads=nthreads, working_set_bytes=plan.working_set_bytes,
+                        llc_bytes=llc, budget_bytes=budget, cache_reason=plan.cache_reason)
 
 
 def measure_score_passes(kv_heads: int, group: int, queries: int, keys: int, threads: int | None = None,
