@@ -21,10 +21,15 @@ from course_lib.checks import _demo as demo
 from course_lib.checks.core import (
     CORRECT,
     INCORRECT,
+    KINDS,
     MIME_TYPE,
     NOT_ATTEMPTED,
+    ChoiceQuestion,
     Detector,
+    ExpressionQuestion,
+    FunctionQuestion,
     Mistake,
+    NumericQuestion,
     Question,
     Result,
     detectors as d,
@@ -290,7 +295,8 @@ def test_function_outcomes():
     assert q.evaluate(returns_placeholder).status == NOT_ATTEMPTED
     assert q.evaluate(____).status == NOT_ATTEMPTED
     r = q.evaluate(crashes)
-    assert r.status == INCORRECT and r.feedback == "crashes(32, 8, 128, 4096) raised ZeroDivisionError: division by zero."
+    assert r.status == INCORRECT
+    assert r.feedback == "crashes(32, 8, 128, 4096) raised ZeroDivisionError: division by zero."
     assert "Traceback" not in r.feedback
     assert "bits" in q.evaluate(bits).feedback
     r = q.evaluate(off)
@@ -383,7 +389,7 @@ def test_hints_are_successive_and_numbered():
 
 def test_echo_in_the_same_cell_is_swallowed_once(monkeypatch):
     """check() displays itself; the cell's echo of the same Result must not display it again."""
-    from course_lib.checks import core
+    from course_lib.checks import display
 
     shown = []
 
@@ -403,9 +409,70 @@ def test_echo_in_the_same_cell_is_swallowed_once(monkeypatch):
     assert len(shown) == 1 and MIME_TYPE in shown[0]
     r._ipython_display_()  # the echo at the end of the same cell
     assert len(shown) == 1
-    core._bump_cell_serial()  # next cell
+    display._bump_cell_serial()  # next cell
     r._ipython_display_()
     assert len(shown) == 2
+
+
+# --- one subclass per kind -----------------------------------------------------------------------
+
+KIND_CLASSES = {"numeric": NumericQuestion, "expression": ExpressionQuestion, "function": FunctionQuestion,
+                "choice": ChoiceQuestion}
+KIND_ARGS = {"numeric": dict(expected=2.0), "expression": dict(expected="2*a", symbols=["a"]),
+             "function": dict(cases=[((1,), 2.0)]), "choice": dict(options=["a", "b"], expected="a")}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_question_of_a_kind_is_its_subclass(kind):
+    args = dict(id="q1", set="ex99", objective="O1 test", **KIND_ARGS[kind])
+    q = Question(kind=kind, **args)
+    assert type(q) is KIND_CLASSES[kind] and q.kind == kind and isinstance(q, Question)
+    direct = KIND_CLASSES[kind](**args)
+    assert type(direct) is KIND_CLASSES[kind]
+    assert q.evaluate(q.expected).correct and direct.evaluate(direct.expected).correct
+    assert repr(q) == f"<Question ex99.q1 ({kind}, 1 pt): O1 test>"
+
+
+def test_a_subclass_refuses_another_kind_and_options_of_other_kinds():
+    with pytest.raises(ValueError, match="kind='choice' given to NumericQuestion"):
+        NumericQuestion(id="q1", set="ex99", objective="O", kind="choice", expected=1.0)
+    with pytest.raises(TypeError, match="options"):
+        NumericQuestion(id="q1", set="ex99", objective="O", expected=1.0, options=["a"])
+    assert Question(id="q1", set="ex99", objective="O", expected=1.0).kind == "numeric"  # the default kind
+
+
+def test_every_set_builds_its_questions_from_the_subclasses():
+    for name in checks.available_sets() + ["_demo"]:
+        module = demo if name == "_demo" else checks.load_set(name)
+        for q in module.QUESTIONS:
+            assert isinstance(q, KIND_CLASSES[q.kind]), f"{name}.{q.id} is a {type(q).__name__}"
+
+
+def test_old_and_new_paths_offer_the_same_objects():
+    """Every name of the old ``course_lib.checks.core`` is the object of the module that now owns it."""
+    from course_lib.checks import core
+
+    for name in core.__all__:
+        obj = getattr(core, name)
+        assert getattr(checks, name) is obj, name
+        owner = getattr(type(obj) if name == "detectors" else obj, "__module__", None)
+        if isinstance(owner, str) and owner != core.__name__:
+            assert getattr(sys.modules[owner], name) is obj, f"{name} is not {owner}.{name}"
+    assert core.____ is checks.____ is core.PLACEHOLDER
+
+
+MODULES = ["placeholder", "answers", "display", "mistakes", "evaluator", "question", "numeric", "expression",
+           "function", "choice"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_module_says_what_it_does_and_which_sets_use_it(name):
+    import importlib
+
+    module = importlib.import_module(f"course_lib.checks.{name}")
+    doc = module.__doc__ or ""
+    assert len(doc.split()) >= 20, f"{name}: a docstring that says what the module does"
+    assert "ex0" in doc or "lesson" in doc, f"{name}: the docstring names the exercise sets or lessons it serves"
 
 
 # --- the package ----------------------------------------------------------------------------------
@@ -434,6 +501,7 @@ def test_validate_set_catches_broken_sets():
 
 def test_core_import_pulls_in_no_heavy_modules():
     code = ("import sys; from course_lib.checks import ____, core; from course_lib.checks import _demo as q; "
+            f"import {', '.join('course_lib.checks.' + m for m in MODULES)}; "
             "import numpy as np; q.q1.check(np.float64(1)); q.q1.check('14 GB'); "
             "bad = [m for m in ('torch', 'ipywidgets', 'matplotlib', 'IPython') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")

@@ -7,17 +7,21 @@ model on an accelerator with 1 TB/s of memory bandwidth and 100 TFLOP/s of fp16 
 """
 from __future__ import annotations
 
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 
 _PARAMS = 7_000_000_000          # parameters
 _BANDWIDTH = 1e12                # bytes/s
 _PEAK = 100e12                   # FLOP/s (fp16, dense)
 
-q1 = Question(
+q1 = NumericQuestion(
     id="q1", set="_demo", objective="D1 weight memory from parameter count and precision", points=1,
     prompt="How many bytes do the weights of a 7B-parameter model take in fp16?",
-    kind="numeric", expected=_PARAMS * 2, dimension="bytes", rel_tol=0.01,
+    expected=_PARAMS * 2, dimension="bytes", rel_tol=0.01,
     detect=[d.gb_vs_gib(), d.bits_vs_bytes()],
     mistakes=[
         Mistake(_PARAMS * 1, "That is 1 byte per parameter (int8/fp8). fp16 uses 16 bits = 2 bytes."),
@@ -29,10 +33,10 @@ q1 = Question(
     solution="$7 \\times 10^9$ parameters $\\times$ 2 bytes = $1.4 \\times 10^{10}$ bytes = 14 GB.",
 )
 
-q2 = Question(
+q2 = NumericQuestion(
     id="q2", set="_demo", objective="D2 decode step time from bytes and bandwidth", points=2,
     prompt="At batch 1 every decode step reads all weights once. How long is one step, in ms?",
-    kind="numeric", expected=_PARAMS * 2 / _BANDWIDTH * 1e3, unit="ms", dimension="time", rel_tol=0.01,
+    expected=_PARAMS * 2 / _BANDWIDTH * 1e3, unit="ms", dimension="time", rel_tol=0.01,
     detect=[d.ms_vs_s(), d.bits_vs_bytes(),
             d.compute_instead_of_memory(2 * _PARAMS / _PEAK * 1e3)],
     mistakes=[
@@ -44,10 +48,10 @@ q2 = Question(
     solution="$1.4 \\times 10^{10}$ B / $10^{12}$ B/s = 0.014 s = 14 ms.",
 )
 
-q3 = Question(
+q3 = ExpressionQuestion(
     id="q3", set="_demo", objective="D3 KV cache bytes per token as a formula", points=1,
     prompt="Bytes of KV cache per token, for L layers, H KV heads of size d, b bytes per element.",
-    kind="expression", expected="2*L*H*d*b", symbols=["L", "H", "d", "b"],
+    expected="2*L*H*d*b", symbols=["L", "H", "d", "b"],
     detect=[d.forgot_kv()],
     mistakes=[
         Mistake("2*L*H*d", "That counts elements, not bytes: multiply by the bytes per element b."),
@@ -64,10 +68,10 @@ def _kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_element=2):
     return 2 * layers * kv_heads * head_dim * tokens * bytes_per_element
 
 
-q4 = Question(
+q4 = FunctionQuestion(
     id="q4", set="_demo", objective="D3 KV cache size as a function", points=2,
     prompt="Write kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_element=2).",
-    kind="function", expected=_kv_cache_bytes, dimension="bytes", rel_tol=1e-9,
+    expected=_kv_cache_bytes, dimension="bytes", rel_tol=1e-9,
     cases=[((32, 8, 128, 4096), 536_870_912), ((32, 32, 128, 1), 524_288),
            ((80, 8, 128, 1000, 1), 163_840_000), ({"layers": 1, "kv_heads": 1, "head_dim": 64, "tokens": 10}, 2_560)],
     detect=[d.forgot_kv(), d.bits_vs_bytes()],
@@ -86,10 +90,10 @@ q4 = Question(
     solution="```python\nreturn 2 * layers * kv_heads * head_dim * tokens * bytes_per_element\n```",
 )
 
-q5 = Question(
+q5 = ChoiceQuestion(
     id="q5", set="_demo", objective="D4 the bottleneck of batch-1 decoding", points=1,
     prompt="What limits the speed of batch-1 decoding on a GPU?",
-    kind="choice", options=["memory bandwidth", "compute", "PCIe", "network", "disk"],
+    options=["memory bandwidth", "compute", "PCIe", "network", "disk"],
     expected="memory bandwidth",
     mistakes=[
         Mistake("compute", "Each weight byte read is used for only ~1 multiply-add at batch 1: the ALUs idle."),
@@ -100,10 +104,10 @@ q5 = Question(
     solution="Memory bandwidth: a step does ~2 FLOP per parameter but reads 2 bytes per parameter.",
 )
 
-q6 = Question(
+q6 = NumericQuestion(
     id="q6", set="_demo", objective="D4 ridge point of the roofline", points=1,
     prompt="Peak FLOP/s divided by bandwidth (FLOP per byte) for this accelerator?",
-    kind="numeric", expected=_PEAK / _BANDWIDTH, rel_tol=0.01,
+    expected=_PEAK / _BANDWIDTH, rel_tol=0.01,
     mistakes=[
         Mistake(_BANDWIDTH / _PEAK, "Upside down: FLOP/s divided by bytes/s."),
         Mistake(_PEAK / _BANDWIDTH * 8, "That divides by bits per second; bandwidth is in bytes/s."),

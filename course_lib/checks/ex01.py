@@ -12,16 +12,21 @@ Objectives (as numbered in the lesson):
 Every expected value is computed here from ``course_lib`` (models, hardware, precision, units,
 measurements), never typed in, so the exercises and the library cannot disagree. Feedback never
 states an expected value.
+
+Lessons: 01
 """
 from __future__ import annotations
 
 import re
 
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import measurements
-
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import catalog_entry, get_model
 from course_lib.core.precision import get_precision
@@ -67,8 +72,8 @@ _README_TEXT = _README["printed"]                             # "14.96 GB" as pr
 _GB_DIVIDER = "1 GB = 10^9 bytes (SI); 1 GiB = 2^30 bytes (IEC)"
 
 # --- O1 -------------------------------------------------------------------------------------------
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O1 tell bits from bytes and convert between them",
     prompt=("Mistral-7B's weights quantised to int4 (4 bits per weight; ignore the block scales). "
             "How many bytes do they take? Use `get_model('mistral-7b').params`."),
@@ -94,8 +99,8 @@ q1 = Question(
 )
 
 # --- O2 -------------------------------------------------------------------------------------------
-q2 = Question(
-    id="q2", set=SET, points=1, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=1,
     objective="O2 convert a size between SI (powers of 1000) and IEC (powers of 1024) prefixes",
     prompt=("A checkpoint is 14 GB in SI units (10^9 bytes per GB). How many GiB is that? Answer with a plain "
             "number of GiB (the conversion is the point, so text with units is not accepted here)."),
@@ -121,10 +126,11 @@ q2 = Question(
 )
 
 # --- O3 -------------------------------------------------------------------------------------------
-q3 = Question(
-    id="q3", set=SET, points=1, kind="numeric",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=1,
     objective="O3 translate the source's 1024-based KB, MB, GB, TB into unambiguous units",
-    prompt=(f"The source material writes the KV cache of one token of its illustrative 7B model (`source-7b`, the same KV shape as Mistral-7B) as '{_SOURCE_KV}', using its "
+    prompt=(f"The source material writes the KV cache of one token of its illustrative 7B model (`source-7b`, "
+            f"the same KV shape as Mistral-7B) as '{_SOURCE_KV}', using its "
             f"1024-based convention. How many bytes is that exactly?"),
     expected=units.parse_bytes(_SOURCE_KV, convention="source"), dimension="bytes", rel_tol=1e-6,
     detect=[d.bits_vs_bytes(), d.gb_vs_gib(1)],
@@ -152,8 +158,8 @@ def _to_gib(n_bytes):
     return n_bytes / units.GiB
 
 
-q4 = Question(
-    id="q4", set=SET, points=2, kind="function",
+q4 = FunctionQuestion(
+    id="q4", set=SET, points=2,
     objective="O2 convert a size between SI (powers of 1000) and IEC (powers of 1024) prefixes",
     prompt="Write `to_gib(n_bytes)` that returns the size `n_bytes` (a number of bytes) in GiB, as a float.",
     expected=_to_gib, rel_tol=1e-9,
@@ -187,8 +193,8 @@ def _weight_bytes_in_bits():
     return expr("weight_bytes").subs({S.params: N, S.bytes_per_weight: b / 8})
 
 
-q5 = Question(
-    id="q5", set=SET, points=1, kind="expression",
+q5 = ExpressionQuestion(
+    id="q5", set=SET, points=1,
     objective="O4 read parameter counts and turn a count into bytes of weights",
     prompt=("Give the bytes of weights as a sympy expression of the parameter count `N` and the bits per "
             "weight `b` (symbols `N, b = sympy.symbols('N b', positive=True)`)."),
@@ -205,8 +211,8 @@ q5 = Question(
 
 # --- O4 multi-step -----------------------------------------------------------------------------------
 _MISTRAL_BF16 = _MISTRAL * _BF16
-q6 = Question(
-    id="q6", set=SET, points=2, kind="numeric",
+q6 = NumericQuestion(
+    id="q6", set=SET, points=2,
     objective="O4 read parameter counts and turn a count into bytes of weights",
     prompt=("Multi-step: (a) look up Mistral-7B's real parameter count in `course_lib`; (b) compute the bytes "
             "of its weights in bf16; (c) give the answer in SI GB."),
@@ -231,8 +237,8 @@ q6 = Question(
 
 # --- O5 multi-step -----------------------------------------------------------------------------------
 _READ_S = _MISTRAL_BF16 / _RTX4090
-q7 = Question(
-    id="q7", set=SET, points=2, kind="numeric",
+q7 = NumericQuestion(
+    id="q7", set=SET, points=2,
     objective="O5 compute how long moving a size takes at a bandwidth in GB/s",
     prompt=("Multi-step: how long does an RTX 4090 need to read Mistral-7B's bf16 weights once at its full "
             "memory bandwidth (`get_hardware('rtx-4090').bandwidth`, in bytes/s)? Answer in ms."),
@@ -254,8 +260,8 @@ q7 = Question(
 
 # --- O6 multi-step -----------------------------------------------------------------------------------
 _LLAMA3_FP16 = _LLAMA3 * get_precision("fp16").bytes
-q8 = Question(
-    id="q8", set=SET, points=2, kind="numeric",
+q8 = NumericQuestion(
+    id="q8", set=SET, points=2,
     objective="O6 spot unit traps in published figures",
     prompt=(f"The llama.cpp benchmark README prints the size of Llama-3-8B in f16 as '{_README_TEXT}'. "
             f"Multi-step: compute the true size from `get_model('llama-3-8b').params` and fp16, and give it "
@@ -279,8 +285,8 @@ q8 = Question(
 )
 
 _OPTIONS = ("GB = 10^9 bytes (SI)", "GiB = 2^30 bytes", "gigabits (10^9 bits)", "billions of parameters")
-q9 = Question(
-    id="q9", set=SET, points=1, kind="choice",
+q9 = ChoiceQuestion(
+    id="q9", set=SET, points=1,
     objective="O6 spot unit traps in published figures",
     prompt=(f"Compare your answer to q8 with the README's '{_README_TEXT}'. Which unit does the README's 'GB' "
             f"actually measure? Answer with one of the option strings: {', '.join(repr(o) for o in _OPTIONS)}."),

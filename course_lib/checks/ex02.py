@@ -13,13 +13,19 @@ Objectives (as numbered in the lesson):
 
 Every expected value is computed here from ``course_lib`` (ModelSpec, HardwareSpec, precision and
 the generated formulas), never typed in. Feedback never states an expected value.
+
+Lessons: 02
 """
 from __future__ import annotations
 
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.precision import get_precision
@@ -37,8 +43,8 @@ _Q4_0 = get_precision("q4_0")
 # --- O2 -------------------------------------------------------------------------------------------
 _L2 = get_model("llama-2-7b")
 _L2_Q4 = _L2.weight_bytes("q4_0")
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O2 compute the bytes of weights from a parameter count and a precision",
     prompt=("How many bytes do Llama-2-7B's weights take in llama.cpp's q4_0 format (4.5 bits per weight: "
             "blocks of 32 four-bit weights plus one fp16 scale)? Use `get_model('llama-2-7b').params`."),
@@ -65,8 +71,8 @@ q1 = Question(
 # --- O3 (multi-step) -------------------------------------------------------------------------------
 _L3 = get_model("llama-3-8b")
 _L3_STREAM = _L3.decode_weight_bytes("bf16")
-q2 = Question(
-    id="q2", set=SET, points=2, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=2,
     objective="O3 compute the weight bytes one decode step streams",
     prompt=("Multi-step: Llama-3-8B in bf16, batch 1. (a) From `get_model('llama-3-8b')` take `block_params`, "
             "`vocab` and `hidden` (its lm_head is not tied); (b) add what one decode step reads: every block "
@@ -96,8 +102,8 @@ q2 = Question(
 
 _QW = get_model("qwen3-0.6b")
 _QW_STREAM = _QW.decode_weight_bytes("fp16")
-q3 = Question(
-    id="q3", set=SET, points=1, kind="numeric",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=1,
     objective="O3 compute the weight bytes one decode step streams",
     prompt=("Qwen3-0.6B ties its lm_head to its token embedding: one V x h matrix serves both. In fp16 at "
             "batch 1, how many weight bytes does one decode step stream?"),
@@ -121,8 +127,8 @@ q3 = Question(
 )
 
 # --- O4 -------------------------------------------------------------------------------------------
-q4 = Question(
-    id="q4", set=SET, points=1, kind="expression",
+q4 = ExpressionQuestion(
+    id="q4", set=SET, points=1,
     objective="O4 compute a GEMV's arithmetic intensity",
     prompt=("A GEMV multiplies an m x n weight matrix (b bytes per weight) by one vector. Counting only the "
             "weight bytes, give its arithmetic intensity in FLOP per byte as a sympy expression of `m`, `n` "
@@ -148,8 +154,8 @@ _GEMV_FLOPS = g.decode_flops(batch=1, block_params=_GEMV_ELEMENTS, vocab=0, hidd
 _RTX4090 = get_hardware("rtx-4090")
 _GEMV_T = g.memory_time(_GEMV_BYTES, _RTX4090.bandwidth, 1.0)
 _US = units.parse_time("1 us")
-q5 = Question(
-    id="q5", set=SET, points=2, kind="numeric",
+q5 = NumericQuestion(
+    id="q5", set=SET, points=2,
     objective="O4 compute a GEMV's bytes and its time at a device's bandwidth",
     prompt=("Multi-step: an 8192 x 8192 fp16 weight matrix times one vector on an RTX 4090 "
             "(`get_hardware('rtx-4090').bandwidth`). (a) bytes of the matrix; (b) time to read them at the full "
@@ -166,7 +172,8 @@ q5 = Question(
                 "Upside down: that is bandwidth / bytes (reads per second). Time = bytes / bandwidth."),
     ],
     hints=["Bytes = 8192 x 8192 x 2.", "Time = bytes / (bytes per second); 1 µs = 10^-6 s."],
-    solution=(f"{_GEMV_ELEMENTS:,} x 2 B = {_GEMV_BYTES:,.0f} B; / {units.format_bandwidth(_RTX4090.bandwidth, unit='GB/s')} "
+    solution=(f"{_GEMV_ELEMENTS:,} x 2 B = {_GEMV_BYTES:,.0f} B; / "
+              f"{units.format_bandwidth(_RTX4090.bandwidth, unit='GB/s')} "
               f"= {units.format_time(_GEMV_T, digits=4)}. The {units.format_flops(_GEMV_FLOPS)} would take only "
               f"{units.format_time(g.compute_time(_GEMV_FLOPS, _RTX4090.flops('fp16'), 1.0))} at the fp16 peak."),
 )
@@ -174,8 +181,8 @@ q5 = Question(
 _H100 = get_hardware("h100-sxm")
 _GEMV_AI = g.arithmetic_intensity(_GEMV_FLOPS, _GEMV_BYTES)
 _RIDGE = _H100.ridge_point("fp16")
-q6 = Question(
-    id="q6", set=SET, points=2, kind="numeric",
+q6 = NumericQuestion(
+    id="q6", set=SET, points=2,
     objective="O4 compare a GEMV's arithmetic intensity with a device's ridge point",
     prompt=("Multi-step: (a) the H100 SXM's fp16 ridge point (dense peak FLOP/s / bandwidth, "
             "`get_hardware('h100-sxm')`); (b) an fp16 GEMV's intensity (weights only). By what factor must the "
@@ -201,8 +208,8 @@ q6 = Question(
 _MI = get_model("mistral-7b")
 _MI_STREAM = _MI.decode_weight_bytes("fp16")
 _CACHE = _RTX4090.cache_bytes
-q7 = Question(
-    id="q7", set=SET, points=1, kind="numeric",
+q7 = NumericQuestion(
+    id="q7", set=SET, points=1,
     objective="O5 compare on-chip cache with the weight bytes of a decode step",
     prompt=("How many times larger are the weight bytes one fp16 decode step of Mistral-7B streams than the "
             "RTX 4090's L2 cache (`get_hardware('rtx-4090').cache_bytes`)? Give the plain ratio."),
@@ -230,8 +237,8 @@ def streamed_bytes(block_params, vocab, hidden, bytes_per_weight):
     return g.weight_bytes(block_params + vocab * hidden + hidden, bytes_per_weight)
 
 
-q8 = Question(
-    id="q8", set=SET, points=2, kind="function",
+q8 = FunctionQuestion(
+    id="q8", set=SET, points=2,
     objective="O3 compute the weight bytes one decode step streams",
     prompt=("Write `streamed_bytes(block_params, vocab, hidden, bytes_per_weight)`: the weight bytes one "
             "batch-1 decode step streams (every block weight, the whole lm_head, one embedding row). Should "
@@ -251,7 +258,8 @@ q8 = Question(
         Mistake(lambda block_params, vocab, hidden, bytes_per_weight:
                 (block_params + 2 * vocab * hidden) * bytes_per_weight,
                 "Your function reads the whole embedding table as well. A step looks up one row of it."),
-        Mistake(lambda block_params, vocab, hidden, bytes_per_weight: (block_params + vocab * hidden) * bytes_per_weight,
+        Mistake(lambda block_params, vocab, hidden, bytes_per_weight:
+                (block_params + vocab * hidden) * bytes_per_weight,
                 "Close: your function forgets the one embedding row (hidden values) of the current token."),
         Mistake(lambda block_params, vocab, hidden, bytes_per_weight: block_params + vocab * hidden + hidden,
                 "Your function returns parameters, not bytes: multiply by bytes_per_weight."),
@@ -263,8 +271,8 @@ q8 = Question(
 )
 
 # --- O1 -------------------------------------------------------------------------------------------
-q9 = Question(
-    id="q9", set=SET, points=1, kind="choice",
+q9 = ChoiceQuestion(
+    id="q9", set=SET, points=1,
     objective="O1 explain why decoding one sequence is sequential and which parallelism remains",
     prompt=("One user, one response. Which technique lets the GPU work on several *future tokens of that same "
             "response* in one pass over the weights?"),

@@ -6,13 +6,19 @@ disagree. Objectives are those of ``notebooks/03_kv_cache.ipynb``:
 
 O1 values and bytes per token, O2 MHA/GQA/MQA/MLA, O3 tokens of a conversation, O4 attention's
 arithmetic intensity in decode, O5 the KV = weights crossover, O6 tokens that fit beside the weights.
+
+Lessons: 03
 """
 from __future__ import annotations
 
 import math
 
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core.estimator import kv_cache_bytes
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -26,11 +32,11 @@ _L3 = get_model("llama-3-8b")
 _Q1 = _L3.kv_bytes_per_token("fp16")                      # 2 * 32 * 8 * 128 * 2 bytes
 _Q1_RATIO = _L3.heads / _L3.kv_heads                       # 4 query heads share each KV head
 
-q1 = Question(
+q1 = NumericQuestion(
     id="q1", set=SET, objective="O1 bytes one token adds to the KV cache", points=1,
     prompt="Llama-3-8B (32 layers, 32 query heads, 8 KV heads, head_dim 128) caches fp16 keys and values. "
            "How many bytes does one token add to the KV cache of one sequence?",
-    kind="numeric", expected=_Q1, dimension="bytes", rel_tol=0.005,
+    expected=_Q1, dimension="bytes", rel_tol=0.005,
     detect=[d.forgot_kv(), d.query_heads(_Q1_RATIO), d.bits_vs_bytes(), d.gb_vs_gib(1)],
     mistakes=[
         Mistake(_Q1 / 2, "That is half the answer: either the number of cached *values* (multiply by the "
@@ -52,12 +58,12 @@ _L2 = get_model("llama-2-7b")
 _Q2_TOKENS, _Q2_BATCH = 4096, 8
 _Q2 = kv_cache_bytes(_L2, _Q2_TOKENS, "fp16", _Q2_BATCH) / 1e9   # in GB
 
-q2 = Question(
+q2 = NumericQuestion(
     id="q2", set=SET, objective="O2 MHA vs GQA cache sizes (with O1)", points=2,
     prompt="Llama-2-7B uses multi-head attention: 32 layers, 32 heads (all of them KV heads), head_dim 128. "
            "A server runs a batch of 8 sequences of 4096 tokens each with an fp16 KV cache. "
            "How many GB (10^9 bytes) does the KV cache take?",
-    kind="numeric", expected=_Q2, unit="GB", dimension="bytes", rel_tol=0.01,
+    expected=_Q2, unit="GB", dimension="bytes", rel_tol=0.01,
     detect=[d.gb_vs_gib(), d.forgot_batch(_Q2_BATCH), d.forgot_kv(), d.bits_vs_bytes()],
     mistakes=[
         Mistake(_Q2 / 4, "That is the size with 8 KV heads (the source's 32 × 8 × 128 shape, as in Mistral-7B "
@@ -75,12 +81,12 @@ q2 = Question(
 # ---------------------------------------------------------------------------------------------
 # q3: arithmetic intensity of decode attention
 # ---------------------------------------------------------------------------------------------
-q3 = Question(
+q3 = ExpressionQuestion(
     id="q3", set=SET, objective="O4 arithmetic intensity of attention in decode", points=2,
     prompt="In one decode step the attention of one sequence does 4·L·H_q·d·c FLOPs (course_lib's decode_flops "
            "term) and reads the K and V of c cached tokens: 2·L·H_kv·d·c values of b bytes each. "
            "Write the FLOPs per byte as an expression in H_q, H_kv and b.",
-    kind="expression", expected="2*H_q/(H_kv*b)", symbols=["H_q", "H_kv", "b", "L", "d", "c"],
+    expected="2*H_q/(H_kv*b)", symbols=["H_q", "H_kv", "b", "L", "d", "c"],
     detect=[d.ratio(2, "That is twice the answer: your bytes count only the keys or only the values. "
                        "The step reads both K and V of every cached token.", name="forgot_kv_bytes")],
     mistakes=[
@@ -124,11 +130,11 @@ _Q4_CASES = [
     ((1, 1, 64, 10, 3, 4), 2 * 64 * 10 * 3 * 4),
 ]
 
-q4 = Question(
+q4 = FunctionQuestion(
     id="q4", set=SET, objective="O1 the KV cache size as a function", points=2,
     prompt="Write kv_cache_bytes(layers, kv_heads, head_dim, tokens, batch=1, bytes_per_value=2) returning the "
            "bytes of KV cache for `batch` sequences of `tokens` tokens (no sliding window).",
-    kind="function", expected=_kv_cache_bytes, dimension="bytes", rel_tol=1e-9, cases=_Q4_CASES,
+    expected=_kv_cache_bytes, dimension="bytes", rel_tol=1e-9, cases=_Q4_CASES,
     detect=[d.forgot_kv(), d.bits_vs_bytes()],
     mistakes=[
         Mistake(lambda layers, kv_heads, head_dim, tokens, batch=1, bytes_per_value=2:
@@ -161,13 +167,13 @@ def _q5_mb(tokens):
 
 _Q5 = _q5_mb(_Q5_TOKENS)
 
-q5 = Question(
+q5 = NumericQuestion(
     id="q5", set=SET, objective="O3 tokens in the cache of a conversation", points=2,
     prompt="A chat with Llama-3-8B (fp16 cache): a 400-token system prompt; turn 1: the user writes 150 tokens, "
            "the model answers 350; turn 2: the user writes 60 tokens, the model answers 220. The server keeps "
            "the conversation's cache between turns. How many MB (10^6 bytes) of KV cache does the conversation "
            "hold after the second answer?",
-    kind="numeric", expected=_Q5, unit="MB", dimension="bytes", rel_tol=0.01,
+    expected=_Q5, unit="MB", dimension="bytes", rel_tol=0.01,
     detect=[d.gb_vs_gib(2), d.query_heads(_Q1_RATIO), d.forgot_kv()],
     mistakes=[
         Mistake(_q5_mb(CONVERSATION["user_2"] + CONVERSATION["assistant_2"]),
@@ -193,12 +199,12 @@ q5 = Question(
 _Q6_BATCH = 16
 _Q6 = _L3.weight_bytes("fp16") / kv_cache_bytes(_L3, 1, "fp16", _Q6_BATCH)   # tokens per sequence
 
-q6 = Question(
+q6 = NumericQuestion(
     id="q6", set=SET, objective="O5 context at which the KV cache equals the weights", points=2,
     prompt="Llama-3-8B has 8,030,261,248 parameters, stored in fp16, and an fp16 KV cache. A server decodes a "
            "batch of 16 sequences of equal length. At how many tokens per sequence does the KV cache hold as "
            "many bytes as the weights? (A plain number of tokens; fractions allowed.)",
-    kind="numeric", expected=_Q6, rel_tol=0.01,
+    expected=_Q6, rel_tol=0.01,
     detect=[d.ratio(2, "That is twice the answer: your bytes per token count only K or only V.",
                     name="forgot_kv_bytes"), d.bits_vs_bytes()],
     mistakes=[
@@ -239,12 +245,12 @@ _Q7_CASES = [
     _fit_case("qwen2.5-7b", "l4", batch=2),
 ]
 
-q7 = Question(
+q7 = FunctionQuestion(
     id="q7", set=SET, objective="O6 tokens that fit beside the weights", points=2,
     prompt="Write max_tokens(capacity, weight_bytes, kv_bytes_per_token, batch=1): the largest whole number of "
            "tokens per sequence whose KV cache, for `batch` sequences, fits in `capacity` bytes beside the "
            "weights. Return 0 when the weights alone do not fit.",
-    kind="function", expected=_max_tokens, rel_tol=1e-9, cases=_Q7_CASES,
+    expected=_max_tokens, rel_tol=1e-9, cases=_Q7_CASES,
     mistakes=[
         Mistake(lambda capacity, weight_bytes, kv_bytes_per_token, batch=1:
                 max(capacity - weight_bytes, 0) / (kv_bytes_per_token * batch),
@@ -273,13 +279,14 @@ _Q8_OPTIONS = {"Llama-2-7B": "llama-2-7b", "Mistral-7B": "mistral-7b", "Llama-3-
                "Qwen2.5-7B": "qwen2.5-7b", "DeepSeek-V3": "deepseek-v3"}
 _Q8 = min(_Q8_OPTIONS, key=lambda k: get_model(_Q8_OPTIONS[k]).kv_bytes_per_token())
 
-q8 = Question(
+q8 = ChoiceQuestion(
     id="q8", set=SET, objective="O2 MHA, GQA and MLA from the catalog", points=1,
     prompt="Which of these models adds the fewest KV-cache bytes per token (fp16 cache)?",
-    kind="choice", options=list(_Q8_OPTIONS), expected=_Q8,
+    options=list(_Q8_OPTIONS), expected=_Q8,
     mistakes=[
         Mistake("DeepSeek-V3", "MLA compresses each layer to a 512 + 64 latent, but DeepSeek-V3 has 61 layers: "
-                               "61 × 576 values per token. Compare with 2 × layers × KV heads × head_dim of the others."),
+                               "61 × 576 values per token. Compare with 2 × layers × KV heads × head_dim of the "
+                               "others."),
         Mistake("Mistral-7B", "Mistral-7B caches 2 × 32 × 8 × 128 values per token (its window limits how many "
                               "tokens, not the bytes per token). One of the others has fewer layers and KV heads."),
         Mistake("Llama-2-7B", "Llama-2-7B is MHA: 32 KV heads per layer, the largest cache per token here."),

@@ -14,14 +14,20 @@ Objectives (as numbered in the lesson):
 Every expected value is computed here from ``course_lib`` (models, hardware, precision, the
 estimator, the formulas and the shipped measurements), never typed in. Feedback never states an
 expected value.
+
+Lessons: 04
 """
 from __future__ import annotations
 
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import measurements
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.estimator import estimate, kv_cache_bytes, weight_bytes
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -69,8 +75,8 @@ _RTX4090 = get_hardware("rtx-4090")
 # --- O1 ---------------------------------------------------------------------------------------------
 _Q1_TPOT = weight_bytes(_SOURCE_7B, "fp16") / _RTX4090.bandwidth       # seconds
 _Q1_COMPUTE = g.compute_time(2 * _SOURCE_7B, _RTX4090.flops("fp16"), 1.0)
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O1 compute the batch-1 decode floor and the tokens per second it allows",
     prompt=("The source's 7B model (7e9 parameters) in fp16 on an RTX 4090 "
             "(`get_hardware('rtx-4090').bandwidth`): if every weight is read once per token, how many tokens "
@@ -99,8 +105,8 @@ q1 = Question(
 _MISTRAL = get_model("mistral-7b")
 _M2 = get_hardware("m2-ultra")
 _Q2 = _MISTRAL.decode_weight_bytes("q4_0") / _M2.bandwidth
-q2 = Question(
-    id="q2", set=SET, points=2, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=2,
     objective="O2 compare devices and weight precisions",
     prompt=("Multi-step: Mistral-7B quantised to llama.cpp's q4_0 on an Apple M2 Ultra (unified memory). "
             "(a) How many weight bytes does one decode step stream? Use "
@@ -131,8 +137,8 @@ q2 = Question(
 # --- O2: what real kernels give -----------------------------------------------------------------------
 _FP8 = fp8_measurement()
 _Q3 = _FP8["fp16"]["ms"] / _FP8["fp8_e4m3"]["ms"]
-q3 = Question(
-    id="q3", set=SET, points=1, kind="numeric",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=1,
     objective="O2 compare devices and weight precisions",
     prompt=("From `measurements.h200()['weights_only_decode_step_fp16_vs_fp8']`, compute how many times "
             "faster the decode step ran with fp8 weights than with fp16 weights (time with fp16 / time with "
@@ -158,8 +164,8 @@ _Q4 = estimate(_MISTRAL, _H100, _Q4_CONTEXT, 1).tpot
 _WS = _MISTRAL.decode_weight_bytes("fp16")
 _KTOK = _MISTRAL.kv_bytes_per_token("fp16")
 _WINDOW = _MISTRAL.sliding_window
-q4 = Question(
-    id="q4", set=SET, points=2, kind="numeric",
+q4 = NumericQuestion(
+    id="q4", set=SET, points=2,
     objective="O3 add the KV-cache reads: TPOT grows with the context, up to a sliding window",
     prompt=(f"Multi-step: Mistral-7B (v0.1, sliding window of {_WINDOW:,} tokens) in fp16 on an H100 SXM. "
             f"{_Q4_CONTEXT:,} tokens are in the context. (a) Weight bytes per step: "
@@ -189,8 +195,8 @@ q4 = Question(
 )
 
 # --- O4 as a formula ------------------------------------------------------------------------------------
-q5 = Question(
-    id="q5", set=SET, points=2, kind="expression",
+q5 = ExpressionQuestion(
+    id="q5", set=SET, points=2,
     objective="O4 compute the total time of a response, exactly and as a line",
     prompt=("At batch 1, decode step j (j = 1 ... n-1) reads W weight bytes plus the K/V of P + j tokens, k bytes "
             "each, at bandwidth beta. Give the total decode time of the n - 1 steps as a sympy expression of "
@@ -219,8 +225,8 @@ _COT_MODEL, _COT_HW, _COT_PROMPT, _ANSWER, _THINK = "llama-2-7b", "rtx-4090", 10
 _DIRECT = estimate(_COT_MODEL, _COT_HW, _COT_PROMPT, _ANSWER)
 _REASON = estimate(_COT_MODEL, _COT_HW, _COT_PROMPT, _ANSWER + _THINK)
 _Q6 = _REASON.total - _DIRECT.total
-q6 = Question(
-    id="q6", set=SET, points=2, kind="numeric",
+q6 = NumericQuestion(
+    id="q6", set=SET, points=2,
     objective="O4 compute the total time of a response and what hidden chain-of-thought tokens cost",
     prompt=(f"Multi-step: Llama-2-7B in fp16 on an RTX 4090, a prompt of {_COT_PROMPT:,} tokens. A direct answer "
             f"has {_ANSWER} tokens. A reasoning model first generates {_THINK:,} hidden thinking tokens, then the "
@@ -255,8 +261,8 @@ _Q7_CASES = [
     (weight_bytes(_SOURCE_7B, "fp16"), get_model("source-7b").kv_bytes_per_token("fp16"), 0, _H100.bandwidth),
     (_GPT2.decode_weight_bytes("fp32"), _GPT2.kv_bytes_per_token("fp32"), 1024, get_hardware("l4").bandwidth),
 ]
-q7 = Question(
-    id="q7", set=SET, points=2, kind="function",
+q7 = FunctionQuestion(
+    id="q7", set=SET, points=2,
     objective="O3 add the KV-cache reads: TPOT grows with the context",
     prompt=("Write `tpot_floor(weight_bytes, kv_bytes_per_token, context, bandwidth)` returning the batch-1 "
             "TPOT floor in seconds of a decode step that reads all weights once and the K/V of `context` "
@@ -287,8 +293,8 @@ _OPTIONS = (
     "the KV cache is recomputed from scratch at every step",
     "datasheets give the bandwidth in bits per second",
 )
-q8 = Question(
-    id="q8", set=SET, points=1, kind="choice",
+q8 = ChoiceQuestion(
+    id="q8", set=SET, points=1,
     objective="O5 explain why measured systems sit above the floor",
     prompt=("Measured decode steps are slower than bytes / datasheet bandwidth. Which explanation is right? "
             "Answer with one of the option strings: " + "; ".join(repr(o) for o in _OPTIONS) + "."),
@@ -313,8 +319,8 @@ q8 = Question(
 _B1 = weights_only_batch1()
 _H200 = get_hardware("h200")
 _Q9 = _B1["weight_bytes"] / (_B1["ms"] / 1e3) / _H200.bandwidth
-q9 = Question(
-    id="q9", set=SET, points=2, kind="numeric",
+q9 = NumericQuestion(
+    id="q9", set=SET, points=2,
     objective="O5 explain why measured systems sit above the floor",
     prompt=("Multi-step: `measurements.h200()['weights_only_decode_step_cuda_graph']` gives the weight bytes of a "
             "Mistral-7B decode step and, per batch, its measured time. (a) For batch 1, compute the achieved "

@@ -14,14 +14,21 @@ measurement object passed in (a ``course_lib.bench.GemvResult`` row, a table of 
 the same fields), with a tolerance derived from that measurement's own spread. Without
 ``measurement=`` the reference row (the H200's 8192 × 8192 fp16 GEMV, ``course_lib.measurements``)
 is used, which is what the set's self-tests check. torch is never imported here.
+
+Lessons: 05
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Callable
 
-from course_lib.checks.core import INCORRECT, Mistake, Question
-from course_lib.checks.core import detectors as d
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.display import INCORRECT
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core.hardware import get_hardware
 from course_lib.core.measurements import h200
 from course_lib.core.models import get_model
@@ -57,7 +64,11 @@ def read_measurement(measurement) -> dict:
             raise ValueError("the measurement table is empty: run bench.measure_gemv first")
         rotated = [r for r in rows if r["rotate"]] or rows
         return max(rotated, key=lambda r: r["m"] * r["k"] * r["element_bytes"])
-    get = measurement.get if isinstance(measurement, Mapping) else (lambda k, default=None: getattr(measurement, k, default))
+    if isinstance(measurement, Mapping):
+        get = measurement.get
+    else:
+        def get(k, default=None):
+            return getattr(measurement, k, default)
     missing = [f for f in _FIELDS if get(f) is None]
     if missing:
         raise TypeError(f"measurement must be a GEMV row from course_lib.bench.measure_gemv (or its .as_dict()); "
@@ -98,11 +109,11 @@ def _distinct(expected: float, tol: float, candidates: list[Mistake]) -> list[Mi
     return kept
 
 
-class MeasuredQuestion(Question):
+class MeasuredQuestion(NumericQuestion):
     """A numeric question whose expected answer is computed from a measurement at check time.
 
     ``derive(measurement_dict) -> dict(expected=..., rel_tol=..., mistakes=[...], detect=[...])``
-    builds the definition; the remaining keyword arguments are those of :class:`Question`.
+    builds the definition; the remaining keyword arguments are those of :class:`NumericQuestion`.
     ``check(answer, strict=False, measurement=row)`` binds the question to ``row`` and checks.
     """
 
@@ -111,9 +122,9 @@ class MeasuredQuestion(Question):
         self._kw = kw
         super().__init__(**kw, **derive(reference_measurement()))
 
-    def bind(self, measurement) -> Question:
-        """A plain Question whose expected value comes from ``measurement``."""
-        return Question(**self._kw, **self._derive(read_measurement(measurement)))
+    def bind(self, measurement) -> NumericQuestion:
+        """A plain NumericQuestion whose expected value comes from ``measurement``."""
+        return NumericQuestion(**self._kw, **self._derive(read_measurement(measurement)))
 
     def evaluate(self, answer, *, strict: bool = False, measurement=None):
         if measurement is None:
@@ -135,10 +146,10 @@ class MeasuredQuestion(Question):
 # --------------------------------------------------------------------------------------------------
 # The set
 # --------------------------------------------------------------------------------------------------
-q1 = Question(
+q1 = NumericQuestion(
     id="q1", set="ex05", objective="O1 count the bytes of a GEMV", points=1,
     prompt="Bytes one y = W·x moves for an 8192 × 8192 fp16 matrix (matrix and x read, y written).",
-    kind="numeric", expected=_GEMV_BYTES, dimension="bytes", rel_tol=1e-3,
+    expected=_GEMV_BYTES, dimension="bytes", rel_tol=1e-3,
     detect=[d.bits_vs_bytes(), d.gb_vs_gib(2)],
     mistakes=[
         Mistake(_N * _N, "That counts elements. Each fp16 element takes 2 bytes."),
@@ -151,10 +162,10 @@ q1 = Question(
              "134,217,728 bytes, 99.98 % of it.",
 )
 
-q2 = Question(
+q2 = NumericQuestion(
     id="q2", set="ex05", objective="O2 predict a GEMV's time as bytes / bandwidth", points=2,
     prompt="The floor for that GEMV on an H200 at its datasheet bandwidth, in microseconds.",
-    kind="numeric", expected=_GEMV_BYTES / _H200.bandwidth * 1e6, unit="us", dimension="time", rel_tol=0.01,
+    expected=_GEMV_BYTES / _H200.bandwidth * 1e6, unit="us", dimension="time", rel_tol=0.01,
     detect=[d.ms_vs_s(), d.bits_vs_bytes(),
             d.compute_instead_of_memory(_GEMV_FLOPS / _H200.flops("fp16") * 1e6)],
     mistakes=[
@@ -174,10 +185,10 @@ def _gemv_time(m, k, bytes_per_element, bandwidth):
     return (m * k + m + k) * bytes_per_element / bandwidth
 
 
-q3 = Question(
+q3 = FunctionQuestion(
     id="q3", set="ex05", objective="O2 predict a GEMV's time as bytes / bandwidth", points=2,
     prompt="Write gemv_time(m, k, bytes_per_element, bandwidth) -> seconds, counting matrix, x and y.",
-    kind="function", expected=_gemv_time, dimension="time", rel_tol=1e-6,
+    expected=_gemv_time, dimension="time", rel_tol=1e-6,
     cases=[((4, 4, 4, 100.0), 0.96), ((8192, 8192, 2, 4.8e12), _gemv_time(8192, 8192, 2, 4.8e12)),
            ((14336, 4096, 2, 1e12), _gemv_time(14336, 4096, 2, 1e12)), ((1, 3, 1, 2.0), 3.5)],
     detect=[d.bits_vs_bytes()],
@@ -203,11 +214,11 @@ _Q4_GBPS = _GEMV_BYTES / (_H200_ROW["us"] / 1e6) / 1e9
 _Q4_MEM_US = _GEMV_BYTES / _H200_COPY * 1e6
 _Q4_16K = next(r["GBps"] for r in _H200_DATA["gemv_fp16_eager"] if r["m"] == 16384) * 1e9 / _H200_COPY
 
-q4 = Question(
+q4 = NumericQuestion(
     id="q4", set="ex05", objective="O3 read a measured GEMV's achieved bandwidth", points=2,
     prompt="The H200's 8192 × 8192 fp16 GEMV took its measured median time; what fraction of the H200's "
            "measured copy bandwidth did it achieve? (a number between 0 and 1)",
-    kind="numeric", expected=_GEMV_BYTES / (_H200_ROW["us"] / 1e6) / _H200_COPY, rel_tol=0.01,
+    expected=_GEMV_BYTES / (_H200_ROW["us"] / 1e6) / _H200_COPY, rel_tol=0.01,
     mistakes=[
         Mistake(_GEMV_BYTES / (_H200_ROW["us"] / 1e6) / _H200.bandwidth,
                 "That is the fraction of the datasheet bandwidth; the question compares with the measured copy."),
@@ -228,12 +239,11 @@ q4 = Question(
 )
 
 
-q5 = Question(
+q5 = ChoiceQuestion(
     id="q5", set="ex05", objective="O4 explain results that contradict bytes / bandwidth", points=1,
     prompt="Suppose a machine's fp16 GEMV takes longer than its fp32 GEMV of the same shape, although it "
            "reads half the bytes (this happens on CPUs whose PyTorch build has no fast fp16 kernel; on a GPU "
            "fp16 takes about half fp32's time). Which explanation fits such a result?",
-    kind="choice",
     options=["compute-bound: converting and multiplying each element costs more time than reading it",
              "fp16 moves more bytes than fp32", "the cache holds fewer fp16 numbers",
              "memory bandwidth is halved for 16-bit loads", "the timer is too coarse for fp16"],
@@ -250,11 +260,11 @@ q5 = Question(
              "in a slow generic loop. That work, not the bytes, sets the time: the GEMV became compute-bound.",
 )
 
-q6 = Question(
+q6 = ExpressionQuestion(
     id="q6", set="ex05", objective="O1 count the bytes and FLOPs of a GEMV", points=1,
     prompt="Arithmetic intensity (FLOP per byte) of a large GEMV whose matrix has b bytes per element "
            "(ignore the vectors), as a formula in b.",
-    kind="expression", expected="2/b", symbols=["b"],
+    expected="2/b", symbols=["b"],
     detect=[d.bits_vs_bytes()],
     mistakes=[
         Mistake("1/b", "A multiply-add is 2 FLOP: one multiply and one add per matrix element."),
@@ -283,7 +293,7 @@ def _achieved(m: dict) -> dict:
 q7 = MeasuredQuestion(
     id="q7", set="ex05", objective="O3 time a GEMV and read its achieved bandwidth", points=2,
     prompt="From YOUR measurement row (the largest rotated fp32 GEMV), the achieved bandwidth in GB/s.",
-    kind="numeric", unit="GB/s", dimension="bandwidth", derive=_achieved,
+    unit="GB/s", dimension="bandwidth", derive=_achieved,
     hints=["Achieved bandwidth = row.bytes / row.seconds (the median time per call).",
            "Divide bytes per second by 10^9 for GB/s."],
     solution="`row.bytes / row.seconds / 1e9`, which is what `row.gb_per_s` reports. The check accepts "
@@ -310,7 +320,7 @@ q8 = MeasuredQuestion(
     id="q8", set="ex05", objective="O5 calibrate predictions with a measured bandwidth", points=2,
     prompt="At the bandwidth YOUR largest GEMV achieved, how many milliseconds would one batch-1 decode step "
            "of Llama-3-8B in fp16 take (weights only, get_model('llama-3-8b').decode_weight_bytes('fp16'))?",
-    kind="numeric", unit="ms", dimension="time", derive=_decode_ms,
+    unit="ms", dimension="time", derive=_decode_ms,
     hints=["Your bandwidth: row.bytes / row.seconds.",
            "Bytes per step: decode_weight_bytes('fp16'). Time = bytes / bandwidth, then × 1000 for ms."],
     solution="`get_model('llama-3-8b').decode_weight_bytes('fp16') / (row.bytes / row.seconds) * 1e3`. "

@@ -12,13 +12,18 @@ Objectives (lesson ``notebooks/06_prefill_vs_decode.ipynb``):
 
 Every expected value is computed here from ``course_lib`` (the catalogs, the generated formulas and
 the estimator); none is typed in.
+
+Lessons: 06
 """
 from __future__ import annotations
 
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.estimator import estimate, weight_bytes
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -35,8 +40,8 @@ _H100 = get_hardware("h100-sxm")
 _Q1_P = 1000
 _Q1_FLOPS = 2 * _SOURCE_7B * _Q1_P
 _Q1_MS = g.compute_time(_Q1_FLOPS, _A100.flops("fp16"), 1.0) * 1e3
-q1 = Question(
-    id="q1", set=SET, points=2, kind="numeric", unit="ms", dimension="time",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=2, unit="ms", dimension="time",
     objective="O2 predict TTFT as prefill FLOPs / peak compute",
     prompt=("The source's 7B model (7e9 parameters) in fp16 on an A100-40GB gets a 1000-token prompt. Counting "
             "2·N·P FLOPs for prefill (ignore attention and the lm_head) at 100 % of the fp16 peak "
@@ -66,8 +71,8 @@ q1 = Question(
 # --- q2: arithmetic intensity of a batched decode step ----------------------------------------------------
 _Q2_B = 8
 _Q2_I = g.arithmetic_intensity(g.gemv_flops(1, _SOURCE_7B, _Q2_B), g.weight_bytes(_SOURCE_7B, 2))
-q2 = Question(
-    id="q2", set=SET, points=1, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=1,
     objective="O1 compute a phase's arithmetic intensity",
     prompt=("A decode step of the source's 7B model in fp16 at batch 8: counting only the weights (2 FLOPs per "
             "weight per sequence, 2 bytes per weight; ignore the KV cache and attention), what is its arithmetic "
@@ -90,8 +95,8 @@ q2 = Question(
 # --- q3: the decode floor, and the source's recipe as the mistake -------------------------------------------
 _Q3_MS = g.memory_time(weight_bytes(_SOURCE_7B, "fp16"), _A100.bandwidth, 1.0) * 1e3
 _Q3_RECIPE_MS = g.compute_time(2 * _SOURCE_7B, _A100.flops("fp16"), 1.0) * 1e3
-q3 = Question(
-    id="q3", set=SET, points=2, kind="numeric", unit="ms", dimension="time",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=2, unit="ms", dimension="time",
     objective="O2 predict TPOT as bytes / bandwidth, not FLOPs / compute",
     prompt=("The same model on the same A100-40GB, batch 1: what is the floor of the time per output token "
             "(TPOT) in milliseconds? Count the weights only (7e9 × 2 bytes, read once per step)."),
@@ -125,8 +130,8 @@ def _total(ttft, tpot, n):
     return g.total_latency(ttft, n, tpot)
 
 
-q4 = Question(
-    id="q4", set=SET, points=2, kind="function", dimension="time", rel_tol=1e-9,
+q4 = FunctionQuestion(
+    id="q4", set=SET, points=2, dimension="time", rel_tol=1e-9,
     objective="O4 combine TTFT and TPOT into the total latency",
     prompt="Write total_latency(ttft, tpot, n) -> seconds until the n-th generated token has arrived.",
     expected=_total,
@@ -149,8 +154,8 @@ q4 = Question(
 _Q5 = estimate("llama-3-8b", "h100-sxm", prompt_tokens=4000, new_tokens=50)
 _Q5_N = 50
 _Q5_TPS = g.tokens_per_second(_Q5_N, _Q5.ttft, _Q5.tpot)
-q5 = Question(
-    id="q5", set=SET, points=2, kind="numeric", rel_tol=0.003,
+q5 = NumericQuestion(
+    id="q5", set=SET, points=2, rel_tol=0.003,
     objective="O4 compute tokens per second per user from TTFT and TPOT",
     prompt=("Run `e = estimate('llama-3-8b', 'h100-sxm', prompt_tokens=4000, new_tokens=50)`. From `e.ttft` and "
             "`e.tpot` (not `e.tps`), how many tokens per second does this user see over the whole 50-token "
@@ -171,8 +176,8 @@ q5 = Question(
 
 # --- q6: the critical batch --------------------------------------------------------------------------------
 _Q6 = g.critical_batch(_H100.flops("fp16"), 1, _H100.bandwidth)
-q6 = Question(
-    id="q6", set=SET, points=2, kind="numeric", rel_tol=0.01,
+q6 = NumericQuestion(
+    id="q6", set=SET, points=2, rel_tol=0.01,
     objective="O5 predict the critical batch where decode turns compute-bound",
     prompt=("An H100 SXM decodes a model whose weights are stored in int8 (1 byte each) and computed in fp16 "
             "(`get_hardware('h100-sxm')`: fp16 peak and bandwidth). Ignoring the KV cache, from which batch size "
@@ -197,8 +202,8 @@ _Q7_M = get_model("llama-3-8b")
 # the two terms of prefill_flops at P = 1 (weights 2·N, causal attention 2·L·H·d): their ratio is the crossover
 _Q7_P = (g.prefill_flops(1, _Q7_M.block_params, 1, 0, 0, 0, _Q7_M.heads, _Q7_M.attn_dim, 0)
          / g.prefill_flops(1, 0, 1, 0, 0, _Q7_M.layers, _Q7_M.heads, _Q7_M.attn_dim, 0))
-q7 = Question(
-    id="q7", set=SET, points=2, kind="expression", symbols=["N", "L", "H", "d"],
+q7 = ExpressionQuestion(
+    id="q7", set=SET, points=2, symbols=["N", "L", "H", "d"],
     objective="O3 find where causal attention's FLOPs overtake 2·N·P",
     prompt=("Prefill FLOPs are 2·N·P for the weights plus 2·L·H·d·P² for causal attention (N block parameters, L "
             "layers, H query heads of dimension d). At which prompt length P are the two equal? A formula in "
@@ -222,8 +227,8 @@ q7 = Question(
 # --- q8: a roofline plus per-op overhead (multi-step) ----------------------------------------------------------
 _Q8_ROOF_MS, _Q8_OPS, _Q8_OP_US = 0.4, 150, 12.0
 _Q8_MS = g.step_time_with_overhead(_Q8_ROOF_MS / 1e3, _Q8_OPS, _Q8_OP_US / 1e6) * 1e3
-q8 = Question(
-    id="q8", set=SET, points=2, kind="numeric", unit="ms", dimension="time", rel_tol=0.01,
+q8 = NumericQuestion(
+    id="q8", set=SET, points=2, unit="ms", dimension="time", rel_tol=0.01,
     objective="O6 add per-op dispatch overhead to a roofline time",
     prompt=("A small model's decode step has a roofline time of 0.4 ms on a laptop. The step runs 150 PyTorch "
             "ops one after another, and each costs 12 µs of dispatch however small it is. Predicted step time, "

@@ -13,15 +13,20 @@ Objectives (as numbered in the lesson):
 
 Every expected value is computed here from ``course_lib`` (the caching model, the estimator, the
 formulas and the shipped measurements), never typed in. Feedback never states an expected value.
+
+Lessons: 07
 """
 from __future__ import annotations
 
-from course_lib.core import _generated as g
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import caching
 from course_lib.core import measurements
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.estimator import estimate, kv_cache_bytes
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -71,8 +76,8 @@ _P, _N = _PC["prefix"], _PC["suffix"]
 _R = caching.prefix_reuse(_MISTRAL, _H200, _P, _N)
 
 # --- O1 ------------------------------------------------------------------------------------------------
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O1 predict the TTFT on a prefix-cache hit and on a miss",
     prompt=(f"Mistral-7B in fp16 on an H200: a request brings a {_P:,}-token shared prefix and {_N} tokens of its "
             f"own. On a cache **hit** the prefix's K/V are already cached. Predict the TTFT of the hit with "
@@ -97,8 +102,8 @@ q1 = Question(
 
 _H = 0.7
 _Q2 = _R.expected_ttft(_H)
-q2 = Question(
-    id="q2", set=SET, points=2, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=2,
     objective="O1 predict the mean TTFT at a hit rate and the speed-up",
     prompt=(f"Multi-step, same request as question 1. (a) Predict the TTFT of a miss (`cached_prefix_tokens=0`). "
             f"(b) Take the hit from question 1. (c) If {_H:.0%} of requests hit, what is the mean TTFT? Answer in ms."),
@@ -116,8 +121,10 @@ q2 = Question(
     ],
     hints=["Mean TTFT = h t_hit + (1 - h) t_miss (`formulas.latex('expected_ttft')`).",
            "`caching.prefix_reuse('mistral-7b', 'h200', 4000, 100).expected_ttft(0.7)` checks the answer."],
-    solution=(f"t_miss = {units.format_time(_R.ttft_miss, digits=4)}, t_hit = {units.format_time(_R.ttft_hit, digits=4)}; "
-              f"{_H} x t_hit + {1 - _H:.1f} x t_miss = {units.format_time(_Q2, digits=4)}. The mean is dominated by the "
+    solution=(f"t_miss = {units.format_time(_R.ttft_miss, digits=4)}, t_hit = "
+              f"{units.format_time(_R.ttft_hit, digits=4)}; "
+              f"{_H} x t_hit + {1 - _H:.1f} x t_miss = {units.format_time(_Q2, digits=4)}. The mean is "
+              f"dominated by the "
               f"misses: even at {_H:.0%} hits it is {_R.ttft_miss / _Q2:.1f} times below the miss, not "
               f"{_R.speedup:.0f} times."),
 )
@@ -125,8 +132,8 @@ q2 = Question(
 # --- O2 as a function -------------------------------------------------------------------------------------------
 _Q3_CASES = [(1000, 16, 0), (4100, 128, 1024), (1023, 128, 1024), (1024, 128, 1024), (15, 16, 0), (4096, 16, 0),
              (2000, 1, 0)]
-q3 = Question(
-    id="q3", set=SET, points=2, kind="function",
+q3 = FunctionQuestion(
+    id="q3", set=SET, points=2,
     objective="O2 say which tokens a cache can reuse",
     prompt=("Write `reusable(prefix_tokens, block_tokens, min_tokens)` returning how many tokens of a shared prefix a "
             "block cache reuses: only whole blocks of `block_tokens` count, and prefixes shorter than `min_tokens` "
@@ -150,8 +157,8 @@ q3 = Question(
 )
 
 # --- O3 as a formula ---------------------------------------------------------------------------------------------
-q4 = Question(
-    id="q4", set=SET, points=2, kind="expression",
+q4 = ExpressionQuestion(
+    id="q4", set=SET, points=2,
     objective="O3 derive the prefill tokens of a chat session without a cache",
     prompt=("A chat has a system prompt of S tokens; every turn adds a user message of u tokens and a reply of r "
             "tokens. Without a cache, turn t prefills the system prompt, the t user messages and the t - 1 replies "
@@ -177,8 +184,8 @@ q4 = Question(
 _S5, _U5, _R5, _T5 = 1500, 120, 250, 8
 _Q5 = (caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=False)
        - caching.session_prefill_tokens(_S5, _U5, _R5, _T5, cached=True))
-q5 = Question(
-    id="q5", set=SET, points=2, kind="numeric",
+q5 = NumericQuestion(
+    id="q5", set=SET, points=2,
     objective="O3 derive the prefill tokens of a chat session without and with a cache",
     prompt=(f"Multi-step: a {_T5}-turn chat with a {_S5:,}-token system prompt, {_U5}-token user messages and "
             f"{_R5}-token replies. (a) Tokens prefilled without a cache. (b) With a session cache (the system "
@@ -212,8 +219,8 @@ _ST = 8192
 _Q6 = caching.sessions_fit(_L3, _H100, _ST)
 _free = _H100.capacity - _L3.weight_bytes("fp16")
 _ktok = kv_cache_bytes(_L3, 1)
-q6 = Question(
-    id="q6", set=SET, points=2, kind="numeric",
+q6 = NumericQuestion(
+    id="q6", set=SET, points=2,
     objective="O4 price a cache: bytes held and sessions that fit",
     prompt=(f"Multi-step: Llama-3-8B with fp16 weights and fp16 K/V on an H100 SXM "
             f"(`get_hardware('h100-sxm').capacity`). (a) How many bytes does one token's K/V take "
@@ -235,18 +242,22 @@ q6 = Question(
                 "fit; the vendor figure is the conservative one.)"),
     ],
     hints=["K/V bytes per token = 2 x layers x KV heads x head_dim x 2 bytes.",
-           "floor((capacity - weight bytes) / (bytes per token x session tokens)): `formulas.latex('sessions_that_fit')`."],
-    solution=(f"{units.format_bytes(_ktok, digits=4)} per token x {_ST:,} = {units.format_bytes(_ktok * _ST, digits=4)} "
-              f"per session; ({units.format_bytes(_H100.capacity)} - {units.format_bytes(_L3.weight_bytes('fp16'), digits=4)}) "
+           "floor((capacity - weight bytes) / (bytes per token x session tokens)): "
+           "`formulas.latex('sessions_that_fit')`."],
+    solution=(f"{units.format_bytes(_ktok, digits=4)} per token x {_ST:,} = "
+              f"{units.format_bytes(_ktok * _ST, digits=4)} "
+              f"per session; ({units.format_bytes(_H100.capacity)} - "
+              f"{units.format_bytes(_L3.weight_bytes('fp16'), digits=4)}) "
               f"/ that = {_Q6} whole sessions (activations and workspace not counted)."),
 )
 
-q7 = Question(
-    id="q7", set=SET, points=2, kind="expression",
+q7 = ExpressionQuestion(
+    id="q7", set=SET, points=2,
     objective="O4 the break-even hit rate when misses pay a write overhead",
     prompt=("A hit costs t_hit, a miss t_miss, and a cache that stores every miss's K/V adds t_w to each miss. "
             "Solve h t_hit + (1 - h)(t_miss + t_w) = t_miss for the hit rate h above which the cache lowers the mean "
-            "TTFT. Give a sympy expression of `t_hit, t_miss, t_w = sympy.symbols('t_hit t_miss t_w', positive=True)`."),
+            "TTFT. Give a sympy expression of `t_hit, t_miss, t_w = sympy.symbols('t_hit t_miss t_w', "
+            "positive=True)`."),
     expected=break_even_expression(), symbols=["t_hit", "t_miss", "t_w"],
     mistakes=[
         Mistake("t_w/(t_miss - t_hit)", "Close, but the write overhead also enters the denominator: expand "
@@ -257,7 +268,8 @@ q7 = Question(
     ],
     hints=["Expand: h t_hit + t_miss + t_w - h t_miss - h t_w = t_miss.",
            "Collect h: h (t_miss - t_hit + t_w) = t_w."],
-    solution=("$h^* = \\frac{t_w}{t_{miss} - t_{hit} + t_w}$ (`caching.break_even_derivation()`): 0 when writes are free, "
+    solution=("$h^* = \\frac{t_w}{t_{miss} - t_{hit} + t_w}$ (`caching.break_even_derivation()`): 0 when writes "
+              "are free, "
               "close to 1 when writing costs much more than a hit saves."),
 )
 
@@ -268,8 +280,8 @@ _OPTIONS = (
     "a reused module makes the prefill memory-bound",
     "the cache stores one K/V per query head, not per KV head",
 )
-q8 = Question(
-    id="q8", set=SET, points=1, kind="choice",
+q8 = ChoiceQuestion(
+    id="q8", set=SET, points=1,
     objective="O2 why reuse away from the start of the prompt is an approximation",
     prompt=("Prompt Cache (Gim et al. 2023) reuses the K/V of a module (a document, a tool description) wherever it "
             "appears in a prompt. Why does the first token then differ (slightly) from full prefill? Answer with one "
@@ -289,8 +301,8 @@ q8 = Question(
 )
 
 _Q9 = 1 - _PC["cached_ms"] / _PC["full_ms"]
-q9 = Question(
-    id="q9", set=SET, points=2, kind="numeric",
+q9 = NumericQuestion(
+    id="q9", set=SET, points=2,
     objective="O5 compare measured caching gains with published claims",
     prompt=("Multi-step: `measurements.h200()['hf_transformers_eager']['prefix_cache']` gives the measured TTFT of a "
             "4,000-token prefix + 100 tokens, full and with the prefix cached. (a) Compute the fraction of the TTFT "
@@ -306,7 +318,8 @@ q9 = Question(
                                       "measured.", rel_tol=0.002),
     ],
     hints=["The fields are full_ms and cached_ms.", "1 - cached_ms / full_ms."],
-    solution=(f"1 - {_PC['cached_ms']} / {_PC['full_ms']} = {_Q9:.3f}: about what the providers claim, though the model "
+    solution=(f"1 - {_PC['cached_ms']} / {_PC['full_ms']} = {_Q9:.3f}: about what the providers claim, though "
+              f"the model "
               f"predicts {_R.latency_reduction:.0%} at 100 % of peak: the measured hit is dominated by eager-mode "
               f"overhead, not by its bytes."),
 )

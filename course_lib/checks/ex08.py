@@ -13,16 +13,21 @@ Objectives (as numbered in the lesson):
 
 Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.compare``
 and the shipped measurements), never typed in. Feedback never states an expected value.
+
+Lessons: 08
 """
 from __future__ import annotations
 
 import math
 
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import compare
-
 from course_lib.core import measurements
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.estimator import estimate
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "geomean_efficiency_reference"]
@@ -46,8 +51,8 @@ _FLOOR_INT4 = estimate("llama-2-7b", "rtx-4090", _C, 2, precision="int4").tpot_f
 _Q1 = _FLOOR_F16 * _F16["decode_tokens_per_s"]
 assert math.isclose(_Q1, _PUB[f"{_F16_ID}/tg"].efficiency, rel_tol=1e-12)
 
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O2 predict a published benchmark with the estimator and read its efficiency",
     prompt=(f"llama.cpp decodes Llama-2-7B with f16 weights on an RTX 4090 at "
             f"`measurements.record('{_F16_ID}')['decode_tokens_per_s']` tokens/s: llama.cpp `main`'s 'eval' "
@@ -82,8 +87,8 @@ _PRED_SPEEDUP = _FLOOR_F16 / _FLOOR_Q40
 _MEAS_SPEEDUP = _Q40["decode_tokens_per_s"] / _F16["decode_tokens_per_s"]
 _Q2 = _MEAS_SPEEDUP / _PRED_SPEEDUP
 _FIT = compare.fixed_cost_fit(_PUB[f"{_F16_ID}/tg"], _PUB[f"{_Q40_ID}/tg"])
-q2 = Question(
-    id="q2", set=SET, points=2, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=2,
     objective="O4 test a quantisation claim against measurements",
     prompt=(f"Multi-step: the same card runs the q4_0 model (4.5 bits per weight) at "
             f"`measurements.record('{_Q40_ID}')['decode_tokens_per_s']` tokens/s. "
@@ -115,8 +120,8 @@ q2 = Question(
 # --- O3: framework overhead ----------------------------------------------------------------------------
 _HF = _H200["h200/hf/tpot-c2048"]
 _Q3 = _HF.excess_s * 1e3
-q3 = Question(
-    id="q3", set=SET, points=1, kind="numeric",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=1,
     objective="O3 explain the H200's gaps: framework overhead",
     prompt=("Hugging Face transformers (eager PyTorch) took `measurements.h200()['hf_transformers_eager']['tpot']` "
             "per token at context 2048 on the H200. Its floor on the datasheet: "
@@ -146,8 +151,8 @@ _A, _B = _RUNS[(1, 1)], _RUNS[(1, 32768)]
 _DKV = _B["kv_bytes_read"] - _A["kv_bytes_read"]
 _DT = (_B["ms"] - _A["ms"]) / 1e3
 _Q4 = _DKV / _DT / 1e9
-q4 = Question(
-    id="q4", set=SET, points=2, kind="numeric",
+q4 = NumericQuestion(
+    id="q4", set=SET, points=2,
     objective="O3 explain the H200's gaps: K/V reads at long context",
     prompt=("Multi-step: `measurements.h200()['full_decode_step_cuda_graph']['runs']` has the whole decode step "
             "at batch 1 with 1 and with 32768 tokens cached. (a) How many more K/V bytes does the long-context "
@@ -171,8 +176,8 @@ q4 = Question(
 )
 
 # --- O1: the efficiency as a formula -----------------------------------------------------------------------
-q5 = Question(
-    id="q5", set=SET, points=1, kind="expression",
+q5 = ExpressionQuestion(
+    id="q5", set=SET, points=1,
     objective="O1 define a case's efficiency as predicted floor / measured time",
     prompt=("A memory-bound kernel moves `data` bytes on a device whose bandwidth is `bw` (bytes/s); it was "
             "measured at `t` seconds. Write its efficiency (predicted floor / measured time) in data, bw and t."),
@@ -200,8 +205,8 @@ _CASES6 = [
     [(r.predicted_s, r.measured_s) for r in _H200.values() if r.group == "H200 HF eager TTFT"],
     [(r.predicted_s, r.measured_s) for r in _PUB.values() if r.group == "llama.cpp decode f16"],
 ]
-q6 = Question(
-    id="q6", set=SET, points=2, kind="function",
+q6 = FunctionQuestion(
+    id="q6", set=SET, points=2,
     objective="O1 summarise many cases with the geometric mean of their efficiencies",
     prompt=("Write `geomean_efficiency(pairs)`: given a list of `(predicted_s, measured_s)` pairs, return the "
             "geometric mean of their efficiencies (predicted / measured): the n-th root of their product."),
@@ -229,8 +234,8 @@ _OPT_RIGHT = ("less than 2x: the fp8 step read its weights at a lower bandwidth 
 _OPT_HALF = "exactly 2x: halving the bytes halved the time, as bytes / bandwidth predicts"
 _OPT_SLOWER = "fp8 was slower than fp16, because the H200 converts fp8 to fp16 before reading it"
 _OPT_MORE = "more than 2x, because fp8 arithmetic runs at twice the fp16 rate"
-q7 = Question(
-    id="q7", set=SET, points=1, kind="choice",
+q7 = ChoiceQuestion(
+    id="q7", set=SET, points=1,
     objective="O4 test a quantisation claim against measurements",
     prompt=("`measurements.h200()['weights_only_decode_step_fp16_vs_fp8']` timed the same weights-only step with "
             "fp16 and with fp8 weights (half the bytes). Which statement does the data support?"),
@@ -254,8 +259,8 @@ _P = _PC["prefix"] + _PC["suffix"]
 _FULL = _H200["h200/hf/prefix-full"]
 _HIT = _H200["h200/hf/prefix-cached"]
 _Q8 = _FULL.predicted_s / _HIT.predicted_s
-q8 = Question(
-    id="q8", set=SET, points=2, kind="numeric",
+q8 = NumericQuestion(
+    id="q8", set=SET, points=2,
     objective="O3 explain the H200's gaps: prefix caching",
     prompt=("Multi-step: the H200 prefix-cache test (`measurements.h200()['hf_transformers_eager']['prefix_cache']`) "
             "ran a prompt of prefix + suffix tokens with nothing cached, then with the prefix cached. "

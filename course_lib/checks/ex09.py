@@ -15,15 +15,21 @@ Objectives (as numbered in the lesson):
 
 Every expected value is computed here from ``course_lib`` (the estimator, the dashboard's functions
 and the generated formulas), never typed in. Feedback never states an expected value.
+
+Lessons: 09
 """
 from __future__ import annotations
 
 import math
 
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import detectors as d
+from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import units
-from course_lib.checks.core import Mistake, Question
-from course_lib.checks.core import detectors as d
 from course_lib.core.capstone import DashboardState, best_batch, compute, max_batch_that_fits
 from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
@@ -65,8 +71,8 @@ _P, _N = 2048, 300                    # the exercises' chat requests: prompt and
 # --- O1: TTFT of a batch of prompts ---------------------------------------------------------------------
 _Q1_B, _Q1_P = 8, 1500
 _Q1 = estimate(_L3, _A100, _Q1_P, _N, batch=_Q1_B)
-q1 = Question(
-    id="q1", set=SET, points=1, kind="numeric",
+q1 = NumericQuestion(
+    id="q1", set=SET, points=1,
     objective="O1 price a deployment: TTFT, TPOT, tokens per second and the bound in each phase",
     prompt=(f"Llama-3-8B in fp16 on an A100 80GB (efficiencies 1). {_Q1_B} requests of {_Q1_P:,} prompt tokens "
             f"arrive together and are prefilled in one pass. What is their TTFT, in ms? Use `estimate(...)` with "
@@ -98,8 +104,8 @@ q1 = Question(
 _Q2_B = 32
 _Q2 = estimate(_L3, _H100, _P, _N, batch=_Q2_B)
 _KV1 = _L3.kv_bytes_per_token("fp16")
-q2 = Question(
-    id="q2", set=SET, points=2, kind="numeric",
+q2 = NumericQuestion(
+    id="q2", set=SET, points=2,
     objective="O2 check the memory one GPU needs and find the largest batch that fits",
     prompt=(f"Multi-step: Llama-3-8B in fp16 serves a batch of {_Q2_B} chats, each with a {_P:,}-token prompt and "
             f"a {_N}-token answer. (a) Bytes of the weights (`get_model('llama-3-8b').weight_bytes('fp16')`). "
@@ -132,8 +138,8 @@ q2 = Question(
 _Q3_STATE = DashboardState(model="llama-3-8b", hardware="l40s", prompt_tokens=_P, new_tokens=_N)
 _Q3 = max_batch_that_fits(_Q3_STATE)
 _SEQ = _KV1 * (_P + _N)
-q3 = Question(
-    id="q3", set=SET, points=2, kind="numeric",
+q3 = NumericQuestion(
+    id="q3", set=SET, points=2,
     objective="O2 check the memory one GPU needs and find the largest batch that fits",
     prompt=(f"Multi-step: the same chats ({_P:,} + {_N} tokens) with Llama-3-8B in fp16 on one L40S "
             f"(`get_hardware('l40s').capacity` bytes). (a) Memory left after the weights. (b) KV bytes of one "
@@ -162,8 +168,8 @@ q3 = Question(
 
 # --- O1: aggregate tokens per second ---------------------------------------------------------------------------
 _Q4 = _Q2                                   # Llama-3-8B, H100 SXM, batch 32, 2048 + 300 tokens
-q4 = Question(
-    id="q4", set=SET, points=1, kind="numeric",
+q4 = NumericQuestion(
+    id="q4", set=SET, points=1,
     objective="O1 price a deployment: TTFT, TPOT, tokens per second and the bound in each phase",
     prompt=(f"Llama-3-8B in fp16 on an H100 SXM, a batch of {_Q2_B} chats ({_P:,}-token prompts, {_N}-token "
             f"answers, all starting together). How many tokens per second does the GPU produce for all users "
@@ -208,8 +214,8 @@ def _scan(model, hardware, P, n, ttft_b, tpot_b, *, memory=True, ttft=True, tpot
     return best
 
 
-q5 = Question(
-    id="q5", set=SET, points=2, kind="function",
+q5 = FunctionQuestion(
+    id="q5", set=SET, points=2,
     objective="O3 find the largest batch that meets a latency budget",
     prompt=(f"Write `largest_batch(model, hardware, prompt_tokens, new_tokens, ttft_budget, tpot_budget)` returning "
             f"the largest batch in 1 ... {BATCH_LIMIT} whose `estimate(...)` (fp16, efficiencies 1) fits in memory "
@@ -244,7 +250,7 @@ q5 = Question(
               "`course_lib.dashboard.best_batch` does the same by bisection."),
 )
 
-# --- O4: which resource sets which budget ------------------------------------------------------------------------------
+# --- O4: which resource sets which budget -----------------------------------------------------------------------------
 _OPTIONS = (
     "it stays the same: the TTFT of a batch is compute-bound and both have the same fp16 FLOP/s; "
     "the H200 lowers TPOT and holds more sequences",
@@ -253,8 +259,8 @@ _OPTIONS = (
     "it shrinks, because the H200's larger memory is slower to fill",
 )
 _H200 = get_hardware("h200")
-q6 = Question(
-    id="q6", set=SET, points=1, kind="choice",
+q6 = ChoiceQuestion(
+    id="q6", set=SET, points=1,
     objective="O4 choose hardware, precision and prefix caching and defend the choice with numbers",
     prompt=("A deployment of Llama-3-8B in fp16 is limited by its TTFT budget (all prompts of a batch are "
             "prefilled together). You move it from an H100 SXM to an H200, which has more memory bandwidth and "
@@ -278,9 +284,9 @@ q6 = Question(
               f"caches: it helps when TPOT or memory binds."),
 )
 
-# --- O5: the all-reduce term as a formula ------------------------------------------------------------------------------
-q7 = Question(
-    id="q7", set=SET, points=2, kind="expression",
+# --- O5: the all-reduce term as a formula -----------------------------------------------------------------------------
+q7 = ExpressionQuestion(
+    id="q7", set=SET, points=2,
     objective="O5 split a model over several GPUs with tensor parallelism",
     prompt=("Tensor parallelism over G GPUs adds two all-reduces per layer to every decode step, each of the "
             "activations of the batch: B x h values of b bytes. A ring all-reduce moves 2 (G - 1) / G of the "
@@ -298,13 +304,14 @@ q7 = Question(
         Mistake("2*L*2*(G - 1)*B*h*b/beta", "That sends 2 (G - 1) whole messages: in a ring each GPU passes on "
                                             "2 (G - 1) chunks of 1/G of the message each."),
     ],
-    hints=["One ring all-reduce of M bytes takes M x 2 (G - 1) / (G x beta) (`formulas.equation('ring_allreduce_time')`).",
+    hints=["One ring all-reduce of M bytes takes M x 2 (G - 1) / (G x beta) "
+           "(`formulas.equation('ring_allreduce_time')`).",
            "M = B h b; two per layer; L layers."],
     solution=("$2L \\cdot \\frac{2(G-1)}{G} \\cdot \\frac{B h b}{\\beta}$: "
               "`2 * L * ring_allreduce_time(G, B*h*b, beta)`."),
 )
 
-# --- O5 multi-step: the break-even link bandwidth -------------------------------------------------------------------------
+# --- O5 multi-step: the break-even link bandwidth ---------------------------------------------------------------------
 _L70 = get_model("llama-3-70b")
 _Q8_G, _Q8_B, _Q8_SHARE = 4, 32, 0.1
 _Q8_STATE = DashboardState(model="llama-3-70b", hardware="h100-sxm", batch=_Q8_B, prompt_tokens=_P, new_tokens=_N,
@@ -312,8 +319,8 @@ _Q8_STATE = DashboardState(model="llama-3-70b", hardware="h100-sxm", batch=_Q8_B
 _Q8_SPLIT = compute(_Q8_STATE).estimate.tpot           # the split decode step, without the all-reduces
 _Q8_BYTES_PER_LINK_BW = allreduce_per_step(_L70.layers, _Q8_G, _Q8_B, _L70.hidden, 2, 1.0)   # seconds x bytes/s
 _Q8 = _Q8_BYTES_PER_LINK_BW / (_Q8_SHARE * _Q8_SPLIT)
-q8 = Question(
-    id="q8", set=SET, points=2, kind="numeric",
+q8 = NumericQuestion(
+    id="q8", set=SET, points=2,
     objective="O5 split a model over several GPUs with tensor parallelism",
     prompt=(f"Multi-step: Llama-3-70B in fp16 split over {_Q8_G} H100 SXM GPUs, a batch of {_Q8_B} chats "
             f"({_P:,} + {_N} tokens). (a) The mean decode step of the split work without communication: "
