@@ -101,7 +101,8 @@ def test_llamacpp_decode_contexts_bad_input(kwargs, match):
 def test_fp16_accumulate_peak_from_the_catalog_notes():
     assert compare.fp16_accumulate_peak("rtx-4090") == 330e12
     assert compare.fp16_accumulate_peak("rtx-3090") == 142e12
-    assert compare.fp16_accumulate_peak("rtx-4090") == pytest.approx(2 * get_hardware("rtx-4090").flops("fp16"), rel=2e-3)
+    assert compare.fp16_accumulate_peak("rtx-4090") == pytest.approx(2 * get_hardware("rtx-4090").flops("fp16"),
+                                                                     rel=2e-3)
     assert compare.fp16_accumulate_peak("h100-pcie") is None
     with pytest.raises(TypeError, match="hardware"):
         compare.fp16_accumulate_peak(3)
@@ -128,7 +129,8 @@ def test_fixed_cost_fit_recovers_a_line_and_rejects_bad_pairs(pub):
     assert t0 == pytest.approx(3e-3, rel=1e-9) and eta == pytest.approx(0.9, rel=1e-9)
     f, q = pub["llamacpp-llama-2-7b-f16-rtx-4090-24gb/tg"], pub["llamacpp-llama-2-7b-q4_0-rtx-4090-24gb/tg"]
     t0, eta = compare.fixed_cost_fit(f, q)
-    assert f.measured_s == pytest.approx(t0 + f.predicted_s / eta) and q.measured_s == pytest.approx(t0 + q.predicted_s / eta)
+    assert f.measured_s == pytest.approx(t0 + f.predicted_s / eta)
+    assert q.measured_s == pytest.approx(t0 + q.predicted_s / eta)
     assert compare.fixed_cost_fit(q, f) == pytest.approx((t0, eta))
     with pytest.raises(ValueError, match="different floors"):
         compare.fixed_cost_fit(f, f)

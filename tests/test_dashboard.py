@@ -71,7 +71,8 @@ def test_compute_equals_the_estimator(overrides):
     rate = lambda x: f"{Quantity(x, 'number').format()} tokens/s"  # noqa: E731
     assert D.tps_text(s) == f"{rate(e.tps)} per user, {rate(e.tps_aggregate)} in all"
     verdict = "fits" if e.fits else "does NOT fit"
-    assert D.memory_text(s) == f"{format_bytes(e.memory_needed)} of {format_bytes(e.memory_available)} per GPU: {verdict}"
+    needed, available = format_bytes(e.memory_needed), format_bytes(e.memory_available)
+    assert D.memory_text(s) == f"{needed} of {available} per GPU: {verdict}"
     v = D.dashboard_view(s)
     assert (v.ttft_text, v.tpot_text, v.total_text, v.error) == (D.ttft_text(s), D.tpot_text(s),
                                                                  format_time(e.total), None)

@@ -3,7 +3,6 @@ import math
 import subprocess
 import sys
 
-import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
 import pytest
 
-from course_lib import get_hardware, list_hardware
+from course_lib import get_hardware
 from course_lib.core.hardware import custom_hardware
 
 REQUIRED = ["rtx-3090", "rtx-4090", "a100-40gb", "a100-80gb", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h200",

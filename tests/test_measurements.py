@@ -13,7 +13,7 @@ import pytest
 
 from course_lib.lessons import glossary
 
-from course_lib.core import measurements
+from course_lib.core import data, measurements
 from course_lib.core.units import GiB, format_bytes, parse_bytes
 
 LLAMACPP_SOURCE = 'XiongjieDai/GPU-Benchmarks-on-LLM-Inference, README.md, section "Overview", snapshot Dec 2023'
@@ -285,3 +285,28 @@ def test_glossary_lookup_and_markdown():
     assert len(lines) == 2 + len(glossary.terms())
     assert "| **GiB** |" in table
     assert len(glossary.as_markdown(lesson=3).splitlines()) == 2 + len(lesson3)
+
+
+# ---- course_lib.core.data: the one loader of every JSON catalog --------------------------------------
+def test_one_loader_reads_every_catalog_once():
+    names = data.catalog_names()
+    assert {"hardware", "models", "published_measurements", "h200_mistral7b", "glossary", "lessons"} <= set(names)
+    for name in names:
+        assert data.load_catalog(name) is data.load_catalog(f"{name}.json")   # read once, cached
+    copy = data.load_catalog("hardware", copy=True)
+    assert copy == data.load_catalog("hardware") and copy is not data.load_catalog("hardware")
+    with pytest.raises(ValueError, match="unknown name 'hardwear'.*Did you mean 'hardware'"):
+        data.load_catalog("hardwear")
+    with pytest.raises(TypeError, match="name must be a string"):
+        data.load_catalog(3)
+
+
+def test_no_module_reads_the_data_folder_but_the_loader():
+    from pathlib import Path
+
+    import course_lib
+
+    root = Path(course_lib.__file__).parent
+    readers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                     if p.name != "data.py" and re.search(r"resources\.files\(|data/[a-z_0-9]+\.json\"", p.read_text()))
+    assert readers == [], f"read course_lib/data/*.json through course_lib.core.data.load_catalog: {readers}"

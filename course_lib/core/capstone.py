@@ -1,5 +1,7 @@
 """The capstone dashboard's logic: plan a deployment (lesson 09 and the ``make app`` Voila app).
 
+Lessons: 09
+
 A deployment is a :class:`DashboardState`: which model on which device, in which precision, how many
 sequences decode together (the batch), how long the prompts and the answers are, how much of each
 prompt is already in a prefix cache, how close the kernels get to the datasheet (efficiencies) and
@@ -39,7 +41,8 @@ from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
-from course_lib.core.validation import require_choice, require_count, require_fraction, require_positive
+from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
+                                        require_positive)
 
 __all__ = ["THIS_MACHINE", "NOT_AVAILABLE", "TENSOR_PARALLEL_CHOICES", "DashboardState", "DashboardResult",
            "DashboardView", "CurvePoint", "hardware_choices", "resolve_hardware", "activation_bytes",
@@ -71,7 +74,8 @@ class DashboardState:
     (``None``: the estimator's rule, same as the weights or fp16 for integer formats). Times per
     request: ``prompt_tokens`` in, ``new_tokens`` out, the first ``cached_prefix_tokens`` of the prompt
     already cached. ``tensor_parallel`` GPUs hold one copy of the model; ``interconnect_bandwidth``
-    (bytes/s per GPU and direction) is required when it is above 1. Bad values raise one ValueError/TypeError naming the field.
+    (bytes/s per GPU and direction) is required when it is above 1. Bad values raise one ValueError/TypeError
+    naming the field.
     """
 
     model: str = "llama-3-8b"
@@ -107,6 +111,10 @@ class DashboardState:
             raise ValueError(f"cached_prefix_tokens must be < prompt_tokens ({self.prompt_tokens}): at least one "
                              f"prompt token is processed to produce the first output token; got {c}")
         set_(self, "cached_prefix_tokens", c)
+        if self.batch > _largest_batch(self):
+            raise ValueError(f"batch x (prompt_tokens - cached_prefix_tokens) = {self.batch:,} x "
+                             f"{self.prompt_tokens - c:,} tokens in one prefill pass must be at most {MAX_COUNT:.0e}: "
+                             f"batch at most {_largest_batch(self):,} here")
         set_(self, "compute_efficiency", require_fraction("compute_efficiency", self.compute_efficiency))
         set_(self, "bandwidth_efficiency", require_fraction("bandwidth_efficiency", self.bandwidth_efficiency))
         tp = require_count("tensor_parallel", self.tensor_parallel, minimum=1)
@@ -134,8 +142,20 @@ class DashboardState:
         return replace(self, **changes)
 
 
+def _largest_batch(state) -> int:
+    """The largest batch the estimator prices for ``state``: a prefill pass holds at most ``MAX_COUNT`` tokens."""
+    return max(1, MAX_COUNT // (state.prompt_tokens - state.cached_prefix_tokens))
+
+
+def _state(state) -> DashboardState:
+    if not isinstance(state, DashboardState):
+        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
+    return state
+
+
 def resolve_hardware(state: DashboardState) -> HardwareSpec:
     """The one-GPU spec of ``state.hardware``: a catalog device, or the measured ``state.machine``."""
+    state = _state(state)
     if state.hardware == THIS_MACHINE:
         if state.machine is None:
             raise ValueError("hardware 'this-machine' has not been measured yet: press 'Measure this machine' "
@@ -156,6 +176,8 @@ def _scaled(hw: HardwareSpec, n: int) -> HardwareSpec:
 
 def activation_bytes(compute_dtype: str) -> float:
     """Bytes per activation value sent in a tensor-parallel all-reduce: 4 for fp32/tf32, else 2 (16-bit)."""
+    if not isinstance(compute_dtype, str):
+        raise TypeError(f"compute_dtype must be a string such as 'fp16', got {type(compute_dtype).__name__}")
     return get_precision("fp32").bytes if compute_dtype in ("fp32", "tf32") else get_precision("fp16").bytes
 
 
@@ -270,9 +292,7 @@ def compute(state: DashboardState) -> DashboardResult:
     Raises the estimator's ValueError when the device has no published peak FLOP/s for the compute
     dtype, and a ValueError when ``"this-machine"`` has not been measured.
     """
-    if not isinstance(state, DashboardState):
-        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
-    hw = resolve_hardware(state)
+    hw = resolve_hardware(_state(state))
     tp = state.tensor_parallel
     e = estimate(state.model, _scaled(hw, tp), state.prompt_tokens, state.new_tokens, precision=state.precision,
                  kv_precision=state.kv_precision, batch=state.batch, cached_prefix_tokens=state.cached_prefix_tokens,
@@ -417,12 +437,14 @@ def latency_throughput_curve(state: DashboardState, batches: Iterable[int] | Non
     ``batches`` defaults to :func:`default_batches` of the state's batch. ``fits`` marks where the
     weights and the KV cache of that many sequences no longer fit one GPU's memory.
     """
-    if not isinstance(state, DashboardState):
-        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
-    bs = default_batches(state.batch) if batches is None else list(batches)
-    if not bs:
-        raise ValueError("batches must hold at least one batch size, got none")
-    bs = sorted({require_count("batches", b, minimum=1) for b in bs})
+    state = _state(state)
+    if batches is None:
+        bs = default_batches(state.batch)
+    else:
+        bs = sorted(set(require_counts("batches", batches, maximum_items=4096, what="batch size")))
+        if bs[-1] > _largest_batch(state):
+            raise ValueError(f"batches must be at most {_largest_batch(state):,} for {state.prompt_tokens:,}-token "
+                             f"prompts (one prefill pass holds at most {MAX_COUNT:.0e} tokens), got {bs[-1]:,}")
     out = []
     for b in bs:
         r = compute(state.replace(batch=b))
@@ -437,7 +459,7 @@ def max_batch_that_fits(state: DashboardState, limit: int = 1 << 16) -> int:
     ``floor((capacity - weights) / KV bytes of one sequence)`` per GPU, capped at ``limit``.
     """
     limit = require_count("limit", limit, minimum=1)
-    r1 = compute(state.replace(batch=1))
+    r1 = compute(_state(state).replace(batch=1))
     cap = r1.memory_available
     if cap is None:
         raise ValueError(f"hardware {r1.hardware.name!r} has no memory capacity: the batch that fits is unknown")
@@ -450,27 +472,36 @@ def max_batch_that_fits(state: DashboardState, limit: int = 1 << 16) -> int:
 def meets_budget(result: DashboardResult, ttft_budget: float | None = None,
                  tpot_budget: float | None = None) -> bool:
     """True when the setting fits in memory (or the capacity is unknown) and meets both budgets (seconds)."""
+    if not isinstance(result, DashboardResult):
+        raise TypeError(f"result must be a DashboardResult (from compute), got {type(result).__name__}")
+    ttft_budget, tpot_budget = _budgets(ttft_budget, tpot_budget)
     return (result.fits is not False
             and (ttft_budget is None or result.ttft <= ttft_budget)
             and (tpot_budget is None or result.tpot <= tpot_budget))
+
+
+def _budgets(ttft_budget, tpot_budget) -> tuple[float | None, float | None]:
+    return (None if ttft_budget is None else require_positive("ttft_budget", ttft_budget),
+            None if tpot_budget is None else require_positive("tpot_budget", tpot_budget))
 
 
 def best_batch(state: DashboardState, ttft_budget: float | None = None, tpot_budget: float | None = None,
                limit: int = 1024) -> int:
     """The largest batch (<= ``limit``) that fits in memory and meets the TTFT and TPOT budgets; 0 if none.
 
+    ``limit`` is capped where one prefill pass would exceed the course's count limit (``validation.MAX_COUNT``
+    tokens).
     TTFT, TPOT and the memory needed never fall as the batch grows (each phase's time is the larger of
     two terms linear in the batch), so the batches that pass form a prefix 1..b and b is found by
     bisection. ``None`` leaves a budget out.
     """
-    if not isinstance(state, DashboardState):
-        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
-    if ttft_budget is not None:
-        ttft_budget = require_positive("ttft_budget", ttft_budget)
-    if tpot_budget is not None:
-        tpot_budget = require_positive("tpot_budget", tpot_budget)
-    limit = require_count("limit", limit, minimum=1)
-    ok = lambda b: meets_budget(compute(state.replace(batch=b)), ttft_budget, tpot_budget)  # noqa: E731
+    state = _state(state)
+    ttft_budget, tpot_budget = _budgets(ttft_budget, tpot_budget)
+    limit = min(require_count("limit", limit, minimum=1), _largest_batch(state))
+
+    def ok(b):
+        return meets_budget(compute(state.replace(batch=b)), ttft_budget, tpot_budget)
+
     if not ok(1):
         return 0
     lo, hi = 1, limit                   # ok(lo) holds; find the largest such batch
@@ -493,7 +524,7 @@ def what_binds(state: DashboardState, ttft_budget: float | None = None, tpot_bud
     ``"batch limit"`` when the best batch is ``limit`` itself.
     """
     b = best_batch(state, ttft_budget, tpot_budget, limit)
-    if b == limit:
+    if b >= min(require_count("limit", limit, minimum=1), _largest_batch(state)):
         return "batch limit"
     r = compute(state.replace(batch=b + 1))
     broken = []
@@ -508,6 +539,7 @@ def what_binds(state: DashboardState, ttft_budget: float | None = None, tpot_bud
 
 def describe(state: DashboardState) -> str:
     """A one-line description of a setting, for titles and captions."""
+    state = _state(state)
     hw = resolve_hardware(state) if state.hardware == THIS_MACHINE and state.machine else None
     dev = (hw.display if hw else None) or (get_hardware(state.hardware).display
                                            if state.hardware != THIS_MACHINE else "this machine")

@@ -1,5 +1,9 @@
 """Generate ``course_lib/core/_generated.py`` from the sympy expressions in ``course_lib.formulas``.
 
+Lessons: none
+
+An authoring tool: ``python -m course_lib.core.codegen`` rewrites ``_generated.py``.
+
     python -m course_lib.core.codegen          # (re)write the module
     python -m course_lib.core.codegen --check  # exit 1 if the file on disk differs from what would be written
 

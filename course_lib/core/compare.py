@@ -1,5 +1,7 @@
 """Predicted vs measured: every measurement the course has, next to its first-principles floor.
 
+Lessons: 08
+
 A :class:`Comparison` is one case: a measured time (``measured_s``) beside the time the course's
 estimator predicts for the same work (``predicted_s``), and their ratio
 
@@ -50,10 +52,10 @@ Choices a record leaves open are made here, in the open (each case's ``notes`` r
 from __future__ import annotations
 
 import math
+import operator
 import re
-import sys
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from course_lib.core import _generated as g
 from course_lib.core import measurements
@@ -61,11 +63,12 @@ from course_lib.core.estimator import estimate, weight_bytes
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import bytes_per_element, get_precision
-from course_lib.core.validation import require_choice, require_count, require_positive
+from course_lib.core.validation import MAX_QUANTITY, require_choice, require_count, require_list, require_positive
 
 __all__ = [
     "Comparison", "METRICS", "SOURCES", "CEILINGS", "LLAMACPP_CONTEXT_WINDOW", "LLAMACPP_PROMPT_TOKENS",
-    "LLAMACPP_PREDICT_TOKENS", "LLAMACPP_DECODE_STEPS", "LLAMACPP_DECODE_CONTEXT", "llamacpp_decode_contexts",
+    "LLAMACPP_PREDICT_TOKENS", "LLAMACPP_DECODE_STEPS", "MAX_DECODE_STEPS", "LLAMACPP_DECODE_CONTEXT",
+    "llamacpp_decode_contexts",
     "fp16_accumulate_peak", "llamacpp_fp16_accumulate_cases", "fixed_cost_fit",
     "published_cases", "skipped_published", "h200_cases", "h200_hardware", "h200_model",
     "machine_cases", "all_cases", "summary", "geomean", "find", "as_dicts",
@@ -83,6 +86,8 @@ LLAMACPP_CONTEXT_WINDOW = 512
 LLAMACPP_PROMPT_TOKENS = 494
 #: tokens generated (``-n 1024 --ignore-eos``)
 LLAMACPP_PREDICT_TOKENS = 1024
+#: the most steps :func:`llamacpp_decode_contexts` replays (it walks them one by one)
+MAX_DECODE_STEPS = 10**6
 #: one-token decode steps timed as "eval": the last generated token is sampled, never evaluated
 LLAMACPP_DECODE_STEPS = LLAMACPP_PREDICT_TOKENS - 1
 
@@ -95,10 +100,11 @@ def llamacpp_decode_contexts(prompt_tokens: int = LLAMACPP_PROMPT_TOKENS,
     After the prompt, ``main`` evaluates ``predict_tokens - 1`` tokens one at a time. Before a step
     that would overflow the window it keeps the first ``keep + 1`` tokens, drops half of the rest
     (``n_discard = (n_past - keep - 1) // 2``) and shifts the remainder down. Returns the number of
-    tokens already cached when each step runs.
+    tokens already cached when each step runs. It walks every step, so ``predict_tokens`` is at most
+    :data:`MAX_DECODE_STEPS` (10**6).
     """
     prompt_tokens = require_count("prompt_tokens", prompt_tokens, minimum=1)
-    predict_tokens = require_count("predict_tokens", predict_tokens, minimum=1)
+    predict_tokens = require_count("predict_tokens", predict_tokens, minimum=1, maximum=MAX_DECODE_STEPS)
     context_window = require_count("context_window", context_window, minimum=2)
     keep = require_count("keep", keep, minimum=0)
     if prompt_tokens > context_window:
@@ -118,9 +124,9 @@ def llamacpp_decode_contexts(prompt_tokens: int = LLAMACPP_PROMPT_TOKENS,
 LLAMACPP_DECODE_CONTEXT = round(sum(llamacpp_decode_contexts()) / LLAMACPP_DECODE_STEPS)
 
 # A device without a published dense FLOP/s: the decode floor is its memory term alone. The
-# estimator needs a peak, so it gets one so large that its compute term is below any float
-# rounding of the memory term (the result's bound is then "memory").
-_NO_PEAK = sys.float_info.max
+# estimator needs a peak, so it gets the largest one validation accepts (1e30 FLOP/s): its compute
+# term is then some 1e15 times below the memory term (the result's bound is "memory").
+_NO_PEAK = MAX_QUANTITY
 
 
 @dataclass(frozen=True)
@@ -229,8 +235,8 @@ def _llamacpp(rec: dict) -> tuple[list[Comparison], list[tuple[str, str]]]:
             predicted_s=e.ttft, measured_s=LLAMACPP_PROMPT_TOKENS / rec["prefill_tokens_per_s"],
             group=f"llama.cpp prefill {rec['weights']}", record=rid,
             notes=(f"{where}: measured {LLAMACPP_PROMPT_TOKENS} tokens / prefill_tokens_per_s (main's 'prompt eval' "
-                   f"of its {LLAMACPP_PROMPT_TOKENS}-token prompt); predicted: TTFT of a {LLAMACPP_PROMPT_TOKENS}-token "
-                   f"prompt, {e.prefill_bound}-bound at the {dtype} peak{acc_note}")))
+                   f"of its {LLAMACPP_PROMPT_TOKENS}-token prompt); predicted: TTFT of a "
+                   f"{LLAMACPP_PROMPT_TOKENS}-token prompt, {e.prefill_bound}-bound at the {dtype} peak{acc_note}")))
     else:
         skipped.append((rid, f"prefill: {hw.name} has no published dense {dtype} FLOP/s, so a compute-bound "
                              "prefill floor cannot be computed"))
@@ -368,6 +374,8 @@ def h200_hardware(ceilings: str = "datasheet") -> HardwareSpec:
 
 def h200_model(window: bool = True) -> ModelSpec:
     """Mistral-7B's shape; ``window=False`` drops its sliding window (the H200 full-step program read every token)."""
+    if not isinstance(window, bool):
+        raise TypeError(f"window must be True or False, got {type(window).__name__}")
     m = get_model("mistral-7b")
     return m if window else m.scaled(name="mistral-7b (no window)", sliding_window=None)
 
@@ -469,10 +477,8 @@ def h200_cases(ceilings: str = "datasheet") -> list[Comparison]:
 # --------------------------------------------------------------------------------------------------
 def _pairs(items, what: str, key: str) -> list[tuple[int, float]]:
     """(tokens, seconds) from tuples, mappings or objects with ``key``/``seconds`` attributes."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise TypeError(f"{what} must be a list of ({key}, seconds) pairs, got {type(items).__name__}")
     out = []
-    for i, it in enumerate(items):
+    for i, it in enumerate(require_list(what, items, f"a list of ({key}, seconds) pairs")):
         if isinstance(it, Mapping):
             tokens, seconds = it.get(key, it.get("prompt_tokens")), it.get("seconds")
         elif isinstance(it, (tuple, list)):
@@ -546,9 +552,7 @@ def all_cases(ceilings: str = "datasheet") -> list[Comparison]:
 def _rows(rows, what: str = "rows") -> list[Comparison]:
     if isinstance(rows, Comparison):
         raise TypeError(f"{what} must be a list of Comparison rows; wrap a single row in a list")
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
-        raise TypeError(f"{what} must be a list of Comparison rows, got {type(rows).__name__}")
-    rows = list(rows)
+    rows = require_list(what, rows, "a list of Comparison rows")
     for i, r in enumerate(rows):
         if not isinstance(r, Comparison):
             raise TypeError(f"{what}[{i}] must be a Comparison (from course_lib.compare), got {type(r).__name__}")
@@ -557,7 +561,8 @@ def _rows(rows, what: str = "rows") -> list[Comparison]:
 
 def geomean(values) -> float:
     """Geometric mean of positive numbers: exp(mean(log v)). The right mean for ratios such as efficiencies."""
-    vals = [require_positive(f"values[{i}]", v) for i, v in enumerate(values)]
+    values = require_list("values", values, "a list of positive numbers")
+    vals = [require_positive(f"values[{i}]", v, minimum=0, maximum=math.inf) for i, v in enumerate(values)]
     if not vals:
         raise ValueError("values is empty: the geometric mean needs at least one number")
     return math.exp(math.fsum(math.log(v) for v in vals) / len(vals))
@@ -573,11 +578,7 @@ def summary(rows, by: str | Callable[[Comparison], str] = "group") -> list[dict]
     rows = _rows(rows)
     if not rows:
         raise ValueError("rows is empty: nothing to summarise")
-    if callable(by):
-        key = by
-    else:
-        field = require_choice("by", by, [f for f in Comparison.__dataclass_fields__])
-        key = lambda r: getattr(r, field)  # noqa: E731
+    key = by if callable(by) else operator.attrgetter(require_choice("by", by, list(Comparison.__dataclass_fields__)))
     groups: dict[str, list[float]] = {}
     for r in rows:
         groups.setdefault(str(key(r)), []).append(r.efficiency)

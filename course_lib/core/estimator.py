@@ -1,5 +1,7 @@
 """The latency estimator: TTFT, TPOT, total time and tokens/s from first principles.
 
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+
 Every number comes from the functions generated from ``course_lib.formulas``:
 
 * a phase takes ``max(FLOPs / (peak · compute_efficiency), bytes / (bandwidth · bandwidth_efficiency))``
@@ -19,13 +21,14 @@ bound there; decode reads are capped by the window).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from course_lib.core import _generated as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import get_precision
-from course_lib.core.validation import require_count, require_fraction
+from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
            "tokens_that_fit", "COMPUTE_DTYPE"]
@@ -37,7 +40,10 @@ COMPUTE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16",
 def weight_bytes(params, precision="fp16") -> float:
     """Bytes to store ``params`` parameters (a count, or a model name/spec) in ``precision``."""
     if isinstance(params, (str, ModelSpec)):
-        params = get_model(params).params
+        try:
+            params = get_model(params).params
+        except ValueError as e:
+            raise ValueError(f"params must be a parameter count or a catalog model name: {e}") from None
     n = require_count("params", params)
     return g.weight_bytes(n, get_precision(precision).bytes)
 
@@ -104,12 +110,18 @@ def _prec(argname: str, value) -> float:
 
 @dataclass(frozen=True)
 class PhaseCost:
-    """FLOPs, bytes and roofline time of one phase (prefill or one decode step)."""
+    """FLOPs, bytes and roofline time of one phase (prefill or one decode step); every field finite and >= 0."""
 
     flops: float
     bytes: float
     compute_time: float
     memory_time: float
+
+    def __post_init__(self):
+        for name in ("flops", "bytes", "compute_time", "memory_time"):
+            object.__setattr__(self, name, require_nonnegative(name, getattr(self, name), maximum=sys.float_info.max))
+        if self.bytes == 0:
+            raise ValueError("bytes must be > 0: every phase reads its weights")
 
     @property
     def time(self) -> float:
@@ -219,6 +231,8 @@ class Estimate:
         """(b, k) of total ≈ b + k·n: k is the step time at the start context, b = ttft - k.
 
         This linearisation drops the growth of the KV cache during the response; ``total`` is exact.
+        ``b`` is an intercept, not a time: it is negative when one decode step outlasts the prefill
+        (a prompt of a few tokens).
         """
         k = self.tpot_first
         return self.ttft - k, k
@@ -314,6 +328,9 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     if C >= P:
         raise ValueError(f"cached_prefix_tokens must be < prompt_tokens ({P}): at least one prompt token is "
                          f"processed to produce the first output token; got {C}")
+    if B * (P - C) > MAX_COUNT:
+        raise ValueError(f"batch x (prompt_tokens - cached_prefix_tokens) = {B:,} x {P - C:,} tokens in one prefill "
+                         f"pass must be at most {MAX_COUNT:.0e} (the largest count the course computes with)")
     eta_c = require_fraction("compute_efficiency", compute_efficiency)
     eta_b = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
     bw_w = _prec("precision", precision)
@@ -339,8 +356,12 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
 
     # decode: per-step costs are linear in the attended tokens a = min(context, window)
     ws = m.streamed_params(B) * bw_w
-    step_bytes = lambda a: g.decode_bytes(ws, B, a, k_tok)  # noqa: E731
-    step_flops = lambda a: g.decode_flops(B, m.active_block_params, m.vocab, m.hidden, m.layers, m.heads, attn, a)  # noqa: E731
+
+    def step_bytes(a):
+        return g.decode_bytes(ws, B, a, k_tok)
+
+    def step_flops(a):
+        return g.decode_flops(B, m.active_block_params, m.vocab, m.hidden, m.layers, m.heads, attn, a)
 
     def step(c):
         a = m.attended_tokens(c)
@@ -352,8 +373,9 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
         mem = _linear(lambda a: g.memory_time(step_bytes(a), hw.bandwidth, eta_b))
         comp = _linear(lambda a: g.compute_time(step_flops(a), peak, eta_c))
         t_sum, n_comp = _sum_max(mem, comp, first_c, last_c, m.sliding_window)
-        f_sum = sum(_segment_sum(_linear(step_flops), a, b, cl) for a, b, cl in _windows(first_c, last_c, m.sliding_window))
-        b_sum = sum(_segment_sum(_linear(step_bytes), a, b, cl) for a, b, cl in _windows(first_c, last_c, m.sliding_window))
+        windows = _windows(first_c, last_c, m.sliding_window)
+        f_sum = sum(_segment_sum(_linear(step_flops), a, b, cl) for a, b, cl in windows)
+        b_sum = sum(_segment_sum(_linear(step_bytes), a, b, cl) for a, b, cl in windows)
     else:
         t_sum = f_sum = b_sum = 0.0
         n_comp = 0

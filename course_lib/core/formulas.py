@@ -1,5 +1,7 @@
 """Every formula of the course, once, as a sympy expression.
 
+Lessons: 02, 03, 04, 05, 06, 07, 08, 09
+
 This module is the single source of truth. ``python -m course_lib.core.codegen`` (``make codegen``) turns
 each expression into a plain-Python function in ``course_lib/core/_generated.py``; the estimator and the
 catalogs call those functions, so the derivation shown in a lesson and the number the calculator
@@ -335,22 +337,34 @@ _f("fixed_cost_fit_fixed_time", sp.simplify(_fit[s.fixed_time]),
 
 def expr(name: str) -> sp.Expr:
     """The sympy expression of formula ``name``."""
-    try:
-        return FORMULAS[name].expr
-    except KeyError:
-        from course_lib.core.validation import suggest
-        raise ValueError(f"unknown formula {name!r}.{suggest(name, FORMULAS)}") from None
+    return _formula(name).expr
+
+
+def _formula(name, argname: str = "name") -> Formula:
+    from course_lib.core.validation import suggest
+
+    if not isinstance(name, str):
+        raise TypeError(f"{argname} must be a formula name (a string such as 'weight_bytes'), "
+                        f"got {type(name).__name__}")
+    if name not in FORMULAS:
+        raise ValueError(f"{argname} {name[:60]!r} is not a formula.{suggest(name[:60], FORMULAS)}")
+    return FORMULAS[name]
 
 
 def latex(name_or_expr) -> str:
     """LaTeX of a formula (by name) or of any expression, in the course's notation."""
-    e = expr(name_or_expr) if isinstance(name_or_expr, str) else name_or_expr
+    if isinstance(name_or_expr, str):
+        e = _formula(name_or_expr, "name_or_expr").expr
+    elif isinstance(name_or_expr, sp.Basic):
+        e = name_or_expr
+    else:
+        raise TypeError(f"name_or_expr must be a formula name or a sympy expression, got {type(name_or_expr).__name__}")
     return sp.latex(e, symbol_names=LATEX_NAMES)
 
 
 def equation(name: str) -> str:
     """``name = <expression>`` as display LaTeX."""
-    return rf"{FORMULAS[name].lhs} = {latex(name)}"
+    return rf"{_formula(name).lhs} = {latex(name)}"
 
 
 def derive_decode_sum() -> dict[str, sp.Expr]:

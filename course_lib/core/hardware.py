@@ -1,5 +1,7 @@
 """Accelerators: memory bandwidth, capacity, on-chip cache and dense peak FLOP/s, each with its source.
 
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+
 Everything is stored in base units (bytes, bytes/s, FLOP/s). ``peak_flops`` holds *dense* figures
 only (no structured sparsity, which goes to ``sparse_flops``), keyed by the dtype of the tensor-core
 inputs; ``accumulate`` says how each was measured (fp16 inputs with fp32 accumulation is the rate
@@ -8,12 +10,11 @@ missing key means no published value exists: the course does not invent one.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Mapping
 
+from course_lib.core import data
 from course_lib.core.validation import require_choice, require_nonnegative, require_positive
 
 __all__ = ["HardwareSpec", "get_hardware", "list_hardware", "custom_hardware"]
@@ -34,22 +35,35 @@ class HardwareSpec:
     measured: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
         require_positive("bandwidth", self.bandwidth)
         if self.capacity is not None:
             require_positive("capacity", self.capacity)
         if self.cache_bytes is not None:
             require_nonnegative("cache_bytes", self.cache_bytes)
-        for k, v in dict(self.peak_flops).items():
-            require_positive(f"peak_flops[{k!r}]", v)
+        for field_name in ("memory_type", "display", "source"):
+            if not isinstance(getattr(self, field_name), str):
+                raise TypeError(f"{field_name} must be a string, got {type(getattr(self, field_name)).__name__}")
+        for field_name in ("peak_flops", "accumulate", "sparse_flops", "measured"):
+            value = getattr(self, field_name)
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                raise TypeError(f"{field_name} must be a dict with string keys (dtype names such as 'fp16'), "
+                                f"got {type(value).__name__}")
+        for field_name in ("peak_flops", "sparse_flops"):
+            for k, v in getattr(self, field_name).items():
+                require_positive(f"{field_name}[{k!r}]", v)
 
     def flops(self, dtype: str = "fp16") -> float:
         """Dense peak FLOP/s for ``dtype``; a clear error when no figure is published."""
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype must be a string such as 'fp16', got {type(dtype).__name__}")
         if dtype in self.peak_flops:
             return self.peak_flops[dtype]
         have = ", ".join(sorted(self.peak_flops)) or "none"
         raise ValueError(
-            f"hardware {self.name!r} has no published dense {dtype} peak FLOP/s (published: {have}); "
-            f"pass a spec with one, e.g. get_hardware({self.name!r}).with_peak({dtype!r}, 50e12)"
+            f"hardware {self.name!r} has no published dense {dtype[:40]} peak FLOP/s (dtype; published: {have}); "
+            f"pass a spec with one, e.g. get_hardware({self.name!r}).with_peak({dtype[:40]!r}, 50e12)"
         )
 
     def ridge_point(self, dtype: str = "fp16") -> float:
@@ -58,6 +72,8 @@ class HardwareSpec:
         return g.ridge_point(self.flops(dtype), self.bandwidth)
 
     def with_peak(self, dtype: str, flops: float) -> "HardwareSpec":
+        if not isinstance(dtype, str) or not dtype.strip():
+            raise TypeError(f"dtype must be a non-empty string such as 'fp16', got {dtype!r}")
         peak = dict(self.peak_flops)
         peak[dtype] = require_positive("flops", flops)
         return replace(self, peak_flops=peak)
@@ -78,9 +94,8 @@ def custom_hardware(name: str, bandwidth: float, peak_flops: float | Mapping[str
     return HardwareSpec(name=name, bandwidth=bandwidth, capacity=capacity, peak_flops=peak, **kw)
 
 
-@lru_cache(maxsize=1)
 def _catalog() -> dict:
-    return json.loads(resources.files("course_lib").joinpath("data/hardware.json").read_text())["hardware"]
+    return data.load_catalog("hardware")["hardware"]
 
 
 @lru_cache(maxsize=None)

@@ -1,5 +1,7 @@
 """Measurements the course compares its predictions with, shipped in ``course_lib/data/``.
 
+Lessons: 01, 04, 05, 06, 07, 08, 09
+
 * ``published()``: public benchmark figures (llama.cpp on 13 devices, kipply's FasterTransformer
   numbers, Pope et al.'s PaLM, prompt-caching claims, the "14.96 GB" units trap), one dict per
   record. Every record has an ``id``, a ``kind`` and a ``source`` (repository/paper/document,
@@ -10,16 +12,14 @@
   ceilings, GEMV, CUDA-graph decode steps by batch and context, fp16 vs fp8 weights, Hugging Face
   eager TTFT/TPOT and prefix caching). Its ``source`` says where, when and how it was measured.
 
-The files are read once with ``importlib.resources`` (so they work from an installed wheel too);
+The files are read once by ``course_lib.core.data`` (``importlib.resources``: an installed wheel works too);
 every call returns a fresh deep copy, so callers may modify what they get.
 """
 from __future__ import annotations
 
 import copy
-import json
-from functools import lru_cache
-from importlib import resources
 
+from course_lib.core import data
 from course_lib.core.validation import require_choice
 
 __all__ = [
@@ -31,10 +31,8 @@ __all__ = [
 KINDS = ("llamacpp_benchmark", "units_trap", "latency", "prompt_caching")
 
 
-@lru_cache(maxsize=None)
 def _load(name: str) -> dict:
-    with resources.files("course_lib").joinpath("data", name).open("r", encoding="utf-8") as f:
-        return json.load(f)
+    return data.load_catalog(name)
 
 
 def published() -> list[dict]:

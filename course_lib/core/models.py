@@ -1,5 +1,7 @@
 """Model shapes, exact parameter counts, and the bytes a decode step streams.
 
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+
 A :class:`ModelSpec` holds what exact counts need. Every count is computed by the functions that
 ``course_lib.codegen`` generated from the sympy expressions in ``course_lib.formulas``.
 
@@ -15,15 +17,15 @@ Conventions (taught in lessons 02 and 03):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 from course_lib.core import _generated as g
+from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
-from course_lib.core.validation import require_choice, require_count
+from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_nonnegative
 
 __all__ = ["ModelSpec", "get_model", "list_models", "catalog_entry"]
 
@@ -67,6 +69,8 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
             require_count(f, getattr(self, f), minimum=1)
         require_choice("mlp", self.mlp, ("gated", "plain"))
@@ -78,6 +82,11 @@ class ModelSpec:
             raise ValueError("max_positions is required when positional='learned'")
         if self.sliding_window is not None:
             require_count("sliding_window", self.sliding_window, minimum=1)
+        if self.max_positions is not None:
+            require_count("max_positions", self.max_positions, minimum=1)
+        if self.nominal_params is not None:
+            floor = self.embedding_params + self.lm_head_params
+            require_count("nominal_params", self.nominal_params, minimum=max(1, floor))
         if self.is_mla:
             for f in ("kv_rank", "rope_dim", "nope_dim", "v_dim"):
                 require_count(f, getattr(self, f), minimum=1 if f != "rope_dim" else 0)
@@ -216,12 +225,17 @@ class ModelSpec:
         return g.kv_cache_bytes(self.kv_values_per_token, bytes_per_element(precision), 1, 1)
 
     def attended_tokens(self, context: int) -> int:
-        """Tokens whose K/V a step at ``context`` reads (capped by the sliding window)."""
+        """Tokens whose K/V a step at ``context`` reads (capped by the sliding window).
+
+        ``context`` may reach ``2 * MAX_COUNT``: a prompt and an answer of up to ``MAX_COUNT`` tokens each.
+        """
+        context = require_count("context", context, maximum=2 * MAX_COUNT)
         return context if self.sliding_window is None else min(context, self.sliding_window)
 
     # --- bytes streamed ------------------------------------------------------------------------
     def experts_touched(self, routed_tokens: float) -> float:
         """Expected distinct routed experts per MoE layer for ``routed_tokens`` tokens (0 for dense)."""
+        routed_tokens = require_nonnegative("routed_tokens", routed_tokens, maximum=MAX_COUNT)
         if not self.is_moe:
             return 0.0
         return g.expected_experts(self.experts, self.experts_per_token, routed_tokens)
@@ -243,6 +257,7 @@ class ModelSpec:
 
     def decode_weight_bytes(self, precision="fp16", batch: int = 1) -> float:
         """Weight bytes one decode step streams for ``batch`` sequences (KV reads not included)."""
+        batch = require_count("batch", batch, minimum=1)
         return self.streamed_params(batch) * bytes_per_element(precision)
 
     def weight_bytes(self, precision="fp16") -> float:
@@ -251,16 +266,24 @@ class ModelSpec:
 
     # --- construction --------------------------------------------------------------------------
     @classmethod
-    def from_hf_config(cls, config: Mapping[str, Any] | str | Path, name: str | None = None, **overrides) -> "ModelSpec":
+    def from_hf_config(cls, config: Mapping[str, Any] | str | Path, name: str | None = None,
+                       **overrides) -> "ModelSpec":
         """Build a spec from a Hugging Face ``config.json`` (a dict or a path to the file)."""
         if isinstance(config, (str, Path)):
             p = Path(config)
             if not p.is_file():
                 raise ValueError(f"config: no such file {str(config)!r}")
-            config = json.loads(p.read_text())
+            try:
+                config = json.loads(p.read_text(encoding="utf-8"))
+            except ValueError as e:  # not JSON, not UTF-8
+                raise ValueError(f"config: {str(config)!r} is not a JSON config file ({e})") from None
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict or a path to config.json, got {type(config).__name__}")
         c = dict(config)
+        for k, v in c.items():
+            if not isinstance(v, (str, int, float, list, dict, type(None))):
+                raise TypeError(f"config[{k!r}] must be a JSON value (number, string, bool, list, dict or null), "
+                                f"got {type(v).__name__}")
         mt = str(c.get("model_type", "")).lower()
 
         def get(*keys, default=None):
@@ -277,6 +300,10 @@ class ModelSpec:
                 raise KeyError("num_hidden_layers/hidden_size/num_attention_heads/vocab_size")
         except KeyError as e:
             raise ValueError(f"config: missing required key(s) {e.args[0]}") from None
+        # checked before the defaults derived from them (head_dim = hidden // heads, ...)
+        layers = require_count("layers", layers, minimum=1)
+        hidden = require_count("hidden", hidden, minimum=1)
+        heads = require_count("heads", heads, minimum=1)
         is_gpt2 = mt in ("gpt2", "gpt_neo", "gptj")
         kw: dict[str, Any] = dict(
             name=name or c.get("_name_or_path") or mt or "custom",
@@ -297,6 +324,9 @@ class ModelSpec:
         )
         if get("use_sliding_window", default=True) and get("sliding_window") and mt in ("mistral", "qwen2", "qwen3"):
             kw["sliding_window"] = c["sliding_window"]
+        mla_keys = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        if get("kv_lora_rank") is not None and any(c.get(k) is None for k in mla_keys):
+            raise ValueError(f"config: kv_lora_rank (multi-head latent attention) needs {', '.join(mla_keys)}")
         if get("kv_lora_rank") is not None:
             kw.update(q_rank=get("q_lora_rank"), kv_rank=c["kv_lora_rank"], rope_dim=c["qk_rope_head_dim"],
                       nope_dim=c["qk_nope_head_dim"], v_dim=c["v_head_dim"], head_dim=c["v_head_dim"],
@@ -325,10 +355,8 @@ class ModelSpec:
                 "kv_values_per_token": self.kv_values_per_token}
 
 
-@lru_cache(maxsize=1)
 def _catalog() -> dict:
-    text = resources.files("course_lib").joinpath("data/models.json").read_text()
-    return json.loads(text)["models"]
+    return data.load_catalog("models")["models"]
 
 
 def catalog_entry(name: str) -> dict:

@@ -1,5 +1,7 @@
 """Numeric formats and how many bytes one element occupies.
 
+Lessons: 01, 02, 04, 05
+
 Weights and the KV cache may use different precisions, so every function that needs a size takes
 the precision as its own argument. Block-quantised formats store a scale per block, so their cost
 per weight is fractional: llama.cpp's ``q4_0`` packs 32 four-bit weights with one fp16 scale,
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.core.validation import require_choice
+from course_lib.core.validation import require_choice, require_positive
 
 __all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision"]
 
@@ -19,6 +21,13 @@ class Precision:
     name: str
     bits: float
     description: str
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
+        require_positive("bits", self.bits, minimum=1, maximum=64)
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a string, got {type(self.description).__name__}")
 
     @property
     def bytes(self) -> float:
@@ -41,8 +50,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision("int8", 8, "8-bit integer weights; per-channel scales are negligible"),
         Precision("int4", 4, "4-bit integer weights, scales not counted"),
         Precision("q8_0", _block(8, 32, 16), "llama.cpp: blocks of 32 int8 weights + one fp16 scale = 8.5 bits/weight"),
-        Precision("q4_0", _block(4, 32, 16), "llama.cpp: blocks of 32 4-bit weights + one fp16 scale = 4.5 bits/weight"),
-        Precision("q4_1", _block(4, 32, 16, 16), "llama.cpp: blocks of 32 4-bit weights + fp16 scale and min = 5 bits/weight"),
+        Precision("q4_0", _block(4, 32, 16),
+                  "llama.cpp: blocks of 32 4-bit weights + one fp16 scale = 4.5 bits/weight"),
+        Precision("q4_1", _block(4, 32, 16, 16),
+                  "llama.cpp: blocks of 32 4-bit weights + fp16 scale and min = 5 bits/weight"),
     ]
 }
 # Common aliases people type.

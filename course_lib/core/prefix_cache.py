@@ -1,5 +1,10 @@
 """A block-hash prefix cache, as in vLLM's automatic prefix caching and SGLang's radix cache.
 
+Lessons: none
+
+No lesson imports it directly; lessons 05-09 reach it through ``course_lib.core.caching`` and
+``course_lib.measure.tinylm``.
+
     from course_lib.core.prefix_cache import PrefixCache, simulate
     cache = PrefixCache(block_tokens=16, capacity_bytes=64e6, bytes_per_token=131072)
     hit = cache.lookup(prompt)          # hit.tokens leading tokens have cached K/V (a multiple of 16)
@@ -44,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from course_lib.core._generated import block_aligned_tokens
-from course_lib.core.validation import require_count, require_nonnegative, require_positive
+from course_lib.core.validation import require_count, require_list, require_nonnegative, require_positive
 
 __all__ = ["PrefixCache", "PrefixHit", "SimulationResult", "simulate", "default_hash"]
 
@@ -55,7 +60,11 @@ def default_hash(parent_key: Hashable, block: tuple) -> int:
     Fast and deterministic for integer ids within one process (int and tuple hashes are not
     randomised). ``parent_key`` is ``None`` (or the namespace key) for the first block.
     """
-    return hash((parent_key, block))
+    try:
+        return hash((parent_key, block))
+    except TypeError:
+        raise TypeError(f"parent_key and block must be hashable (a block is a tuple of token ids), got "
+                        f"{type(parent_key).__name__} and {type(block).__name__}") from None
 
 
 @dataclass(frozen=True)
@@ -375,8 +384,7 @@ def simulate(requests: Iterable, block_tokens: int = 16, capacity_bytes: float |
     requests). ``min_new_tokens``: tokens every request must still compute (1 models a server
     that always recomputes the last prompt token; 0, the default, counts every whole cached block).
     """
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be a list of token-id sequences, got {type(requests).__name__}")
+    requests = require_list("requests", requests, "a list of token-id sequences", maximum_items=10**7)
     cache = PrefixCache(block_tokens, capacity_bytes, bytes_per_token, hash_fn=hash_fn)
     m = require_count("min_new_tokens", min_new_tokens)
     per_request = []

@@ -1,5 +1,7 @@
 """Reading and printing quantities with units: bytes, parameter counts, bandwidth, time, FLOP, FLOP/s.
 
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+
 Inside the library every quantity is a plain float in a base unit -- bytes, bytes per second,
 seconds, FLOP, FLOP per second, or a count of parameters. This module converts at the edges:
 ``parse_*`` reads text such as ``"14 GB"`` or ``"13.9 ms"`` into the base unit, ``format_*`` prints a
@@ -69,11 +71,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from course_lib.core.validation import require_choice, require_count, require_nonnegative
+from course_lib.core.validation import MAX_QUANTITY, require_choice, require_count, require_nonnegative
 
 __all__ = [
     "KB", "MB", "GB", "TB", "PB", "KiB", "MiB", "GiB", "TiB", "PiB",
-    "SourceUnit", "SOURCE_TABLE", "Quantity", "DIMENSIONS", "CONVENTIONS", "SYSTEMS",
+    "SourceUnit", "SOURCE_TABLE", "Quantity", "DIMENSIONS", "CONVENTIONS", "SYSTEMS", "MAX_DIGITS",
     "parse_bytes", "format_bytes",
     "parse_params", "format_params",
     "parse_bandwidth", "format_bandwidth",
@@ -440,6 +442,8 @@ def _apply(number: Fraction | float, factor: Fraction, text: str) -> float:
         result = math.inf
     if not math.isfinite(result):
         raise ValueError(f"text {_show(text)} is too large to represent as a float")
+    if result > MAX_QUANTITY:
+        raise ValueError(f"text {_show(text)} is {result:g} in base units, above the limit {MAX_QUANTITY:g}")
     return result
 
 
@@ -506,8 +510,12 @@ def _format(value: float, dimension: str, system: str, digits: int, unit, sep: s
         return f"{s}{sep}{label}".rstrip()
 
 
+#: the most significant digits a ``format_*`` function prints (a float holds 17)
+MAX_DIGITS = 17
+
+
 def _check_format_args(name: str, value, digits) -> tuple[float, int]:
-    return require_nonnegative(name, value), require_count("digits", digits, minimum=1)
+    return require_nonnegative(name, value), require_count("digits", digits, minimum=1, maximum=MAX_DIGITS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -613,7 +621,7 @@ class Quantity:
     def format(self, digits: int = 3) -> str:
         """The value printed with the dimension's ``format_*`` function (SI units)."""
         if self.dimension == "number":
-            return _round_sig(self.value, require_count("digits", digits, minimum=1))
+            return _round_sig(self.value, require_count("digits", digits, minimum=1, maximum=MAX_DIGITS))
         return _FORMATTERS[self.dimension](self.value, digits=digits)
 
     def __str__(self) -> str:

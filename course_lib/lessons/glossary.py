@@ -1,5 +1,7 @@
 """The course glossary: each term, a short definition and the lesson that teaches it.
 
+Lessons: 00
+
 The terms live in ``course_lib/data/glossary.json``. Definitions contain no measured or derived
 numbers with units; lessons compute those with ``course_lib`` where they need them.
 
@@ -9,11 +11,10 @@ numbers with units; lessons compute those with ``course_lib`` where they need th
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from importlib import resources
 from typing import NamedTuple
 
+from course_lib.core.data import load_catalog
 from course_lib.core.validation import require_choice, require_count
 
 __all__ = ["Term", "terms", "define", "for_lesson", "as_markdown"]
@@ -27,8 +28,7 @@ class Term(NamedTuple):
 
 @lru_cache(maxsize=None)
 def _terms() -> tuple[Term, ...]:
-    with resources.files("course_lib").joinpath("data", "glossary.json").open("r", encoding="utf-8") as f:
-        data = json.load(f)
+    data = load_catalog("glossary")
     return tuple(Term(t["term"], t["definition"], int(t["lesson"])) for t in data["terms"])
 
 

@@ -1,10 +1,13 @@
-"""The map of the course (``course_lib/data/lessons.json``): one source for the README and lesson 00."""
+"""The map of the course (``course_lib/data/lessons.json``): one source for the README and lesson 00.
+
+Lessons: 00
+"""
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
+
+from course_lib.core.data import load_catalog
 
 __all__ = ["lessons", "is_ready", "map_markdown"]
 
@@ -13,8 +16,7 @@ _NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 @lru_cache(maxsize=1)
 def lessons() -> tuple[dict, ...]:
-    data = json.loads(resources.files("course_lib").joinpath("data/lessons.json").read_text())
-    return tuple(data["lessons"])
+    return tuple(load_catalog("lessons")["lessons"])
 
 
 def is_ready(lesson: dict, notebooks: Path = _NOTEBOOKS) -> bool:
