@@ -213,6 +213,8 @@ CASES = {
                              value=positive()),
     "require_nonnegative": call("validation.require_nonnegative", names=("x_arg",), name=("fixed", "x_arg"),
                                 value=positive()),
+    "require_real": call("validation.require_real", names=("x_arg",), name=("fixed", "x_arg"),
+                         value=st.one_of(positive(), positive().map(lambda v: -v))),
     "require_fraction": call("validation.require_fraction", names=("f_arg",), name=("fixed", "f_arg"),
                              value=fraction(), allow_zero=Keep(st.booleans())),
     "require_choice": call("validation.require_choice", names=("c_arg",), name=("fixed", "c_arg"),
@@ -688,6 +690,8 @@ MODULES_NOT_FLATTENED = {
     "codegen": "an authoring tool (python -m course_lib.core.codegen), not an API",
     "quality": "measurement verdicts (issue 13); its Comparison/compare would clash with core.compare's names",
     "serving": "the serving simulator; its simulate would clash with prefix_cache.simulate",
+    "numeric": "the checked formulas; their names (weight_bytes, kv_cache_bytes, ...) are the estimator's too; "
+               "fuzzed from the formulas' own argument kinds in tests/test_numeric.py",
 }
 
 

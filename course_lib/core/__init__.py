@@ -20,7 +20,7 @@ import importlib
 #: module -> the public names it contributes (the order is that of the course)
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "validation": ("MAX_COUNT", "MAX_QUANTITY", "MIN_POSITIVE", "require_count", "require_counts", "require_list",
-                   "require_positive", "require_nonnegative", "require_fraction", "require_choice", "suggest"),
+                   "require_positive", "require_nonnegative", "require_real", "require_fraction", "require_choice", "suggest"),
     "units": ("KB", "MB", "GB", "TB", "PB", "KiB", "MiB", "GiB", "TiB", "PiB", "MAX_DIGITS",
               "SourceUnit", "SOURCE_TABLE", "Quantity", "DIMENSIONS", "CONVENTIONS", "SYSTEMS",
               "parse_bytes", "format_bytes", "parse_params", "format_params", "parse_bandwidth",

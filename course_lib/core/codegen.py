@@ -61,7 +61,24 @@ def render() -> str:
             f'    """{f.doc} [{f.unit}]\n\n    sympy: {sp.sstr(f.expr)}\n    """\n'
             f"    return {body}\n"
         )
+    kinds = {name: tuple((a.name, argument_kind(a)) for a in FORMULAS[name].args) for name in sorted(FORMULAS)}
+    parts.append(
+        "\n\n#: Each formula's arguments with the kind its sympy symbol declares (used by course_lib.core.numeric\n"
+        "#: to check arguments): count1 (integer >= 1), count0 (integer >= 0), positive, nonnegative, real.\n"
+        "ARGUMENTS = {\n" + "".join(f"    {name!r}: {kinds[name]!r},\n" for name in kinds) + "}\n"
+    )
     return "".join(parts)
+
+
+def argument_kind(symbol) -> str:
+    """The check an argument gets, from its sympy assumptions: count1, count0, positive, nonnegative, real."""
+    if symbol.is_integer:
+        return "count1" if symbol.is_positive else "count0"
+    if symbol.is_positive:
+        return "positive"
+    if symbol.is_nonnegative:
+        return "nonnegative"
+    return "real"
 
 
 def main(argv=None) -> int:

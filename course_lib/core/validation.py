@@ -36,6 +36,7 @@ __all__ = [
     "require_list",
     "require_positive",
     "require_nonnegative",
+    "require_real",
     "require_fraction",
     "require_choice",
     "suggest",
@@ -189,6 +190,14 @@ def require_nonnegative(name: str, value, *, maximum: float = MAX_QUANTITY) -> f
         raise ValueError(f"{name} must be >= 0, got {v:g}")
     if v > maximum:
         raise ValueError(f"{name} must be between 0 and {_limit(maximum)}, got {v:g}")
+    return v
+
+
+def require_real(name: str, value, *, maximum: float = MAX_QUANTITY) -> float:
+    """A finite real number of either sign (a fitted slope or intercept) with ``|value| <= maximum``."""
+    v = _as_real(name, value)
+    if abs(v) > maximum:
+        raise ValueError(f"{name} must be a number between -{_limit(maximum)} and {_limit(maximum)}, got {_show(value)}")
     return v
 
 

@@ -65,7 +65,7 @@ from typing import Mapping
 
 import torch
 
-from course_lib.core import _generated as g
+from course_lib.core import numeric as g
 from course_lib.core.estimator import estimate
 from course_lib.core.models import ModelSpec
 from course_lib.core.validation import require_choice, require_count
