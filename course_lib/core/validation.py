@@ -197,7 +197,8 @@ def require_real(name: str, value, *, maximum: float = MAX_QUANTITY) -> float:
     """A finite real number of either sign (a fitted slope or intercept) with ``|value| <= maximum``."""
     v = _as_real(name, value)
     if abs(v) > maximum:
-        raise ValueError(f"{name} must be a number between -{_limit(maximum)} and {_limit(maximum)}, got {_show(value)}")
+        raise ValueError(f"{name} must be a number between -{_limit(maximum)} and {_limit(maximum)}, "
+                         f"got {_show(value)}")
     return v
 
 
