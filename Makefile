@@ -33,7 +33,7 @@ help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
 	@echo "make app         install (if needed), serve the capstone dashboard (Voila) on http://$(IP):$(PORT)/"
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
-	@echo "make install     create $(VENV) and install the course with its test and classroom extras"
+	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
 	@echo "                 (or only some: make notebooks NOTEBOOKS='notebooks/03_kv_cache.ipynb')"
 	@echo "make exercises   regenerate exercises/ from solutions/"
@@ -48,7 +48,7 @@ $(PY):
 # Re-installs only when pyproject.toml or the lock (constraints.txt) changed.
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install --upgrade pip || echo "warning: could not upgrade pip; continuing with $$($(PIP) --version)"
-	$(PIP) install -c constraints.txt -e '.[test,classroom]'
+	$(PIP) install -c constraints.txt -e '.[test,classroom,engines]'
 	@touch $@
 
 install: $(STAMP)

@@ -11,6 +11,8 @@ TTFT (:mod:`course_lib.measure.predict`), then measures them on TinyLM models of
     python -m course_lib.validate --fast         # tiny models, a few seconds
     python -m course_lib.validate --threads 4 --device cpu
     python -m course_lib.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
+    python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers
+                                                 # generate() (course_lib.measure.engines.hf); exit 3: noisy
 
 On a machine shared with other busy programs, wall-clock timings with several threads are
 dominated by the others: every small parallel op waits for a thread the OS has descheduled. The
@@ -232,7 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--clock", default="wall", help="wall (default) or process: CPU seconds of this process, "
                                                     "for a busy shared machine; needs --threads 1 --device cpu")
+    ap.add_argument("--engine", choices=("hf",), default=None,
+                    help="hf: predict and measure Hugging Face transformers generate() instead of TinyLM "
+                         "(last line: engine_tpot_geomean_abs_error=... engine_tpot_max_abs_error=... "
+                         "engine_ttft_max_abs_error=...; exit status 3 when a point was not reliable)")
+    ap.add_argument("--config", action="append", default=None, metavar="PATH",
+                    help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
+                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
     a = ap.parse_args(argv)
+    if a.engine is not None or a.config:
+        return _engine_main(a)
     try:
         rep = run(threads=a.threads, fast=a.fast, device=a.device or default_device(), runs=a.runs,
                   progress=not a.no_progress, clock=a.clock)
@@ -241,6 +252,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(rep.report())
     return 0
+
+
+def _engine_main(a) -> int:
+    """``--engine hf``: the engine benchmark of :mod:`course_lib.measure.engines.hf`."""
+    if a.engine is None:
+        print("error: --config needs --engine hf", file=sys.stderr)
+        return 2
+    if a.device not in (None, "cpu") or a.clock != "wall" or a.runs is not None:
+        print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
+              file=sys.stderr)
+        return 2
+    from course_lib.measure.engines import hf
+    try:
+        rep = hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)
+    except (ImportError, ValueError, TypeError) as e:   # transformers missing; a bad config or argument
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(rep.report())
+    return hf.NOISY_EXIT if rep.noisy_points else 0
 
 
 if __name__ == "__main__":

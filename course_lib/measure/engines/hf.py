@@ -1,0 +1,965 @@
+"""Hugging Face transformers on this machine: ``generate()`` measured, and predicted from probes only.
+
+Lessons: 06, 07
+
+(Reached through ``python -m course_lib.validate --engine hf``; lesson 08's engine section is to use it.)
+
+::
+
+    from course_lib.measure.engines import hf
+    model, spec = hf.build_model("qwen2.5-0.5b")            # random weights, fp32, CPU; no download
+    [t] = hf.measure_engine(model, prompts=[128], new_tokens=16, repeats=3)
+    t.ttft, t.tpot, t.tpot_verdict.verdict                  # medians (s) and the measurement verdict
+    ov = hf.probe_engine_overhead(hf.load_config("qwen2.5-0.5b")[1])   # tiny 2- and 4-layer copies
+    cal = hf.calibrate_for({spec.name: spec}, [128])        # the course's probes (never the model)
+    hf.predict_engine_tpot(spec, 128, 16, cal, ov).seconds
+    report = hf.run()                                        # python -m course_lib.validate --engine hf
+
+**The engine.** A causal LM is built from a ``config.json`` (a dict, a path, or a name of
+``course_lib/data/engine_configs.json``) with ``AutoConfig.for_model`` and
+``AutoModelForCausalLM.from_config``: random weights, fp32 on the CPU whatever ``torch_dtype`` the file
+names, the default (SDPA) attention. The process is set offline (``HF_HUB_OFFLINE=1``,
+``TRANSFORMERS_OFFLINE=1``) before transformers is imported: nothing is downloaded. Before anything is
+allocated the fp32 weights (``ModelSpec.from_hf_config(...).params`` x 4 bytes) are compared with the
+memory this machine has available; a model that does not fit is refused with both numbers.
+
+**The measurement** is ``model.generate()`` as a user runs it: greedy, ``max_new_tokens`` =
+``min_new_tokens`` = N, end-of-sequence disabled in the generation config (``eos_token_id=None``, set
+on the model's own generation config too, since ``generate()`` fills unset values from it), the
+engine's own dynamic KV cache. A streamer (:class:`TokenClock`, a ``BaseStreamer``) records
+``time.perf_counter()`` at every token it is handed: TTFT = first new token - call start; the step
+times are the gaps between consecutive tokens (N - 1 per run). Prompts are random token ids. Repeats
+are interleaved over the prompts (P1 P2 P1 P2 ...), so that a drift of the machine lands on every point
+alike. TPOT is the median of all step times of a prompt, TTFT the median over the repeats; each carries
+its spread and the verdict of :func:`course_lib.core.quality.timing_verdict` (with the CPU steal of the
+interval where ``/proc/stat`` reports it). The CPU threads follow
+:func:`course_lib.measure.threads.host_thread_policy`.
+
+**The prediction** (formulas ``engine_decode_time`` and ``engine_prefill_time`` below; to move to
+``core/formulas.py``) uses probes only, never the model it predicts:
+
+* the course's calibrated terms (:mod:`course_lib.measure.calibrate`, :mod:`course_lib.measure.predict`):
+  weights at the GEMV bandwidth of each matrix shape, the K/V read at the attention probe's rate
+  (``predict_tpot``'s ``weights`` and ``kv`` terms), for prefill the GEMM rate of each shape at P rows and
+  the attention products at their rate;
+* what this engine does per step beyond that: its **dynamic cache concatenates** every layer's K and V
+  with the new token's (``torch.cat``: the whole cache read and written again, 2 x context x K/V bytes per
+  token at the copy bandwidth), right before attention reads them: where one layer's K/V fits in the
+  last-level cache, attention finds it there and the course's K/V read term (from memory) drops out;
+  ``generate()`` copies the last position's logits to fp32 and takes the
+  argmax (3 x vocab x 4 bytes at the copy bandwidth); the prefill writes the prompt's K/V into the cache
+  and computes the logits of the last position only (``logits_to_keep=1``: the lm_head is one GEMV);
+  SDPA skips the masked half of the causal scores (causal FLOPs);
+* the engine's **fixed per-step cost** (Python, module calls and dispatch per layer, cache bookkeeping,
+  the generation loop and its stopping checks), measured by :func:`probe_engine_overhead` on tiny copies
+  of the same architecture (same ``model_type`` and options, hidden 64, vocab 256) with 2 and 4 layers:
+  per layer = (t4 - t2) / 2, fixed = t2 - 2 x per layer, for a decode step and for a prefill. The tiny
+  model runs from cache; in the real model one layer of weights streams through the caches between two
+  runs of the same layer's code, so both costs are scaled by the course's cold/hot op-cost ratio at that
+  stream (``Calibration.op_costs``; 1 for a calibration without the cold probes).
+
+``uncalibrated`` is the course's first-principles estimate on this machine's copy bandwidth and
+square-matmul rate (``course_lib.estimate``), no engine term.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import sympy as sp
+import torch
+
+from course_lib.core import data
+from course_lib.core.estimator import estimate
+from course_lib.core.models import ModelSpec
+from course_lib.core.quality import read_cpu_steal, summarize_verdicts, timing_verdict
+from course_lib.core.roofline import compute_time, memory_time
+from course_lib.core.validation import require_choice, require_count, require_counts
+from course_lib.measure.calibrate import (PROBES, Calibration, ProbeSettings, calibrate, probe_jobs,
+                                          stream_between_ops, weight_matrices)
+from course_lib.measure.device import last_level_cache_bytes
+from course_lib.measure.predict import Prediction, check_calibration
+from course_lib.measure.threads import host_thread_policy, proc_stat
+from course_lib.measure.timing import Threads, progress_bar
+
+__all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_PROMPTS",
+           "FAST_NEW_TOKENS", "PROBE_LAYERS", "ModelTooLarge", "transformers_available", "require_transformers",
+           "engine_configs", "load_config", "check_config", "spec_of", "count_parameters", "available_memory_bytes",
+           "check_fits", "tiny_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
+           "measure_engine", "EngineOverhead", "probe_engine_overhead", "ENGINE_DECODE_TIME", "ENGINE_DECODE_ARGS",
+           "ENGINE_PREFILL_TIME", "ENGINE_PREFILL_ARGS", "engine_decode_time", "engine_prefill_time", "cold_factor",
+           "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "EnginePoint", "EngineReport", "run",
+           "LAST_LINE_RE", "COLUMNS", "NOISY_EXIT"]
+
+#: the architectures whose parameter count ``ModelSpec.from_hf_config`` reproduces (tested on tiny configs)
+SUPPORTED_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+#: the benchmark's default configurations (names of ``course_lib/data/engine_configs.json``)
+DEFAULT_CONFIGS = ("gpt2", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b")
+#: ``--fast``: two of them cut to 2 layers and a vocabulary of 8192 (a smoke run of a few tens of seconds)
+FAST_CONFIGS = ("gpt2", "qwen3-0.6b")
+FAST_OVERRIDES = {"layers": 2, "vocab_size": 8192}
+PROMPTS = (128, 960)
+NEW_TOKENS = 16
+REPEATS = 3
+FAST_PROMPTS = (16, 64)
+FAST_NEW_TOKENS = 8
+#: the tiny copies of the engine probe: layers, hidden size, heads, vocabulary, prompt, new tokens, repeats
+PROBE_LAYERS = (2, 4)
+PROBE_HIDDEN = 64
+PROBE_HEADS = 4
+PROBE_VOCAB = 256
+PROBE_PROMPT = 16
+PROBE_NEW_TOKENS = 16
+PROBE_REPEATS = 5
+#: memory kept free beyond the fp32 weights (activations, K/V cache, the interpreter): 15 % and 0.5 GB
+MEMORY_HEADROOM = (1.15, 0.5e9)
+#: ``python -m course_lib.validate --engine hf`` exits with this status when a measured point was not reliable
+NOISY_EXIT = 3
+
+_REQUIRED = {  # model_type -> (what, accepted keys) the engine and the spec need
+    "gpt2": (("layers", ("n_layer", "num_hidden_layers")), ("hidden size", ("n_embd", "hidden_size")),
+             ("heads", ("n_head", "num_attention_heads")), ("vocabulary", ("vocab_size",))),
+}
+_DECODER = (("layers", ("num_hidden_layers",)), ("hidden size", ("hidden_size",)),
+            ("heads", ("num_attention_heads",)), ("MLP width", ("intermediate_size",)),
+            ("vocabulary", ("vocab_size",)))
+
+
+#: keys a config.json may leave out whose transformers default changes the parameter count or the K/V size
+_FILLED = ("head_dim", "num_key_value_heads", "tie_word_embeddings", "attention_bias", "mlp_bias", "n_inner",
+           "sliding_window", "use_sliding_window")
+
+
+class ModelTooLarge(ValueError):
+    """A model whose fp32 weights would not fit in this machine's available memory (raised before allocation)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# transformers, offline
+# --------------------------------------------------------------------------------------------------
+def transformers_available() -> bool:
+    """Whether transformers can be imported (the ``engines`` extra is installed)."""
+    import importlib.util
+    return importlib.util.find_spec("transformers") is not None
+
+
+def require_transformers():
+    """Import transformers offline (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1`` set first) and return it."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError("the Hugging Face engine needs transformers: pip install 'course-lib[engines]' "
+                          "(or make install)") from e
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+# --------------------------------------------------------------------------------------------------
+# Configurations
+# --------------------------------------------------------------------------------------------------
+def engine_configs() -> dict:
+    """{name: {"display", "source", "params", "config"}} of ``course_lib/data/engine_configs.json`` (a copy)."""
+    return data.load_catalog("engine_configs", copy=True)["configs"]
+
+
+def load_config(config) -> tuple[str, dict]:
+    """(name, raw config dict) of ``config``: a dict, a path to a config.json, or a name of :func:`engine_configs`."""
+    if isinstance(config, Mapping):
+        cfg = dict(config)
+        return str(cfg.get("_name_or_path") or cfg.get("model_type") or "config"), cfg
+    if isinstance(config, Path) or (isinstance(config, str) and (config.endswith(".json") or os.sep in config)):
+        p = Path(config)
+        if not p.is_file():
+            raise ValueError(f"config: no such file {str(config)!r}")
+        try:
+            cfg = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config: {str(config)!r} is not valid JSON ({e})") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"config: {str(config)!r} must hold a JSON object, got {type(cfg).__name__}")
+        name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+        return name, cfg
+    if isinstance(config, str):
+        catalog = engine_configs()
+        key = require_choice("config", config, catalog)
+        return key, catalog[key]["config"]
+    raise TypeError(f"config must be a dict, a path to config.json or a name of {', '.join(DEFAULT_CONFIGS)}, "
+                    f"got {type(config).__name__}")
+
+
+def check_config(cfg: Mapping[str, Any], name: str = "config") -> dict:
+    """``cfg`` checked: a supported ``model_type`` and every key the engine needs, each a whole number >= 1."""
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"{name} must be a dict (a config.json), got {type(cfg).__name__}")
+    mt = cfg.get("model_type")
+    if mt is None:
+        raise ValueError(f"{name}: missing key 'model_type' (one of {', '.join(SUPPORTED_TYPES)})")
+    if mt not in SUPPORTED_TYPES:
+        raise ValueError(f"{name}['model_type']: unknown architecture {mt!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+    for what, keys in _REQUIRED.get(mt, _DECODER):
+        present = [k for k in keys if cfg.get(k) is not None]
+        if not present:
+            raise ValueError(f"{name}: missing key {keys[0]!r} ({what}) for model_type {mt!r}")
+        v = cfg[present[0]]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}[{present[0]!r}] must be a whole number >= 1, got {v!r}")
+    for key in ("num_key_value_heads", "head_dim"):
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}[{key!r}] must be a whole number >= 1, got {v!r}")
+    return dict(cfg)
+
+
+def _hf_config(cfg: Mapping[str, Any]):
+    """The transformers config object of a checked config (no weights): ``AutoConfig.for_model``."""
+    tr = require_transformers()
+    kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", "transformers_version",
+                                                         "torch_dtype", "dtype", "_name_or_path")}
+    return tr.AutoConfig.for_model(cfg["model_type"], **kwargs)
+
+
+def spec_of(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """The course's :class:`ModelSpec` of a checked config (``ModelSpec.from_hf_config``).
+
+    Keys the file leaves out are filled with the defaults transformers builds the model with (Qwen3's
+    ``head_dim`` is 128 whatever ``hidden_size / num_attention_heads`` gives), so that the spec counts the
+    parameters of the model :func:`build_model` instantiates; without transformers, the raw file is used.
+    """
+    c = check_config(cfg)
+    if transformers_available():
+        full = _hf_config(c).to_dict()
+        filled = {k: full[k] for k in _FILLED if k in full and k not in c}
+        kv, heads = filled.get("num_key_value_heads"), c.get("num_attention_heads", c.get("n_head"))
+        if kv is not None and heads is not None and (kv > heads or heads % kv):
+            raise ValueError(f"config: missing key 'num_key_value_heads'; transformers' default for model_type "
+                             f"{c['model_type']!r} ({kv}) does not divide num_attention_heads ({heads}): give it")
+        c = {**filled, **c}
+    return ModelSpec.from_hf_config(c, name=name or c.get("model_type"))
+
+
+def count_parameters(config) -> int:
+    """Parameters of the transformers model of ``config``, instantiated on the meta device (no memory)."""
+    _, cfg = load_config(config)
+    tr = require_transformers()
+    hf_config = _hf_config(check_config(cfg))
+    with torch.device("meta"):
+        model = tr.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    return sum(p.numel() for p in model.parameters())
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process may still allocate: ``MemAvailable`` of ``/proc/meminfo``, capped by the cgroup
+    limit (``memory.max`` - ``memory.current``); None where neither is known."""
+    found = []
+    try:
+        m = re.search(r"^MemAvailable:\s*(\d+)\s*kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        if m:
+            found.append(int(m.group(1)) * 1024)
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit.isdigit() and used.isdigit():
+            found.append(max(0, int(limit) - int(used)))
+    except OSError:
+        pass
+    return min(found) if found else None
+
+
+def check_fits(spec: ModelSpec, available: int | None = None) -> int:
+    """The bytes a model needs (fp32 weights x 1.15 + 0.5 GB); :class:`ModelTooLarge` when ``available``
+    (default :func:`available_memory_bytes`; None: unknown, not checked) is less."""
+    weights = spec.params * 4
+    need = int(weights * MEMORY_HEADROOM[0] + MEMORY_HEADROOM[1])
+    have = available_memory_bytes() if available is None else require_count("available", available)
+    if have is not None and need > have:
+        raise ModelTooLarge(f"model {spec.name!r} does not fit: {spec.params:,} parameters need "
+                            f"{weights / 1e9:.2f} GB in fp32 ({need / 1e9:.2f} GB with activations and cache), "
+                            f"this machine has {have / 1e9:.2f} GB available")
+    return need
+
+
+def tiny_config(cfg: Mapping[str, Any], layers: int = 2) -> dict:
+    """A tiny copy of ``cfg``, same architecture and options: ``layers`` layers, hidden 64, 4 heads of 16 (the
+    key/value grouping kept where 4 heads allow it), MLP 128, vocabulary 256, no token ids."""
+    c = check_config(cfg)
+    layers = require_count("layers", layers, minimum=1, maximum=64)
+    out = dict(c)
+    mt = c["model_type"]
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        out.pop(k, None)
+    if mt == "gpt2":
+        out.update(n_layer=layers, n_embd=PROBE_HIDDEN, n_head=PROBE_HEADS, vocab_size=PROBE_VOCAB)
+        out.pop("n_inner", None)
+        return out
+    heads = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or heads
+    group = heads // kv if heads % kv == 0 else 1
+    out.update(num_hidden_layers=layers, hidden_size=PROBE_HIDDEN, num_attention_heads=PROBE_HEADS,
+               num_key_value_heads=max(1, PROBE_HEADS // min(group, PROBE_HEADS)),
+               head_dim=PROBE_HIDDEN // PROBE_HEADS, intermediate_size=2 * PROBE_HIDDEN, vocab_size=PROBE_VOCAB)
+    for k in ("layer_types", "max_window_layers"):
+        out.pop(k, None)
+    return out
+
+
+def _with_overrides(cfg: dict, layers: int | None = None, vocab_size: int | None = None) -> dict:
+    """``cfg`` with ``layers`` layers and a ``vocab_size`` vocabulary (token ids dropped: they may not fit it)."""
+    out = dict(cfg)
+    if layers is not None:
+        out["n_layer" if out.get("model_type") == "gpt2" else "num_hidden_layers"] = layers
+        out.pop("layer_types", None)
+        out.pop("max_window_layers", None)
+    if vocab_size is not None:
+        out["vocab_size"] = vocab_size
+        for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            out.pop(k, None)
+    return out
+
+
+def build_model(config, *, seed: int = 0, available: int | None = None):
+    """(model, spec): a transformers causal LM of ``config`` with random weights, fp32, on the CPU, in eval mode.
+
+    ``config``: a dict, a path to a config.json, or a name of :func:`engine_configs`. Refused before
+    allocation when it would not fit (:func:`check_fits`; ``available`` replaces the machine's figure).
+    """
+    name, cfg = load_config(config)
+    spec = spec_of(cfg, name)
+    check_fits(spec, available)
+    tr = require_transformers()
+    hf_config = _hf_config(cfg)
+    torch.manual_seed(seed)
+    model = tr.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    model.to("cpu").eval()
+    _disable_eos(model)
+    return model, spec
+
+
+# --------------------------------------------------------------------------------------------------
+# Timing generate()
+# --------------------------------------------------------------------------------------------------
+def _generation_config(new_tokens: int):
+    tr = require_transformers()
+    return tr.GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1,
+                               eos_token_id=None, pad_token_id=0, use_cache=True)
+
+
+def _disable_eos(model) -> None:
+    """No end-of-sequence on the model's own generation config either: ``generate()`` fills unset values from it."""
+    gc = model.generation_config
+    gc.eos_token_id = None
+    gc.pad_token_id = 0
+    gc.bos_token_id = None
+
+
+_STREAMER = None
+
+
+def TokenClock():
+    """A ``transformers`` ``BaseStreamer`` whose ``put`` records ``time.perf_counter()``: ``.times[0]`` is the
+    prompt (handed over when generation starts), ``.times[1:]`` one per new token; ``.tokens`` counts them."""
+    global _STREAMER
+    if _STREAMER is None:
+        tr = require_transformers()
+
+        class _TokenClock(tr.generation.streamers.BaseStreamer):
+            def __init__(self):
+                self.times: list[float] = []
+                self.tokens = 0
+                self.ended = False
+
+            def put(self, value):
+                self.times.append(time.perf_counter())
+                if len(self.times) > 1:
+                    self.tokens += int(value.numel())
+
+            def end(self):
+                self.ended = True
+
+        _STREAMER = _TokenClock
+    return _STREAMER()
+
+
+def generate_timed(model, prompt_ids: torch.Tensor, new_tokens: int) -> tuple[float, list[float]]:
+    """(TTFT, step times) of one ``model.generate()`` of ``new_tokens`` greedy tokens after ``prompt_ids`` (1 x P)."""
+    new_tokens = require_count("new_tokens", new_tokens, minimum=2)
+    gc = _generation_config(new_tokens)
+    clock = TokenClock()
+    mask = torch.ones_like(prompt_ids)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = model.generate(prompt_ids, attention_mask=mask, generation_config=gc, streamer=clock)
+    produced = out.shape[-1] - prompt_ids.shape[-1]
+    if produced != new_tokens or clock.tokens != new_tokens:
+        raise RuntimeError(f"generate() produced {produced} tokens ({clock.tokens} streamed), expected {new_tokens}: "
+                           f"end-of-sequence was not disabled")
+    stamps = clock.times[1:]
+    return stamps[0] - t0, [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _max_positions(model) -> int | None:
+    c = model.config
+    return getattr(c, "n_positions", None) or getattr(c, "max_position_embeddings", None)
+
+
+def _verdict(times, steal):
+    return timing_verdict(list(times), steal=steal)
+
+
+def _steal(before, after):
+    if not (before and after):
+        return None
+    try:
+        return read_cpu_steal(before, after)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """``generate()`` at one prompt length: every repeat's TTFT and every step time, with their verdicts."""
+
+    prompt: int
+    new_tokens: int
+    ttft_times: tuple[float, ...]
+    step_times: tuple[float, ...]
+    steal: float | None = None
+
+    @property
+    def ttft_verdict(self):
+        return _verdict(self.ttft_times, self.steal)
+
+    @property
+    def tpot_verdict(self):
+        return _verdict(self.step_times, self.steal)
+
+    @property
+    def ttft(self) -> float:
+        return statistics.median(self.ttft_times)
+
+    @property
+    def tpot(self) -> float:
+        return statistics.median(self.step_times)
+
+    @property
+    def mean_context(self) -> float:
+        """Mean context of the timed steps: step i (1 .. N-1) attends to prompt + i tokens."""
+        return self.prompt + self.new_tokens / 2
+
+
+def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, repeats: int = REPEATS, *,
+                   seed: int = 0, warmup: bool = True, threads: int | None = None) -> list[EngineTiming]:
+    """Time ``generate()`` at each prompt length, ``repeats`` times, interleaved (P1 P2 ... P1 P2 ...).
+
+    ``threads``: CPU threads (default: :func:`~course_lib.measure.threads.host_thread_policy`). A warm-up
+    generation (8 tokens, 2 new) runs first unless ``warmup=False``.
+    """
+    prompts = require_counts("prompts", prompts)
+    new_tokens = require_count("new_tokens", new_tokens, minimum=2, maximum=4096)
+    repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
+    limit = _max_positions(model)
+    if limit is not None and max(prompts) + new_tokens > limit:
+        raise ValueError(f"prompts: the longest prompt ({max(prompts)}) + new_tokens ({new_tokens}) exceeds the "
+                         f"model's {limit} positions")
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    nthreads = host_thread_policy(threads).threads
+    ttft = {p: [] for p in prompts}
+    steps = {p: [] for p in prompts}
+    with Threads(nthreads):
+        if warmup:
+            generate_timed(model, torch.randint(0, vocab, (1, 8), generator=gen), 2)
+        before = proc_stat()
+        for _ in range(repeats):
+            for p in prompts:
+                t, gaps = generate_timed(model, torch.randint(0, vocab, (1, p), generator=gen), new_tokens)
+                ttft[p].append(t)
+                steps[p].extend(gaps)
+        steal = _steal(before, proc_stat())
+    return [EngineTiming(p, new_tokens, tuple(ttft[p]), tuple(steps[p]), steal) for p in prompts]
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine probe: per-step cost of a tiny copy at 2 and 4 layers
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineOverhead:
+    """The engine's fixed cost per decode step and per prefill, split into a part per layer and a fixed part.
+
+    From tiny copies (:func:`tiny_config`) with ``layers`` = (a, b) layers: per layer = (t_b - t_a) / (b - a),
+    fixed = t_a - a x per layer (each clamped at 0, ``clamped`` says which). ``decode``/``prefill``: the
+    :class:`EngineTiming` of each copy.
+    """
+
+    model_type: str
+    layers: tuple[int, int]
+    step_fixed: float
+    step_per_layer: float
+    prefill_fixed: float
+    prefill_per_layer: float
+    decode: tuple[EngineTiming, EngineTiming]
+    clamped: tuple[str, ...] = ()
+    threads: int | None = None
+
+    @property
+    def verdicts(self) -> list:
+        return [t.tpot_verdict for t in self.decode] + [t.ttft_verdict for t in self.decode]
+
+    def step(self, layers: int) -> float:
+        return self.step_fixed + layers * self.step_per_layer
+
+    def summary(self) -> str:
+        a, b = self.layers
+        return (f"engine probe ({self.model_type}, tiny copies of {a} and {b} layers): decode step "
+                f"{self.step_fixed * 1e3:.3f} ms + {self.step_per_layer * 1e3:.3f} ms/layer, prefill "
+                f"{self.prefill_fixed * 1e3:.3f} ms + {self.prefill_per_layer * 1e3:.3f} ms/layer"
+                + (f" (clamped at 0: {', '.join(self.clamped)})" if self.clamped else ""))
+
+
+def _split(ta: float, tb: float, a: int, b: int, what: str, clamped: list) -> tuple[float, float]:
+    per = (tb - ta) / (b - a)
+    if per < 0:
+        clamped.append(f"{what} per layer")
+        per = 0.0
+    fixed = ta - a * per
+    if fixed < 0:
+        clamped.append(f"{what} fixed")
+        fixed = 0.0
+    return fixed, per
+
+
+def probe_engine_overhead(config, *, layers: tuple[int, int] = PROBE_LAYERS, prompt: int = PROBE_PROMPT,
+                          new_tokens: int = PROBE_NEW_TOKENS, repeats: int = PROBE_REPEATS,
+                          threads: int | None = None, seed: int = 0) -> EngineOverhead:
+    """Measure the engine's per-step cost on tiny copies of ``config``'s architecture (never the model itself).
+
+    Both copies are built, then timed in turn (a b a b ...; each round one ``generate()`` of ``new_tokens``
+    after a ``prompt``-token prompt), so a drift of the machine lands on both.
+    """
+    _, cfg = load_config(config)
+    cfg = check_config(cfg)
+    a, b = (require_count("layers", n, minimum=1, maximum=64) for n in layers)
+    if b <= a:
+        raise ValueError(f"layers must be two counts (a, b) with b > a, got {layers}")
+    repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
+    models = [build_model(tiny_config(cfg, n), seed=seed)[0] for n in (a, b)]
+    nthreads = host_thread_policy(threads).threads
+    gen = torch.Generator().manual_seed(seed)
+    ttft = ([], [])
+    steps = ([], [])
+    with Threads(nthreads):
+        for m in models:
+            generate_timed(m, torch.randint(0, PROBE_VOCAB, (1, prompt), generator=gen), new_tokens)  # warm-up
+        before = proc_stat()
+        for _ in range(repeats):
+            for i, m in enumerate(models):
+                t, gaps = generate_timed(m, torch.randint(0, PROBE_VOCAB, (1, prompt), generator=gen), new_tokens)
+                ttft[i].append(t)
+                steps[i].extend(gaps)
+        steal = _steal(before, proc_stat())
+    timings = tuple(EngineTiming(prompt, new_tokens, tuple(ttft[i]), tuple(steps[i]), steal) for i in (0, 1))
+    clamped: list[str] = []
+    sf, sp_ = _split(timings[0].tpot, timings[1].tpot, a, b, "decode", clamped)
+    pf, pp = _split(timings[0].ttft, timings[1].ttft, a, b, "prefill", clamped)
+    return EngineOverhead(cfg["model_type"], (a, b), sf, sp_, pf, pp, timings, tuple(clamped), nthreads)
+
+
+# --------------------------------------------------------------------------------------------------
+# The prediction: formulas
+# --------------------------------------------------------------------------------------------------
+# formula: move to core/formulas.py
+_s = sp.symbols("weights_time kv_time context kv_bytes_per_token vocab copy_bandwidth step_fixed step_per_layer "
+                "layers cold_factor", positive=True)
+(_wt, _kvt, _ctx, _kvb, _V, _bw, _fix, _per, _L, _cold) = _s
+#: a decode step of the engine: the course's weights and K/V terms, the dynamic cache's concatenation (every
+#: layer's K/V read and written again), the fp32 copy and argmax of the logits, and the engine's per-step cost
+#: (probed on tiny copies, scaled by the cold/hot op-cost ratio)
+ENGINE_DECODE_TIME = (_wt + _kvt + 2 * _ctx * _kvb / _bw + 3 * 4 * _V / _bw + _cold * (_fix + _L * _per))
+ENGINE_DECODE_ARGS = _s
+
+# formula: move to core/formulas.py
+_p = sp.symbols("linear_time attention_time lm_head_time prompt kv_bytes_per_token vocab copy_bandwidth "
+                "prefill_fixed prefill_per_layer layers cold_factor", positive=True)
+(_lin, _att, _head, _P, _kvb2, _V2, _bw2, _pfix, _pper, _L2, _cold2) = _p
+#: a prefill of the engine: block GEMMs at P rows, causal attention products, the lm_head on the last position
+#: only, the prompt's K/V written into the cache, the logits' copy and argmax, and the engine's per-prefill cost
+ENGINE_PREFILL_TIME = (_lin + _att + _head + 2 * _P * _kvb2 / _bw2 + 3 * 4 * _V2 / _bw2
+                       + _cold2 * (_pfix + _L2 * _pper))
+ENGINE_PREFILL_ARGS = _p
+
+
+def engine_decode_time(weights_time, kv_time, context, kv_bytes_per_token, vocab, copy_bandwidth, step_fixed,
+                       step_per_layer, layers, cold_factor):
+    """Numeric :data:`ENGINE_DECODE_TIME` (seconds)."""
+    return (weights_time + kv_time + 2 * context * kv_bytes_per_token / copy_bandwidth
+            + 3 * 4 * vocab / copy_bandwidth + cold_factor * (step_fixed + layers * step_per_layer))
+
+
+def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_bytes_per_token, vocab,
+                        copy_bandwidth, prefill_fixed, prefill_per_layer, layers, cold_factor):
+    """Numeric :data:`ENGINE_PREFILL_TIME` (seconds)."""
+    return (linear_time + attention_time + lm_head_time + 2 * prompt * kv_bytes_per_token / copy_bandwidth
+            + 3 * 4 * vocab / copy_bandwidth + cold_factor * (prefill_fixed + layers * prefill_per_layer))
+
+
+def cold_factor(spec: ModelSpec, calibration: Calibration) -> float:
+    """Cold/hot op-cost ratio at one layer's weight stream (``Calibration.op_costs``); 1 without cold probes."""
+    hot = calibration.op_costs(0)[0]
+    cold = calibration.op_costs(stream_between_ops(spec))[0]
+    return max(1.0, cold / hot) if hot > 0 else 1.0
+
+
+def _check_overhead(overhead):
+    if not isinstance(overhead, EngineOverhead):
+        raise TypeError(f"overhead must come from probe_engine_overhead(), got {type(overhead).__name__}")
+
+
+def _weights_and_kv(spec: ModelSpec, context: int, calibration: Calibration) -> tuple[float, float]:
+    """The course's calibrated weights and K/V terms of one batch-1 decode step (as ``predict.predict_tpot``'s
+    ``weights`` and ``kv``, without its TinyLM op count, which a GPT-2 spec cannot build): every weight matrix
+    at the GEMV bandwidth of its shape, the other streamed weights at the copy bandwidth, the K/V at the rate
+    of the attention probe."""
+    mats = weight_matrices(spec)
+    mat_bytes = sum(m * k * 4 * n for (m, k), n in mats.items())
+    mat_time = sum(m * k * 4 * n / calibration.gemv_bandwidth(m, k) for (m, k), n in mats.items())
+    rest = spec.decode_weight_bytes("fp32") - mat_bytes
+    weights_time = mat_time + memory_time(rest, calibration.copy.bandwidth)
+    kv_bw = calibration.kv_bandwidth(spec.kv_heads, spec.heads // spec.kv_heads, spec.head_dim)
+    kv_time = memory_time(spec.attended_tokens(context) * spec.kv_bytes_per_token("fp32"), kv_bw)  # kv_read_time
+    return weights_time, kv_time
+
+
+def predict_engine_tpot(spec: ModelSpec, prompt: int, new_tokens: int, calibration: Calibration,
+                        overhead: EngineOverhead, llc_bytes: int | None = -1) -> Prediction:
+    """Predicted mean decode step of ``generate()`` after a ``prompt``-token prompt (steps 1 .. new_tokens - 1).
+
+    The dynamic cache writes each layer's whole K/V (``torch.cat``) right before attention reads it, with
+    no weights streamed in between: when one layer's K/V fits in the last-level cache (``llc_bytes``;
+    default -1: this machine's; None: unknown, never), attention reads it from the cache and the ``kv``
+    term (the attention probe's rate, from memory) is 0; the memory traffic of the K/V is then the
+    concatenation's read of the old cache and write of the new (``cache_concat``).
+    """
+    check_calibration(calibration)
+    _check_overhead(overhead)
+    prompt = require_count("prompt", prompt, minimum=1)
+    new_tokens = require_count("new_tokens", new_tokens, minimum=2)
+    if llc_bytes == -1:
+        llc_bytes = last_level_cache_bytes("cpu")
+    elif llc_bytes is not None:
+        llc_bytes = require_count("llc_bytes", llc_bytes, minimum=1)
+    ctx = prompt + new_tokens // 2
+    weights_time, kv_time = _weights_and_kv(spec, ctx, calibration)
+    k_tok = spec.kv_bytes_per_token("fp32")
+    a = spec.attended_tokens(ctx)
+    kv_from_cache = llc_bytes is not None and a * k_tok / spec.layers <= llc_bytes
+    if kv_from_cache:
+        kv_time = 0.0
+    bw = calibration.copy.bandwidth
+    cold = cold_factor(spec, calibration)
+    args = dict(weights_time=weights_time, kv_time=kv_time, context=a, kv_bytes_per_token=k_tok,
+                vocab=spec.vocab, copy_bandwidth=bw, step_fixed=overhead.step_fixed,
+                step_per_layer=overhead.step_per_layer, layers=spec.layers, cold_factor=cold)
+    total = engine_decode_time(**args)
+    terms = {"weights": weights_time, "kv": kv_time, "cache_concat": 2 * a * k_tok / bw,
+             "logits": 12 * spec.vocab / bw, "engine": cold * overhead.step(spec.layers)}
+    assert math.isclose(sum(terms.values()), total, rel_tol=1e-9)
+    unc = estimate(spec, calibration.hardware(), prompt_tokens=ctx - 1, new_tokens=2,
+                   precision="fp32").decode_first.time
+    counts = {"context": ctx, "cold_factor": cold, "kv_bytes_per_token": k_tok,
+              "weight_bytes": spec.decode_weight_bytes("fp32"), "kv_bytes": a * k_tok, "kv_from_cache": kv_from_cache,
+              "llc_bytes": llc_bytes}
+    return Prediction("tpot", spec.name, ctx, 1, terms, unc, counts)
+
+
+def predict_engine_ttft(spec: ModelSpec, prompt: int, calibration: Calibration,
+                        overhead: EngineOverhead) -> Prediction:
+    """Predicted TTFT of ``generate()`` with a ``prompt``-token prompt (prefill and the first token)."""
+    check_calibration(calibration)
+    _check_overhead(overhead)
+    p = require_count("prompt", prompt, minimum=1)
+    mats = weight_matrices(spec)
+    head = (spec.vocab, spec.hidden)
+    linear = sum(2 * p * m * k * n / calibration.gemm_rate(p, m, k) for (m, k), n in mats.items() if (m, k) != head)
+    lm_head = spec.vocab * spec.hidden * 4 / calibration.gemv_bandwidth(*head)
+    causal_flops = 4 * spec.layers * spec.heads * spec.attn_dim * p * (p + 1) / 2
+    rate = calibration.attention_rate(spec.kv_heads, spec.heads // spec.kv_heads, spec.head_dim, p, p)
+    attention = compute_time(causal_flops, rate)
+    k_tok = spec.kv_bytes_per_token("fp32")
+    bw = calibration.copy.bandwidth
+    cold = cold_factor(spec, calibration)
+    args = dict(linear_time=linear, attention_time=attention, lm_head_time=lm_head, prompt=p, kv_bytes_per_token=k_tok,
+                vocab=spec.vocab, copy_bandwidth=bw, prefill_fixed=overhead.prefill_fixed,
+                prefill_per_layer=overhead.prefill_per_layer, layers=spec.layers, cold_factor=cold)
+    total = engine_prefill_time(**args)
+    terms = {"linear": linear, "attention": attention, "lm_head": lm_head, "cache_write": 2 * p * k_tok / bw,
+             "logits": 12 * spec.vocab / bw,
+             "engine": cold * (overhead.prefill_fixed + spec.layers * overhead.prefill_per_layer)}
+    assert math.isclose(sum(terms.values()), total, rel_tol=1e-9)
+    unc = estimate(spec, calibration.hardware(), prompt_tokens=p, new_tokens=1, precision="fp32").ttft
+    return Prediction("ttft", spec.name, p, 1, terms, unc, {"causal_flops": causal_flops, "cold_factor": cold})
+
+
+# --------------------------------------------------------------------------------------------------
+# Calibration for the engine's shapes
+# --------------------------------------------------------------------------------------------------
+def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, threads: int | None = None,
+                  fast: bool = False, progress: bool = False) -> Calibration:
+    """The course's calibration (probes only) for ``specs``: GEMV and K/V probes of every model, and the
+    GEMM and attention-product probes of every model at every prompt length (weights read from memory)."""
+    specs = dict(specs)
+    if not specs:
+        raise ValueError("specs must hold at least one model")
+    prompts = require_counts("prompts", prompts)
+    first, *rest = specs.values()
+    cal = calibrate(threads, fast, models=specs, prompt_lengths=prompts, ttft_model=first, device="cpu",
+                    progress=progress, rotate_gemm=True)
+    settings = ProbeSettings(torch.device("cpu"), cal.threads, cal.clock, fast, True)
+    for s in rest:
+        for kind, key in probe_jobs({s.name: s}, prompts, s):
+            store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
+            if store is not None and key not in store:
+                store[key] = PROBES[kind](key, settings)
+    return cal
+
+
+# --------------------------------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------------------------------
+LAST_LINE_RE = re.compile(r"^engine_tpot_geomean_abs_error=\d+\.\d+ engine_tpot_max_abs_error=\d+\.\d+ "
+                          r"engine_ttft_max_abs_error=\d+\.\d+$")
+COLUMNS = ("phase", "model", "parameters", "prompt/context", "predicted (ms)", "measured (ms)", "error %",
+           "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
+
+
+@dataclass(frozen=True)
+class EnginePoint:
+    """One row: a prediction against its measurement."""
+
+    kind: str
+    model: str
+    params: int
+    tokens: int
+    predicted: float
+    measured: float
+    spread: float
+    verdict: str
+    uncalibrated: float
+    prediction: Prediction
+
+    error = property(lambda self: self.predicted / self.measured - 1, doc="(predicted - measured) / measured")
+    uncalibrated_error = property(lambda self: self.uncalibrated / self.measured - 1,
+                                  doc="(uncalibrated - measured) / measured")
+
+
+@dataclass
+class EngineReport:
+    """The engine benchmark's points, probes and conditions."""
+
+    points: list
+    overheads: dict
+    calibration: Calibration
+    threads: str
+    seconds: float
+    fast: bool = False
+    skipped: list = field(default_factory=list)
+    #: bytes of the last-level cache the cores in use share (None: unknown)
+    llc_bytes: int | None = None
+    #: the CPU threads the measurements used
+    thread_count: int | None = None
+
+    def in_cache(self) -> list[str]:
+        """Models whose fp32 weights fit in the last-level cache: a decode step reads them from the cache, not
+        from memory, so the weights term (GEMV probes rotated beyond the cache) over-predicts them."""
+        if not self.llc_bytes:
+            return []
+        out = []
+        for p in self.points:
+            if p.params * 4 <= self.llc_bytes and p.model not in out:
+                out.append(p.model)
+        return out
+
+    def _of(self, kind):
+        return [p for p in self.points if p.kind == kind]
+
+    @property
+    def tpot_geomean_abs_error(self) -> float:
+        errs = [max(abs(p.error), 1e-12) for p in self._of("tpot")]
+        return statistics.geometric_mean(errs) if errs else math.nan
+
+    @property
+    def tpot_max_abs_error(self) -> float:
+        return max((abs(p.error) for p in self._of("tpot")), default=math.nan)
+
+    @property
+    def ttft_max_abs_error(self) -> float:
+        return max((abs(p.error) for p in self._of("ttft")), default=math.nan)
+
+    @property
+    def quality(self):
+        return summarize_verdicts([p.verdict for p in self.points] + [v for o in self._probes() for v in o.verdicts])
+
+    def _probes(self) -> list:
+        """The distinct engine probes (configurations of one architecture share theirs)."""
+        out = []
+        for o in self.overheads.values():
+            if not any(o is x for x in out):
+                out.append(o)
+        return out
+
+    @property
+    def noisy_points(self) -> int:
+        return sum(p.verdict != "reliable" for p in self.points)
+
+    def rows(self) -> list[tuple]:
+        return [("TPOT" if p.kind == "tpot" else "TTFT", p.model, f"{p.params / 1e6:.1f}M", str(p.tokens),
+                 f"{p.predicted * 1e3:.2f}", f"{p.measured * 1e3:.2f}", f"{p.error * 100:+.1f}",
+                 f"{p.spread * 100:.1f}", p.verdict, f"{p.uncalibrated * 1e3:.2f}",
+                 f"{p.uncalibrated_error * 100:+.1f}") for p in self.points]
+
+    def table(self) -> str:
+        rows = [COLUMNS] + self.rows()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+
+        def line(r):
+            return "  ".join(c.rjust(w) if i >= 2 and i != 8 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+        return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in rows[1:]])
+
+    def last_line(self) -> str:
+        return (f"engine_tpot_geomean_abs_error={self.tpot_geomean_abs_error:.3f} "
+                f"engine_tpot_max_abs_error={self.tpot_max_abs_error:.3f} "
+                f"engine_ttft_max_abs_error={self.ttft_max_abs_error:.3f}")
+
+    def quality_line(self) -> str:
+        q = self.quality
+        if q.verdict == "reliable":
+            return f"measurements: all {q.total} timings reliable"
+        return (f"measurements: {self.noisy_points} of {len(self.points)} points not reliable "
+                f"({q.counts['noisy']} noisy, {q.counts['contended']} contended timings of {q.total}, probes "
+                f"included): the errors below mix the model's error with the machine's noise; close other "
+                f"programs" + (", or run with --threads 1" if (self.thread_count or 2) > 1 else " and run again"))
+
+    def report(self) -> str:
+        tr = require_transformers()
+        lines = [f"engine: Hugging Face transformers {tr.__version__} generate() on CPU, fp32, random weights, "
+                 f"dynamic cache, greedy; torch {torch.__version__}",
+                 f"threads: {self.threads}",
+                 "calibration (probes only): " + self.calibration.conditions(),
+                 *("  " + x for i, x in enumerate(self.calibration.summary().splitlines())
+                   if i < 3 or x.startswith(("GEMV", "attention K/V", "op overhead after"))),
+                 *("  " + o.summary() for o in self._probes()),
+                 *(f"skipped {name}: {why}" for name, why in self.skipped),
+                 "", self.table(), ""]
+        for p in self.points[:2]:
+            lines.append("terms: " + p.prediction.breakdown())
+        unc = [abs(p.uncalibrated_error) for p in self._of("tpot")]
+        lines += [f"uncalibrated TPOT: geomean |error| {statistics.geometric_mean(unc) if unc else math.nan:.3f}, "
+                  f"max {max(unc, default=math.nan):.3f}",
+                  self.quality_line()]
+        cached = self.in_cache()
+        if cached:
+            lines.append(f"note: the fp32 weights of {', '.join(cached)} fit in this machine's "
+                         f"{self.llc_bytes / 2**20:.0f} MiB last-level cache: decode reads them from the cache and "
+                         f"the weights term, probed beyond the cache, over-predicts"
+                         + (" (--fast uses small models; the targets apply to the full run)" if self.fast else ""))
+        lines += [f"total {self.seconds:.1f} s", self.last_line()]
+        return "\n".join(lines)
+
+
+def _configs(configs, fast: bool) -> list[tuple[str, dict]]:
+    if configs is None or (isinstance(configs, (list, tuple)) and not configs):
+        names = FAST_CONFIGS if fast else DEFAULT_CONFIGS
+        out = [load_config(n) for n in names]
+        if fast:
+            out = [(f"{n}-2L", _with_overrides(c, FAST_OVERRIDES["layers"], FAST_OVERRIDES["vocab_size"]))
+                   for n, c in out]
+        return out
+    if isinstance(configs, (str, Path, Mapping)):
+        configs = [configs]
+    out = []
+    seen: dict[str, int] = {}
+    for c in configs:
+        name, cfg = load_config(c)
+        check_config(cfg, f"config {name!r}")
+        seen[name] = seen.get(name, 0) + 1
+        out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", cfg))
+    return out
+
+
+def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts=None, new_tokens=None,
+        repeats=None, calibration: Calibration | None = None, progress: bool = True,
+        available: int | None = None) -> EngineReport:
+    """Calibrate from the probes, probe the engine on tiny copies, predict, then measure each configuration.
+
+    ``configs``: names, paths or dicts (default :data:`DEFAULT_CONFIGS`; ``fast``: :data:`FAST_CONFIGS` cut
+    to 2 layers). A configuration that does not fit in memory is skipped with its reason.
+    """
+    if not isinstance(fast, bool):
+        raise TypeError(f"fast must be True or False, got {fast!r}")
+    t0 = time.perf_counter()
+    policy = host_thread_policy(threads)
+    prompts = require_counts("prompts", (FAST_PROMPTS if fast else PROMPTS) if prompts is None else prompts)
+    new_tokens = require_count("new_tokens", (FAST_NEW_TOKENS if fast else NEW_TOKENS) if new_tokens is None
+                               else new_tokens, minimum=2, maximum=4096)
+    repeats = require_count("repeats", REPEATS if repeats is None else repeats, minimum=1, maximum=1000)
+    items = _configs(configs, fast)
+    specs, skipped = {}, []
+    for name, cfg in items:
+        spec = spec_of(cfg, name)
+        try:
+            check_fits(spec, available)
+        except ModelTooLarge as e:
+            skipped.append((name, str(e)))
+            continue
+        if spec.max_positions is not None and max(prompts) + new_tokens > spec.max_positions:
+            skipped.append((name, f"the longest prompt ({max(prompts)}) + {new_tokens} new tokens exceeds its "
+                                  f"{spec.max_positions} positions"))
+            continue
+        specs[name] = (spec, cfg)
+    if not specs:
+        raise ModelTooLarge("no configuration can be measured: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+    require_transformers()
+    if calibration is None:
+        calibration = calibrate_for({n: s for n, (s, _) in specs.items()}, prompts, threads=policy.threads,
+                                    fast=fast, progress=progress)
+    else:
+        check_calibration(calibration)
+    overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe
+    probed: dict[str, EngineOverhead] = {}      # tiny configuration -> probe (one per distinct architecture)
+    points = []
+    with progress_bar(total=len(specs), desc="measure transformers generate()", unit="model",
+                      enabled=progress) as bar:
+        for name, (spec, cfg) in specs.items():
+            bar.set_postfix_str(name)
+            key = json.dumps(tiny_config(cfg), sort_keys=True)
+            if key not in probed:
+                probed[key] = probe_engine_overhead(cfg, threads=policy.threads)
+            ov = overheads[name] = probed[key]
+            model, _ = build_model(cfg, available=available)
+            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads)
+            del model
+            gc.collect()
+            for t in timings:
+                pr = predict_engine_tpot(spec, t.prompt, new_tokens, calibration, ov)
+                v = t.tpot_verdict
+                points.append(EnginePoint("tpot", name, spec.params, t.prompt, pr.seconds, t.tpot, v.spread or 0.0,
+                                          v.verdict, pr.uncalibrated, pr))
+            for t in timings:
+                pr = predict_engine_ttft(spec, t.prompt, calibration, ov)
+                v = t.ttft_verdict
+                points.append(EnginePoint("ttft", name, spec.params, t.prompt, pr.seconds, t.ttft, v.spread or 0.0,
+                                          v.verdict, pr.uncalibrated, pr))
+            bar.update()
+    return EngineReport(points, overheads, calibration, policy.description, time.perf_counter() - t0, fast, skipped,
+                        last_level_cache_bytes("cpu"), policy.threads)

@@ -1,0 +1,328 @@
+"""course_lib.measure.engines.hf: the Hugging Face engine built, timed and predicted on tiny configurations.
+
+No timing thresholds: the models are tiny (2 layers, hidden 64); predictions are checked on a hand-made
+Calibration, the interleaving and the probe's split on fake timings, the benchmark's CLI on a fake report.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers", reason="the engines extra (transformers) is not installed: "
+                                           "pip install 'course-lib[engines]'")
+
+import sympy as sp  # noqa: E402
+
+from course_lib.measure import calibrate, probes, validate  # noqa: E402
+from course_lib.measure.engines import hf  # noqa: E402
+
+_DECODER = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=256, max_position_embeddings=512)
+TINY = {
+    "llama": dict(model_type="llama", tie_word_embeddings=False, **_DECODER),
+    "qwen2": dict(model_type="qwen2", tie_word_embeddings=True, use_sliding_window=False, **_DECODER),
+    "qwen3": dict(model_type="qwen3", tie_word_embeddings=True, head_dim=32, **_DECODER),
+    "mistral": dict(model_type="mistral", sliding_window=4096, **_DECODER),
+    "gpt2": dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=512),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    return {mt: hf.build_model(cfg) for mt, cfg in TINY.items()}
+
+
+@pytest.mark.parametrize("mt", sorted(TINY))
+def test_tiny_model_is_fp32_on_cpu_with_the_specs_parameter_count(tiny_models, mt):
+    model, spec = tiny_models[mt]
+    params = list(model.parameters())
+    assert sum(p.numel() for p in params) == spec.params == hf.count_parameters(TINY[mt])
+    assert {p.dtype for p in params} == {torch.float32} and {p.device.type for p in params} == {"cpu"}
+    assert model.config.model_type == mt and not model.training
+
+
+def test_fp32_whatever_the_file_says():
+    model, _ = hf.build_model({**TINY["qwen2"], "torch_dtype": "bfloat16", "dtype": "bfloat16"})
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_transformers_defaults_fill_keys_the_file_leaves_out():
+    cfg = {k: v for k, v in TINY["qwen3"].items() if k != "head_dim"}   # Qwen3's default head_dim is 128, not 64/4
+    assert hf.spec_of(cfg).head_dim == 128
+    assert hf.spec_of(cfg).params == hf.count_parameters(cfg)
+
+
+def test_default_configurations_keep_their_sources_and_reproduce_the_parameter_count():
+    catalog = hf.engine_configs()
+    assert set(hf.DEFAULT_CONFIGS) <= set(catalog) and set(hf.FAST_CONFIGS) <= set(catalog)
+    for name, entry in catalog.items():
+        assert entry["source"].startswith("https://huggingface.co/") and entry["source"].endswith("/config.json")
+        cfg = entry["config"]
+        assert cfg["model_type"] in hf.SUPPORTED_TYPES and "architectures" in cfg
+        # the raw file and the model transformers instantiates from it (meta device: nothing allocated)
+        assert hf.spec_of(cfg, name).params == hf.count_parameters(cfg) == entry["params"], name
+
+
+def test_config_from_a_path_and_by_name(tmp_path):
+    p = tmp_path / "my-model" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(TINY["llama"]))
+    assert hf.load_config(p) == ("my-model", TINY["llama"])
+    assert hf.load_config(str(p))[1] == TINY["llama"]
+    assert hf.load_config("gpt2")[1]["n_embd"] == 768
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({**TINY["llama"], "model_type": "mamba"}, "model_type.*mamba"),
+    ({k: v for k, v in TINY["llama"].items() if k != "model_type"}, "'model_type'"),
+    ({k: v for k, v in TINY["llama"].items() if k != "intermediate_size"}, "'intermediate_size'"),
+    ({k: v for k, v in TINY["qwen2"].items() if k != "num_hidden_layers"}, "'num_hidden_layers'"),
+    ({k: v for k, v in TINY["gpt2"].items() if k != "n_embd"}, "'n_embd'"),
+    ({**TINY["llama"], "hidden_size": 0}, "hidden_size"),
+    ({**TINY["llama"], "num_key_value_heads": "two"}, "num_key_value_heads"),
+    ({k: v for k, v in TINY["qwen2"].items() if k != "num_key_value_heads"}, "'num_key_value_heads'"),
+])
+def test_bad_config_gets_one_clear_error_naming_the_key(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        hf.build_model(cfg)
+
+
+def test_bad_config_arguments(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        hf.load_config(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        hf.load_config(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="config"):
+        hf.load_config("no-such-model")
+    with pytest.raises(TypeError, match="config"):
+        hf.load_config(42)
+
+
+def test_a_model_that_does_not_fit_is_refused_before_allocation(monkeypatch):
+    tr = hf.require_transformers()
+
+    def allocate(*a, **k):
+        raise AssertionError("from_config was called: the model was allocated")
+
+    monkeypatch.setattr(tr.AutoModelForCausalLM, "from_config", allocate)
+    with pytest.raises(hf.ModelTooLarge, match=r"1,235,814,400 parameters need 4\.94 GB.*has 1\.00 GB available"):
+        hf.build_model("llama-3.2-1b", available=10**9)
+    assert hf.check_fits(hf.spec_of(TINY["llama"]), available=10**9) < 10**9
+
+
+def test_generate_is_greedy_with_fixed_new_tokens_even_when_every_token_is_eos(tiny_models):
+    cfg = {**TINY["llama"], "eos_token_id": 0, "bos_token_id": 0}
+    model, _ = hf.build_model(cfg)
+    model.lm_head.weight.data.zero_()        # every logit 0: greedy picks token 0, the config's EOS, every step
+    prepared = model._prepare_generation_config(hf._generation_config(5))[0]
+    assert prepared.eos_token_id is None and prepared.do_sample is False and prepared.min_new_tokens == 5
+    ttft, gaps = hf.generate_timed(model, torch.randint(1, 256, (1, 7)), 5)
+    assert ttft > 0 and len(gaps) == 4 and all(g > 0 for g in gaps)
+    clock = hf.TokenClock()
+    out = model.generate(torch.ones(1, 3, dtype=torch.long), generation_config=hf._generation_config(3),
+                         streamer=clock)
+    assert out.shape[-1] == 6 and len(clock.times) == 4 and clock.tokens == 3 and clock.ended
+
+
+def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, monkeypatch):
+    model, _ = tiny_models["qwen3"]
+    calls = []
+
+    def fake(m, ids, n):
+        p = ids.shape[-1]
+        calls.append(p)
+        return p * 1e-4, [p * 1e-5] * (n - 1)
+
+    monkeypatch.setattr(hf, "generate_timed", fake)
+    t16, t32 = hf.measure_engine(model, [16, 32], new_tokens=4, repeats=3)
+    assert calls == [8, 16, 32, 16, 32, 16, 32]        # warm-up, then P1 P2 P1 P2 ...
+    assert t16.ttft_times == (16e-4,) * 3 and len(t32.step_times) == 9 and t32.tpot == pytest.approx(32e-5)
+    assert t16.mean_context == 18 and t16.tpot_verdict.verdict in ("reliable", "contended")
+    with pytest.raises(ValueError, match="positions"):
+        hf.measure_engine(model, [510], new_tokens=4)
+
+
+def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch):
+    seen = []
+
+    def fake(m, ids, n):
+        c = m.config
+        seen.append((c.hidden_size, c.num_hidden_layers, c.vocab_size))
+        L = c.num_hidden_layers
+        return 3e-3 + L * 4e-4, [1e-3 + L * 2e-4] * (n - 1)
+
+    monkeypatch.setattr(hf, "generate_timed", fake)
+    ov = hf.probe_engine_overhead("qwen2.5-0.5b", repeats=2)
+    assert {s[0] for s in seen} == {hf.PROBE_HIDDEN} and {s[1] for s in seen} == set(hf.PROBE_LAYERS)
+    assert {s[2] for s in seen} == {hf.PROBE_VOCAB}       # never the target's 24 layers / 896 hidden
+    assert ov.step_per_layer == pytest.approx(2e-4) and ov.step_fixed == pytest.approx(1e-3)
+    assert ov.prefill_per_layer == pytest.approx(4e-4) and ov.prefill_fixed == pytest.approx(3e-3)
+    assert ov.step(24) == pytest.approx(1e-3 + 24 * 2e-4) and ov.model_type == "qwen2" and not ov.clamped
+    tiny = hf.tiny_config(hf.load_config("qwen3-0.6b")[1], 4)
+    assert tiny["model_type"] == "qwen3" and tiny["num_hidden_layers"] == 4 and tiny["hidden_size"] == 64
+    assert tiny["num_attention_heads"] // tiny["num_key_value_heads"] == 2    # Qwen3-0.6B's grouping 16/8
+
+
+def test_formulas_match_their_numeric_functions():
+    rnd = random.Random(1)
+    for expr, args, fn in ((hf.ENGINE_DECODE_TIME, hf.ENGINE_DECODE_ARGS, hf.engine_decode_time),
+                           (hf.ENGINE_PREFILL_TIME, hf.ENGINE_PREFILL_ARGS, hf.engine_prefill_time)):
+        f = sp.lambdify(args, expr)
+        for _ in range(5):
+            vals = [rnd.uniform(0.5, 5e3) for _ in args]
+            assert math.isclose(f(*vals), fn(*vals), rel_tol=1e-12)
+        assert set(expr.free_symbols) == set(args)
+
+
+def _calibration(gemv_bw=10e9, copy_bw=8e9, kv_bw=5e9, flops=1e11, gemm=None, cold_ops=()):
+    copy = probes.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=2e8 / copy_bw,
+                             q1_seconds=2e8 / copy_bw, q3_seconds=2e8 / copy_bw, repeats=1, device="cpu", threads=1)
+    mm = probes.MatmulResult(n=1000, dtype="fp32", flops=2 * 10**9, seconds=2e9 / flops, q1_seconds=2e9 / flops,
+                             q3_seconds=2e9 / flops, repeats=1, device="cpu", threads=1)
+    ov = probes.OverheadResult(seconds=2e-6, q1_seconds=2e-6, q3_seconds=2e-6,
+                               per_kind={"elementwise": 2e-6, "matmul": 2e-6, "view": 5e-7}, repeats=1, device="cpu",
+                               threads=1)
+    return calibrate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
+                                 load_before=(), copy=copy, matmul=mm, overhead=ov, gemv={(1, 1): gemv_bw},
+                                 gemm=dict(gemm or {}), kv={(2, 7, 64): kv_bw}, cold_ops=list(cold_ops))
+
+
+def _overhead(step=(1e-3, 2e-4), prefill=(3e-3, 5e-4)):
+    t = hf.EngineTiming(16, 4, (1e-3,) * 3, (1e-3,) * 9)
+    return hf.EngineOverhead("qwen2", (2, 4), step[0], step[1], prefill[0], prefill[1], (t, t))
+
+
+def test_tpot_prediction_adds_the_engines_terms_to_the_calibrated_ones():
+    spec = hf.spec_of(hf.load_config("qwen2.5-0.5b")[1], "qwen2.5-0.5b")
+    cal, ov = _calibration(), _overhead()
+    p = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=None)
+    k_tok = spec.kv_bytes_per_token("fp32")
+    assert p.tokens == 136 and k_tok == 2 * 24 * 2 * 64 * 4
+    assert p.terms["weights"] == pytest.approx(spec.decode_weight_bytes("fp32") / 10e9, rel=0.01)
+    assert p.terms["kv"] == pytest.approx(136 * k_tok / 5e9)
+    assert p.terms["cache_concat"] == pytest.approx(2 * 136 * k_tok / 8e9)     # read + write of the whole cache
+    assert p.terms["logits"] == pytest.approx(3 * 4 * spec.vocab / 8e9)
+    assert p.terms["engine"] == pytest.approx(1e-3 + 24 * 2e-4)                  # no cold probe: factor 1
+    assert p.seconds == pytest.approx(sum(p.terms.values()))
+    assert p.uncalibrated == pytest.approx((spec.decode_weight_bytes("fp32") + 136 * k_tok) / 8e9)
+    longer = hf.predict_engine_tpot(spec, 960, 16, cal, ov, llc_bytes=None)
+    assert longer.terms["cache_concat"] > p.terms["cache_concat"] and longer.terms["weights"] == p.terms["weights"]
+    # one layer's K/V at context 136 is 136 * 1 KiB: a cache that holds it serves attention, one that does not, not
+    layer_kv = 136 * k_tok // 24
+    hot = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=layer_kv)
+    assert hot.terms["kv"] == 0 and hot.counts["kv_from_cache"] and hot.terms["cache_concat"] == p.terms["cache_concat"]
+    cold_kv = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=layer_kv - 1)
+    assert cold_kv.terms["kv"] == p.terms["kv"] and not cold_kv.counts["kv_from_cache"]
+    stream = calibrate.stream_between_ops(spec)
+    cal_cold = _calibration(cold_ops=[(0, 2e-6, 5e-7), (2 * stream, 6e-6, 1e-6)])
+    cold = hf.predict_engine_tpot(spec, 128, 16, cal_cold, ov, llc_bytes=None)
+    assert cold.counts["cold_factor"] == pytest.approx(2.0) and cold.terms["engine"] == pytest.approx(
+        2 * p.terms["engine"])
+
+
+def test_ttft_prediction_keeps_only_the_last_positions_logits_and_causal_attention():
+    spec = hf.spec_of(hf.load_config("gpt2")[1], "gpt2")
+    P = 128
+    gemm = {(P, m, k): 5e10 for (m, k) in calibrate.weight_matrices(spec)}
+    p = hf.predict_engine_ttft(spec, P, _calibration(gemm=gemm), _overhead())
+    head = spec.vocab * spec.hidden
+    mats = calibrate.weight_matrices(spec)
+    block = sum(m * k * n for (m, k), n in mats.items() if (m, k) != (spec.vocab, spec.hidden))
+    assert p.terms["linear"] == pytest.approx(2 * P * block / 5e10)
+    assert p.terms["lm_head"] == pytest.approx(head * 4 / 10e9)
+    assert p.terms["attention"] == pytest.approx(4 * 12 * 12 * 64 * P * (P + 1) / 2 / 1e11)
+    assert p.terms["engine"] == pytest.approx(3e-3 + 12 * 5e-4)
+    assert p.seconds == pytest.approx(sum(p.terms.values()))
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda s, c, o: hf.predict_engine_tpot(s, 0, 16, c, o), ValueError, "prompt"),
+    (lambda s, c, o: hf.predict_engine_tpot(s, 8, 1, c, o), ValueError, "new_tokens"),
+    (lambda s, c, o: hf.predict_engine_tpot(s, 8, 4, "cal", o), TypeError, "calibration"),
+    (lambda s, c, o: hf.predict_engine_ttft(s, 8, c, None), TypeError, "overhead"),
+    (lambda s, c, o: hf.run(fast="yes"), TypeError, "fast"),
+    (lambda s, c, o: hf.run(prompts=[0], calibration=c), ValueError, "prompts"),
+    (lambda s, c, o: hf.probe_engine_overhead(TINY["llama"], layers=(4, 2)), ValueError, "layers"),
+])
+def test_bad_arguments(call, err, match):
+    with pytest.raises(err, match=match):
+        call(hf.spec_of(TINY["llama"]), _calibration(), _overhead())
+
+
+def _report(verdict="reliable"):
+    spec = hf.spec_of(TINY["llama"], "tiny-llama")
+    cal, ov = _calibration(), _overhead()
+    pts = []
+    for kind, measured in (("tpot", 2e-3), ("tpot", 3e-3), ("ttft", 8e-3)):
+        pr = (hf.predict_engine_tpot(spec, 16, 4, cal, ov) if kind == "tpot"
+              else hf.predict_engine_ttft(spec, 16, cal, ov))
+        pts.append(hf.EnginePoint(kind, spec.name, spec.params, 16, pr.seconds, measured, 0.05, verdict,
+                                  pr.uncalibrated, pr))
+    return hf.EngineReport(pts, {"tiny-llama": ov}, cal, "1 thread (test)", 1.0)
+
+
+def test_report_table_last_line_and_noise_count():
+    rep = _report()
+    errs = [abs(p.predicted - p.measured) / p.measured for p in rep.points]
+    assert rep.tpot_max_abs_error == pytest.approx(max(errs[:2]))
+    assert rep.tpot_geomean_abs_error == pytest.approx(math.sqrt(errs[0] * errs[1]))
+    assert rep.ttft_max_abs_error == pytest.approx(errs[2])
+    text = rep.report()
+    lines = text.splitlines()
+    assert hf.LAST_LINE_RE.match(lines[-1]) and lines[-1] == rep.last_line()
+    header = next(line for line in lines if line.startswith("phase"))
+    for col in hf.COLUMNS:
+        assert col in header
+    assert "1 thread (test)" in text and rep.noisy_points == 0
+    assert rep.in_cache() == [] and "last-level cache" not in text
+    rep.llc_bytes = 2**30                                 # a 1 GiB cache holds the tiny model
+    assert rep.in_cache() == ["tiny-llama"] and "fit in this machine's 1024 MiB last-level cache" in rep.report()
+    noisy = _report("noisy")
+    assert noisy.noisy_points == 3 and "3 of 3 points not reliable" in noisy.report()
+
+
+def test_cli_engine_hf_passes_every_config_and_exits_3_when_noisy(monkeypatch, capsys, tmp_path):
+    got = {}
+
+    def fake_run(configs, fast, threads, progress):
+        got.update(configs=configs, fast=fast, threads=threads)
+        return _report(got.get("verdict", "reliable"))
+
+    monkeypatch.setattr(hf, "run", fake_run)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert validate.main(["--engine", "hf", "--config", str(a), "--config", str(b), "--fast", "--threads", "1",
+                          "--no-progress"]) == 0
+    assert got == {"configs": [str(a), str(b)], "fast": True, "threads": 1}
+    assert hf.LAST_LINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
+    got["verdict"] = "noisy"
+    assert validate.main(["--engine", "hf", "--no-progress"]) == hf.NOISY_EXIT and got["configs"] is None
+    assert validate.main(["--config", str(a)]) == 2 and "--engine hf" in capsys.readouterr().err
+    assert validate.main(["--engine", "hf", "--clock", "process"]) == 2
+
+
+def test_cli_reports_a_bad_config_without_a_traceback(capsys, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**TINY["llama"], "model_type": "rwkv"}))
+    assert validate.main(["--engine", "hf", "--config", str(p), "--no-progress"]) == 2
+    assert "rwkv" in capsys.readouterr().err
+
+
+def test_a_real_measurement_of_a_tiny_model_has_every_step(tiny_models):
+    model, _ = tiny_models["gpt2"]
+    [t] = hf.measure_engine(model, [8], new_tokens=3, repeats=3, threads=1)
+    assert len(t.ttft_times) == 3 and len(t.step_times) == 6 and min(t.step_times) > 0
+    assert t.tpot_verdict.verdict in ("reliable", "noisy", "contended") and t.tpot_verdict.repeats == 6
+
+
+def test_run_refuses_configurations_it_cannot_measure_before_any_probe(monkeypatch):
+    def no_probe(*a, **k):
+        raise AssertionError("a probe ran")
+
+    monkeypatch.setattr(hf, "calibrate_for", no_probe)
+    with pytest.raises(hf.ModelTooLarge, match=r"llama-3.2-1b: .*does not fit.*gpt2: .*exceeds its 1024 positions"):
+        hf.run(["llama-3.2-1b", "gpt2"], prompts=[1020], available=2 * 10**9, progress=False)
