@@ -6,6 +6,13 @@ a numpy or torch scalar (0-d; torch is never imported here, the tensor's own met
 sympy number, a ``course_lib.core.units.Quantity`` or, where the question allows strings, text such
 as ``"14 GB"`` (read by :func:`course_lib.core.units.parse_quantity`).
 
+Text is read by one rule (:func:`split_number`, documented in docs/CHECKS_API.md, "Reading
+answers"): a number is digits with an optional ``.`` fraction and ``e`` exponent; thousands may be
+grouped in threes by ``,``, ``_`` or a space ("1,234,567", "1 234 567", "1_234_567" all read
+1234567); anything else next to a digit ("1,5", "0,500", "1.234,5") is refused as ambiguous.  A bare
+number is in the question's unit; only a unit written after it changes that.  How much text and
+how large a number the checker reads at all is stated once, in :data:`LIMITS`.
+
 The conversion of a real number to a finite float is the core's one reader,
 :func:`course_lib.core.validation._as_real`; this module adds what a learner needs on top of it:
 "not attempted" for the placeholder, and for everything that is not a number a sentence saying
@@ -19,12 +26,15 @@ import decimal
 import math
 import numbers
 import re
+from dataclasses import dataclass
 
 from course_lib.checks.placeholder import contains_placeholder, is_placeholder
 from course_lib.core.validation import _as_real
 
 __all__ = [
     "DIMENSIONS",
+    "LIMITS",
+    "Limits",
     "NotAttempted",
     "Unreadable",
     "noun",
@@ -34,6 +44,7 @@ __all__ = [
     "read_real",
     "sentence",
     "short",
+    "split_number",
 ]
 
 DIMENSIONS = ("bytes", "time", "bandwidth", "params", "flops", "flop_rate")
@@ -59,7 +70,46 @@ _DIMENSION_ALIASES = {
     "dimensionless": None, "number": None, "none": None, "": None, "1": None,
 }
 
-_FLOAT_RE = re.compile(r"^[+-]?(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much the checker reads of an answer typed as text (or given as a sympy object); beyond
+    any of these the answer is refused with a message saying so, before anything costly is computed."""
+
+    #: characters of a number typed as text, with or without its unit ("14,483,464,192 B")
+    max_number_text: int = 80
+    #: characters of a formula typed as text ("2*L*H*d*b")
+    max_formula_text: int = 300
+    #: characters of a sympy expression given as an object, once printed
+    max_formula_printed: int = 2000
+    #: numbers, names, operators and calls in one formula
+    max_nodes: int = 150
+    #: nesting of brackets, signs, powers and calls in one formula
+    max_depth: int = 30
+    #: digits (and point) of one numeral in a formula
+    max_digits: int = 40
+    #: every number in a formula, as typed or as a power of numbers, is 0 or within 10**-30 .. 10**30
+    max_log10: int = 30
+    #: polynomial degree of a formula, counted generously (a*b and a/b: degrees added; a**n: n times)
+    max_degree: int = 16
+    #: terms of the formula once fully multiplied out (an upper estimate)
+    max_terms: int = 1000
+
+
+#: The one statement of the reading limits (see :class:`Limits`).
+LIMITS = Limits()
+
+# A number as typed: sign, digits (optionally grouped in threes by one separator), fraction, exponent.
+_SEPARATORS = ",_ \u00a0\u2009\u202f"
+_NUMBER_RE = re.compile(
+    rf"""(?P<sign>[+\-\u2212]?)[ ]*
+    (?P<int>\d{{1,3}}(?P<sep>[{_SEPARATORS}])\d{{3}}(?:(?P=sep)\d{{3}})*(?!\d) | \d+ | (?=\.\d))
+    (?P<frac>\.\d*)?
+    (?P<exp>[eE][+\-]?\d+)?""",
+    re.VERBOSE | re.ASCII,
+)
+_AMBIGUOUS_RE = re.compile(rf"^[{_SEPARATORS}.]\d", re.ASCII)
 
 
 class NotAttempted(Exception):
@@ -87,6 +137,8 @@ def norm_dimension(dim) -> str | None:
 
 def short(value, limit: int = 60) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters (for quoting an answer in feedback)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"  # repr would refuse
     try:
         text = repr(value)
     except Exception:  # a learner object with a broken __repr__
@@ -229,6 +281,29 @@ def parse_quantity(text: str, dimension: str | None = None) -> tuple[float, str 
     return float(q.value), norm_dimension(q.dimension)
 
 
+def split_number(text: str, what: str = "your answer") -> tuple[str, str] | None:
+    """(the number at the start of ``text`` written plainly, the rest of the text stripped), e.g.
+    ``"14,483,464,192 B"`` -> ``("14483464192", "B")``; None when ``text`` does not start with a number.
+
+    Thousands are grouped in threes by one of ``,`` ``_`` or a space (also thin and no-break spaces):
+    "1,234,567", "1 234 567" and "1_234_567" are 1234567.  A separator or a second point followed by
+    a digit that does not form such groups ("1,5", "1,2345", "0,500", "1.234,5", "1_0") is refused
+    (Unreadable) as ambiguous: is it a decimal comma?"""
+    m = _NUMBER_RE.match(text)
+    if m is None or not (m.group("int") or m.group("frac")):
+        return None
+    rest = text[m.end():]
+    integer = m.group("int") or "0"
+    grouped = m.group("sep") is not None
+    if _AMBIGUOUS_RE.match(rest) or (grouped and integer.startswith("0")):
+        raise Unreadable(f"can't tell what {what} ({short(text)}) means: write the decimal point as '.', "
+                         "and group thousands in threes (1,234,567 or 1 234 567 or 1_234_567)")
+    if grouped:
+        integer = integer.replace(m.group("sep"), "")
+    sign = "-" if m.group("sign") in ("-", "\u2212") else ""
+    return sign + integer + (m.group("frac") or "") + (m.group("exp") or ""), rest.strip()
+
+
 def read_number(x, *, scale: float = 1.0, dimension: str | None = None, accept_strings: bool = False,
                 what: str = "your answer") -> tuple[float, str | None]:
     """(value in base units, dimension the answer itself carried or None).
@@ -241,26 +316,47 @@ def read_number(x, *, scale: float = 1.0, dimension: str | None = None, accept_s
     if isinstance(x, bytes):
         raise Unreadable(f"{what} is bytes data ({short(x)}); give a number")
     if isinstance(x, str):
-        s = x.strip()
-        if not s:
-            raise Unreadable(f"{what} is an empty string; give a number")
-        if _FLOAT_RE.match(s):
-            return read_real(float(s), what) * scale, None
-        if s.lower() in ("nan", "inf", "-inf", "+inf", "infinity"):
-            raise Unreadable(f"{what} ({short(x)}) is not a finite number")
-        if not accept_strings:
-            raise Unreadable(f"{what} is text ({short(x)}); this question wants a plain number (no units, no quotes)")
-        if len(s) > 80:
-            raise Unreadable(f"can't read {what} ({short(x)}) as a quantity; write e.g. '14 GB' or '20 ms'")
-        try:
-            value, dim = parse_quantity(s, dimension)
-        except Exception as exc:
-            raise Unreadable(f"can't read {what} ({short(x)}): {_first_sentence(exc)}") from None
-        if not math.isfinite(value):
-            raise Unreadable(f"{what} ({short(x)}) is not a finite number")
-        return (value * scale, None) if dim is None else (value, dim)
+        return _read_text(x, scale=scale, dimension=dimension, accept_strings=accept_strings, what=what)
     if hasattr(x, "value") and hasattr(x, "dimension") and type(x).__module__.startswith("course_lib"):
         value = read_real(getattr(x, "value"), what)
         dim = norm_dimension(getattr(x, "dimension"))
-        return (value * scale, None) if dim is None else (value, dim)
-    return read_real(x, what) * scale, None
+        return (_scaled(value, scale, what), None) if dim is None else (value, dim)
+    return _scaled(read_real(x, what), scale, what), None
+
+
+def _read_text(x: str, *, scale: float, dimension: str | None, accept_strings: bool,
+               what: str) -> tuple[float, str | None]:
+    """:func:`read_number` for text: a bare number (grouped or not) in the question's unit, or,
+    with ``accept_strings``, a number with its unit read by :func:`parse_quantity`."""
+    s = x.strip()
+    if not s:
+        raise Unreadable(f"{what} is an empty string; give a number")
+    if len(s) > LIMITS.max_number_text:
+        raise Unreadable(f"{what} is {len(s)} characters of text; a number (with its unit) is at most "
+                         f"{LIMITS.max_number_text}")
+    if s.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        raise Unreadable(f"{what} ({short(x)}) is not a finite number")
+    split = split_number(s, what)
+    if split is not None and not split[1]:
+        value = float(split[0])
+        if math.isinf(value):
+            raise Unreadable(f"{what} ({short(x)}) is too large to be a sensible answer")
+        return _scaled(read_real(value, what), scale, what), None
+    if not accept_strings:
+        raise Unreadable(f"{what} is text ({short(x)}); this question wants a plain number (no units, no quotes)")
+    text = s if split is None else f"{split[0]} {split[1]}"
+    try:
+        value, dim = parse_quantity(text, dimension)
+    except Exception as exc:
+        raise Unreadable(f"can't read {what} ({short(x)}): {_first_sentence(exc)}") from None
+    if not math.isfinite(value):
+        raise Unreadable(f"{what} ({short(x)}) is not a finite number")
+    return (_scaled(value, scale, what), None) if dim is None else (value, dim)
+
+
+def _scaled(value: float, scale: float, what: str) -> float:
+    """``value`` (in the question's unit) in base units; refused when that is beyond a float."""
+    out = value * scale
+    if not math.isfinite(out):
+        raise Unreadable(f"{what} is too large to be a sensible answer")
+    return out

@@ -29,12 +29,12 @@ def _choice_key(value):
         try:
             return ("n", float(value))
         except (OverflowError, ValueError, TypeError):
-            return ("r", repr(value))
+            return ("r", short(value))
     try:
         hash(value)
         return ("o", value)
     except TypeError:
-        return ("r", repr(value))
+        return ("r", short(value))
 
 
 class ChoiceQuestion(Question):

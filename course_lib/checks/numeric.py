@@ -2,8 +2,9 @@
 
 The most common kind: every exercise set has them (``ex01`` ... ``ex09``, lessons 01-09, and
 ``_demo``), e.g. "how many bytes do the weights take", "how long is one decode step, in ms".
-Answers are read by :mod:`course_lib.checks.answers` (bare numbers are in the question's ``unit``;
-strings such as "14 GB" where allowed) and compared with :func:`math.isclose` using the question's
+Answers are read by :mod:`course_lib.checks.answers` (bare numbers, also typed as text and with
+thousands grouped as "14,483,464,192", are in the question's ``unit``; strings such as "14 GB" where
+allowed; "1,5" is refused as ambiguous) and compared with :func:`math.isclose` using the question's
 ``rel_tol``/``abs_tol``.  A wrong answer earns the feedback of the first mistake it matches, else
 a generic hint on its size or sign that never states the expected value.
 
