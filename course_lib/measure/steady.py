@@ -1,0 +1,127 @@
+"""Timings that judge themselves: retry a noisy one with fewer threads and longer blocks; interleave compared cases.
+
+Lessons: none
+
+::
+
+    from course_lib.measure.steady import steady, interleave
+    def run(threads, min_block):               # times the work; returns per-call seconds of each repeat
+        with Threads(threads):
+            t = timeit([fn], "cpu", min_block=min_block)
+        return t.times
+    s = steady(run, threads=policy.threads, min_block=2e-3)
+    s.verdict.verdict, s.threads, len(s.attempts)      # 'reliable', 1, 2: the retry with 1 thread held
+
+    times = interleave({"fp32": time_fp32_block, "bf16": time_bf16_block}, rounds=7)   # A B A B ...
+    compare_timings(times["bf16"], times["fp32"]).relation
+
+Issue 13's rule for the probes: **on a noisy verdict, retry with fewer threads and longer blocks**
+(:func:`steady`; the thread count halves, :func:`course_lib.measure.threads.fewer_threads`, and the block
+grows ``block_growth`` times), and **interleave the cases being compared** (:func:`interleave`), so that
+a drift of the machine (another program starting, the clock slowing down) lands on every case alike
+instead of on whichever was timed last. Each attempt records the CPU steal of its interval from two
+``/proc/stat`` snapshots (:func:`course_lib.measure.threads.proc_stat`), which the verdict uses.
+
+Nothing here imports torch or times anything by itself: the caller passes the function that times its
+work, so the policy is tested with fake timings.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from course_lib.core.quality import THRESHOLDS, Thresholds, TimingVerdict, read_cpu_steal, timing_verdict
+from course_lib.core.validation import require_count, require_positive
+from course_lib.measure.threads import fewer_threads, proc_stat
+
+__all__ = ["Attempt", "SteadyTiming", "steady", "interleave"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of :func:`steady`: its settings and the verdict of its timings."""
+
+    threads: int | None
+    min_block: float
+    verdict: TimingVerdict
+
+
+@dataclass(frozen=True)
+class SteadyTiming:
+    """The last attempt's per-call seconds, settings and verdict, and every attempt made."""
+
+    times: tuple[float, ...]
+    threads: int | None
+    min_block: float
+    verdict: TimingVerdict
+    attempts: tuple[Attempt, ...]
+
+    @property
+    def retried(self) -> bool:
+        return len(self.attempts) > 1
+
+
+def _seconds(name: str, value) -> float:
+    return require_positive(name, value, maximum=1e6)
+
+
+def _steal_between(stat: Callable[[], str | None], before: str | None) -> float | None:
+    after = stat()
+    if not (before and after):
+        return None
+    try:
+        return read_cpu_steal(before, after)
+    except ValueError:          # counters from another system or reset: no steal figure for this interval
+        return None
+
+
+def steady(run: Callable[[int | None, float], list], *, threads: int | None, min_block: float,
+           max_attempts: int = 3, block_growth: float = 4.0, thresholds: Thresholds = THRESHOLDS,
+           stat: Callable[[], str | None] = proc_stat) -> SteadyTiming:
+    """Time with ``run(threads, min_block)`` until the verdict is "reliable" or ``max_attempts`` are spent.
+
+    After a noisy or contended attempt the next uses :func:`fewer_threads` (unchanged at 1 thread, or
+    on a GPU where ``threads`` is None) and a block ``block_growth`` times longer. ``run`` returns the
+    per-call seconds of each repeat; ``stat`` returns a ``/proc/stat`` snapshot (None: no steal figure).
+    """
+    if not callable(run):
+        raise TypeError(f"run must be a function run(threads, min_block) -> seconds, got {type(run).__name__}")
+    if threads is not None:
+        threads = require_count("threads", threads, minimum=1, maximum=10**6)
+    min_block = _seconds("min_block", min_block)
+    max_attempts = require_count("max_attempts", max_attempts, minimum=1, maximum=100)
+    block_growth = require_positive("block_growth", block_growth, minimum=1.0, maximum=1e3)
+    if not callable(stat):
+        raise TypeError(f"stat must be a function returning /proc/stat text or None, got {type(stat).__name__}")
+    attempts = []
+    for n in range(max_attempts):
+        before = stat()
+        times = tuple(run(threads, min_block))
+        verdict = timing_verdict(list(times), steal=_steal_between(stat, before), thresholds=thresholds,
+                                 name="run(...)")
+        attempts.append(Attempt(threads, min_block, verdict))
+        if verdict.reliable or n == max_attempts - 1:
+            break
+        if threads is not None:
+            threads = fewer_threads(threads) or threads
+        min_block = min(min_block * block_growth, 1e5)
+    return SteadyTiming(times=times, threads=attempts[-1].threads, min_block=attempts[-1].min_block,
+                        verdict=attempts[-1].verdict, attempts=tuple(attempts))
+
+
+def interleave(cases: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Time every case once per round, in turn (A B C A B C ...): ``{case: [seconds per round]}``.
+
+    Each case is a function that times one block of its work and returns the seconds (per call).
+    """
+    if not isinstance(cases, Mapping) or not cases:
+        raise TypeError("cases must be a non-empty mapping {name: function returning seconds}")
+    for name, fn in cases.items():
+        if not callable(fn):
+            raise TypeError(f"cases[{name!r}] must be a function returning seconds, got {type(fn).__name__}")
+    rounds = require_count("rounds", rounds, minimum=1, maximum=10**6)
+    out: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            out[name].append(_seconds(f"cases[{name!r}]()", fn()))
+    return out
