@@ -1,6 +1,6 @@
 """Calibration: what the probes measure on this machine, for the calibrated latency model.
 
-Lessons: 06, 07.
+Lessons: 06, 07
 
     from course_lib.measure import calibrate as cal
     c = cal.calibrate()                    # the probes only: never the model under test
@@ -35,7 +35,7 @@ from course_lib.measure.device import FALLBACK_LLC_BYTES, device_name, last_leve
 from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult, measure_attention_products,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
                                        measure_op_overhead, measure_score_passes)
-from course_lib.measure.timing import CLOCKS, progress_bar, thread_count
+from course_lib.measure.timing import CLOCKS, progress_bar, thread_count, thread_policy_for
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
@@ -132,6 +132,8 @@ class Calibration:
     #: (bytes streamed before the ops, t_op, t_view) from measure_op_overhead at several flush sizes
     cold_ops: list = field(default_factory=list)
     clock: str = "wall"
+    #: the thread policy's one-line description (course_lib.measure.threads), printed in every header
+    thread_policy: str = ""
     #: {(kv_heads, group, queries, keys): scores/s} of the prefill score passes (:func:`measure_score_passes`)
     scores: dict = field(default_factory=dict)
     #: whether the GEMM probes read their weights from memory (rotated beyond the LLC) rather than from cache
@@ -206,8 +208,9 @@ class Calibration:
 
     def conditions(self) -> str:
         load = ", ".join(f"{x:.2f}" for x in self.load_before) if self.load_before else "n/a"
-        return (f"device={self.device} ({self.device_name}) threads={self.threads} torch={self.torch_version} "
-                f"clock={self.clock} load_avg(1,5,15 min) before={load}")
+        policy = f" [{self.thread_policy}]" if self.thread_policy else ""
+        return (f"device={self.device} ({self.device_name}) threads={self.threads}{policy} "
+                f"torch={self.torch_version} clock={self.clock} load_avg(1,5,15 min) before={load}")
 
     def summary(self) -> str:
         lines = [f"copy bandwidth (read+write): {self.copy.gb_per_s:.2f} GB/s (spread {self.copy.spread:.1%})",
@@ -398,6 +401,11 @@ def probe_jobs(specs: Mapping[str, ModelSpec], prompts: Iterable[int], ttft_spec
             + [("scores", j) for j in scores] + [("attention", j) for j in attention])
 
 
+def _policy_text(threads, dev) -> str:
+    policy = thread_policy_for(threads, dev)
+    return policy.description if policy is not None else ""
+
+
 def calibrate(threads: int | None = None, fast: bool = False, models=None, prompt_lengths=None,
               ttft_model=None, device=None, progress: bool = True, clock: str = "wall",
               cached_prefills=(), rotate_gemm: bool = False) -> Calibration:
@@ -444,4 +452,5 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
                        matmul=res["matmul"][None], overhead=res["overhead"][None], gemv=res["gemv"],
                        gemm=res["gemm"], kv=res["kv"], seconds=time.perf_counter() - t0,
                        cold_ops=[(x, t_op, t_view) for x, (t_op, t_view) in res["cold"].items()], clock=clock,
-                       scores=res["scores"], gemm_rotated=rotate_gemm, attention=res["attention"])
+                       scores=res["scores"], gemm_rotated=rotate_gemm, attention=res["attention"],
+                       thread_policy=_policy_text(threads, dev))

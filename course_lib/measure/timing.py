@@ -1,6 +1,6 @@
 """How the course times things: clocks, the CPU thread count, timeit, Stopwatch.
 
-Lessons: 05, 06, 07, 08.
+Lessons: 05, 06, 07, 08, 09
 
     from course_lib.measure.timing import Stopwatch, quartiles, timeit
     with Stopwatch("cpu", threads=1) as sw:          # lesson 07's cache measurements
@@ -41,8 +41,8 @@ from course_lib.core.validation import require_choice, require_count, require_no
 from course_lib.measure.device import fast_mode, resolve_device
 
 __all__ = ["CLOCKS", "TimingSettings", "SETTINGS", "use_clock", "clock_name", "clock_function", "Threads",
-           "default_threads", "thread_count", "repeat_settings", "sync", "time_block", "Timing", "timeit",
-           "quartiles", "Spread", "Stopwatch", "progress_bar"]
+           "default_threads", "thread_policy_for", "thread_count", "repeat_settings", "sync", "time_block",
+           "Timing", "timeit", "quartiles", "Spread", "Stopwatch", "progress_bar"]
 
 #: clocks the CPU timings can use: "wall" (default) or "process" (CPU seconds of this process)
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "process": time.process_time}
@@ -90,12 +90,27 @@ def use_clock(name: str = "wall"):
 # Threads
 # --------------------------------------------------------------------------------------------------
 def default_threads() -> int:
-    """Physical cores this process may use (hyper-threads add nothing to a bandwidth-bound loop)."""
+    """The thread count of the course's one thread policy (:mod:`course_lib.measure.threads`).
+
+    The smallest of: the cores in this process's affinity mask, the cgroup CPU quota, the user's
+    ``OMP_NUM_THREADS`` when set, and the physical cores (hyper-threads add nothing to a
+    bandwidth-bound loop). :func:`thread_policy_for` says which limit decided.
+    """
+    return thread_policy_for().threads
+
+
+def thread_policy_for(threads: int | None = None, device=None):
+    """The :class:`~course_lib.measure.threads.ThreadPolicy` a CPU measurement follows (None on a GPU).
+
+    ``threads`` is an explicit request (honoured, flagged ``oversubscribed`` above the host's limit);
+    its ``description`` is the line every measurement header prints.
+    """
     from course_lib.measure.sysinfo import cpu_info
-    info = cpu_info()
-    usable = info.get("usable_cores") or os.cpu_count() or 1
-    phys = info.get("physical_cores")
-    return max(1, min(usable, phys) if phys else usable)
+    from course_lib.measure.threads import host_thread_policy
+    if device is not None and resolve_device(device).type != "cpu":
+        return None
+    requested = None if threads is None else require_count("threads", threads, minimum=1)
+    return host_thread_policy(requested, physical_cores=cpu_info().get("physical_cores"))
 
 
 def thread_count(threads: int | None, device=None) -> int | None:
