@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -30,10 +30,13 @@ from course_lib.lessons.prose import count, details, formula, md, md_text, table
 from course_lib.lessons.widgets.units import (CONVENTION_OPTIONS, DIGITS, Readings, UnitConverter, convert,
                                       render_readings, unit_converter)
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "notebooks" / "01_units.ipynb"
-SOLUTION = ROOT / "solutions" / "01_units.ipynb"
-EXERCISE = ROOT / "exercises" / "01_units.ipynb"
+
+@pytest.fixture(scope="module")
+def nb_paths(repo_root):
+    """This lesson's notebooks (paths under conftest's ``repo_root``)."""
+    return SimpleNamespace(lesson=repo_root / "notebooks" / "01_units.ipynb",
+                           solution=repo_root / "solutions" / "01_units.ipynb",
+                           exercise=repo_root / "exercises" / "01_units.ipynb")
 
 
 def _expected(text: str, convention: str) -> dict:
@@ -252,8 +255,8 @@ def test_table_and_formula():
 # Every number the lesson states comes from course_lib
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def lesson_text() -> str:
-    return shown_text(LESSON)
+def lesson_text(nb_paths) -> str:
+    return shown_text(nb_paths.lesson)
 
 
 def _claims():
@@ -346,27 +349,27 @@ def test_ex01_mixes_every_kind_of_question_with_multi_step_problems():
 # nbgrader structure and stored grade outputs: tests/test_solutions_structure.py (all solutions)
 
 
-def test_exercise_is_generated_from_the_solution():
+def test_exercise_is_generated_from_the_solution(nb_paths):
     """exercises/01_units.ipynb is exactly what the generator makes of the solution (never hand-edited)."""
     from course_lib.authoring import exgen
 
-    assert EXERCISE.exists(), "exercises/01_units.ipynb is missing: run `python -m course_lib.exgen`"
-    assert EXERCISE.read_text(encoding="utf-8") == exgen.exercise_text(SOLUTION), (
+    assert nb_paths.exercise.exists(), "exercises/01_units.ipynb is missing: run `python -m course_lib.exgen`"
+    assert nb_paths.exercise.read_text(encoding="utf-8") == exgen.exercise_text(nb_paths.solution), (
         "exercises/01_units.ipynb is out of date: run `python -m course_lib.exgen`")
 
 
-def test_generated_exercise_holds_no_solutions():
-    nb = nbformat.read(EXERCISE, as_version=4)
+def test_generated_exercise_holds_no_solutions(nb_paths):
+    nb = nbformat.read(nb_paths.exercise, as_version=4)
     text = "\n".join(c.source for c in nb.cells)
-    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "BEGIN nb_paths.solution" not in text and "BEGIN HIDDEN TESTS" not in text
     assert 'answer_q9 = "GiB' not in text and "n_bytes / 2**30" not in text
     for q in ex01.QUESTIONS:
         assert f"q.{q.id}.check(" in text
 
 
-def test_unfilled_exercise_reads_as_not_attempted():
+def test_unfilled_exercise_reads_as_not_attempted(nb_paths):
     """Run the learner's starting cells (not the strict grade cells): every check says 'not attempted'."""
-    nb = nbformat.read(EXERCISE, as_version=4)
+    nb = nbformat.read(nb_paths.exercise, as_version=4)
     ns: dict = {}
     for c in nb.cells:
         if c.cell_type != "code" or c.metadata.get("nbgrader", {}).get("grade"):

@@ -20,13 +20,14 @@ from course_lib.core.hardware import get_hardware, list_hardware  # noqa: E402
 from course_lib.core.models import get_model, list_models  # noqa: E402
 from course_lib.lessons.plots import label_has_unit  # noqa: E402
 from course_lib.lessons.plots.data_per_token import (  # noqa: E402
-    DEFAULT_PRECISIONS, GEMV_PRECISIONS, cache_bytes, gemv_cost, plot_bytes_per_token, plot_cache_vs_weights,
+    DEFAULT_PRECISIONS, GEMV_PRECISIONS, cache_bytes, plot_bytes_per_token, plot_cache_vs_weights,
     plot_ridge_points, ridge_points,
 )
 from course_lib.core.precision import PRECISIONS, bytes_per_element  # noqa: E402
+from course_lib.core.roofline import bytes_per_token, gemv_cost  # noqa: E402
 from course_lib.core.units import format_bytes  # noqa: E402
 from course_lib.lessons.widgets.data_per_token import (  # noqa: E402
-    PRECISION_OPTIONS, BytesPerTokenExplorer, bytes_per_token, bytes_per_token_explorer, render_bytes_per_token,
+    PRECISION_OPTIONS, BytesPerTokenExplorer, bytes_per_token_explorer, render_bytes_per_token,
 )
 
 NO_FP16_PEAK = sorted(h for h in list_hardware() if "fp16" not in get_hardware(h).peak_flops)

@@ -12,13 +12,15 @@ from hypothesis import strategies as st
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
-from course_lib import get_hardware, get_model, kv_cache_bytes  # noqa: E402
+from course_lib import estimate, get_hardware, get_model, kv_cache_bytes  # noqa: E402
 from course_lib.lessons.plots._base import label_has_unit  # noqa: E402
 from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context  # noqa: E402
 from course_lib.core.units import format_bytes  # noqa: E402
+from course_lib.core.estimator import crossover_context, tokens_that_fit  # noqa: E402
+from course_lib.core.kv import default_kv_precision, kv_crossover, kv_rows  # noqa: E402
 from course_lib.lessons.widgets.kv_cache import (  # noqa: E402
-    BATCH_RANGE, CONTEXT_RANGE, DEFAULT_MODELS, crossover_context, crossover_html, kv_cache_explorer,
-    kv_crossover_explorer, kv_rows, kv_shape, kv_table_html, tokens_that_fit,
+    BATCH_RANGE, CONTEXT_RANGE, DEFAULT_MODELS, crossover_html, kv_cache_explorer, kv_crossover_explorer, kv_shape,
+    kv_table_html,
 )
 
 
@@ -116,9 +118,10 @@ def test_tokens_that_fit_known_values_and_window():
 @pytest.mark.parametrize("call, match", [
     (lambda: kv_rows(["llama-3-9b"]), "model"),
     (lambda: kv_rows([]), "models"),
-    (lambda: kv_rows(context=-1), "context"),
-    (lambda: kv_rows(batch=0), "batch"),
-    (lambda: kv_rows(kv_precision="fp12"), "precision"),
+    (lambda: kv_rows(DEFAULT_MODELS, context=-1), "context"),
+    (lambda: kv_rows(DEFAULT_MODELS, batch=0), "batch"),
+    (lambda: kv_rows(DEFAULT_MODELS, kv_precision="fp12"), "precision"),
+    (lambda: kv_crossover("llama-3-8b", "rtx-4090", batch=0), "batch"),
     (lambda: crossover_context("llama-3-8b", batch=2.5), "batch"),
     (lambda: tokens_that_fit("llama-3-8b", "rtx-5090x"), "hardware"),
     (lambda: kv_cache_explorer(context=10**7), "context"),
@@ -300,3 +303,32 @@ def test_exercise_answers_agree_with_library():
     assert q.q8.expected == min(("Llama-2-7B", "Mistral-7B", "Llama-3-8B", "Qwen2.5-7B", "DeepSeek-V3"),
                                 key=lambda k: get_model(k.lower()).kv_bytes_per_token())
     assert len(q.QUESTIONS) >= 6
+
+
+def test_kv_crossover_states_the_widgets_verdicts_as_data():
+    x = kv_crossover("llama-3-8b", "h100-sxm", 8)
+    assert x.context == crossover_context("llama-3-8b", 8) and x.context_times_batch == x.context * 8
+    assert x.tokens_that_fit == tokens_that_fit("llama-3-8b", "h100-sxm", 8)
+    assert x.beyond_trained_positions and not x.never and not x.weights_exceed_memory
+    w = kv_crossover("mistral-7b", "h100-sxm", 4)
+    assert w.never and w.any_length_fits and w.window_cache_bytes == kv_cache_bytes("mistral-7b", 4096, batch=4)
+    assert kv_crossover("llama-3-70b", "rtx-4090", 1).weights_exceed_memory
+
+
+@pytest.mark.parametrize("weights, kv", [("fp32", "fp32"), ("bf16", "bf16"), ("fp8", "fp8"), ("int8", "fp16"),
+                                         ("q4_0", "fp16"), ("int4", "fp16")])
+def test_default_kv_precision_follows_float_weights_else_fp16(weights, kv):
+    assert default_kv_precision(weights) == kv
+    assert default_kv_precision(weights, "fp8") == "fp8"
+    assert estimate("llama-3-8b", "h100-sxm", 16, 1, precision=weights).kv_precision == kv
+
+
+def test_context_limits_say_when_a_window_caps_and_when_positions_run_out():
+    from course_lib.core.kv import context_limits
+    mi = context_limits("mistral-7b", 5000)
+    assert mi.window_capped and mi.attended == 4096 and not mi.beyond_trained
+    l3 = context_limits("llama-3-8b", 8193)
+    assert not l3.window_capped and l3.attended == 8193 and l3.beyond_trained
+    assert not context_limits("llama-3-8b", 8192).beyond_trained
+    with pytest.raises(ValueError, match="tokens"):
+        context_limits("llama-3-8b", 0)

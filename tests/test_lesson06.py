@@ -14,10 +14,9 @@ No timing claim is asserted: measured objects are built by hand where a plot nee
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -35,13 +34,17 @@ pytest.importorskip("matplotlib")
 
 from course_lib.lessons.plots import label_has_unit  # noqa: E402
 from course_lib.lessons.plots import prefill_decode as plots  # noqa: E402
+from course_lib.core import roofline  # noqa: E402
 from course_lib.lessons.widgets.prefill_decode import (BATCH_RANGE, NOT_AVAILABLE, PrefillDecodeExplorer,  # noqa: E402
                                                prefill_decode_explorer, prefill_decode_reading, rate_text)
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "notebooks" / "06_prefill_vs_decode.ipynb"
-SOLUTION = ROOT / "solutions" / "06_prefill_vs_decode.ipynb"
-EXERCISE = ROOT / "exercises" / "06_prefill_vs_decode.ipynb"
+
+@pytest.fixture(scope="module")
+def nb_paths(repo_root):
+    """This lesson's notebooks (paths under conftest's ``repo_root``)."""
+    return SimpleNamespace(lesson=repo_root / "notebooks" / "06_prefill_vs_decode.ipynb",
+                           solution=repo_root / "solutions" / "06_prefill_vs_decode.ipynb",
+                           exercise=repo_root / "exercises" / "06_prefill_vs_decode.ipynb")
 
 
 def _labels_ok(fig):
@@ -151,15 +154,15 @@ def test_reading_is_consistent_for_any_setting(prompt, new, batch):
 # --------------------------------------------------------------------------------------------------
 def test_attainable_rate_is_the_roof():
     peak, bw = 100e9, 20e9
-    assert plots.attainable_flop_rate(1.0, peak, bw) == pytest.approx(20e9)
-    assert plots.attainable_flop_rate(100.0, peak, bw) == pytest.approx(peak)
+    assert roofline.attainable_flop_rate(1.0, peak, bw) == pytest.approx(20e9)
+    assert roofline.attainable_flop_rate(100.0, peak, bw) == pytest.approx(peak)
     ridge = g.ridge_point(peak, bw)
-    assert plots.attainable_flop_rate(ridge, peak, bw) == pytest.approx(peak)
+    assert roofline.attainable_flop_rate(ridge, peak, bw) == pytest.approx(peak)
 
 
 def test_roofline_plots_the_roof_and_the_points():
     peak, bw = 200e9, 25e9
-    pts = [plots.RooflinePoint("decode", 2e6, 4e6, 1e-3), plots.RooflinePoint("prefill", 4e9, 5e7, 0.05)]
+    pts = [roofline.RooflinePoint("decode", 2e6, 4e6, 1e-3), roofline.RooflinePoint("prefill", 4e9, 5e7, 0.05)]
     ax = _labels_ok(plots.plot_roofline(peak, bw, pts))
     assert "FLOP/byte" in ax.get_xlabel() and "GFLOP/s" in ax.get_ylabel()
     lines = _lines(ax)
@@ -176,7 +179,7 @@ def test_roofline_plots_the_roof_and_the_points():
 
 def test_roofline_point_rejects_bad_values():
     with pytest.raises(ValueError, match="seconds"):
-        plots.RooflinePoint("x", 1.0, 1.0, 0.0)
+        roofline.RooflinePoint("x", 1.0, 1.0, 0.0)
     with pytest.raises(TypeError, match="RooflinePoint"):
         plots.plot_roofline(1e9, 1e9, [(1, 2)])
 
@@ -185,7 +188,7 @@ def test_prefill_split_adds_up_to_prefill_flops():
     for name in ("mistral-7b", "llama-3-8b", "gpt2-small"):
         m = get_model(name)
         for p in (1, 100, 8192):
-            s = plots.prefill_flop_split(m, p)
+            s = roofline.prefill_flop_split(m, p)
             assert s["weights"] + s["lm_head"] + s["attention"] == pytest.approx(s["total"], rel=1e-12)
             assert s["total"] == estimate(m, "h100-sxm", p, 1).prefill.flops
             assert s["weights"] == 2 * m.block_params * p
@@ -194,12 +197,12 @@ def test_prefill_split_adds_up_to_prefill_flops():
 
 def test_attention_crossover_is_where_the_terms_meet():
     m = get_model("mistral-7b")
-    x = plots.attention_crossover(m)
+    x = roofline.attention_crossover(m)
     assert x == pytest.approx(m.block_params / (m.layers * m.heads * m.head_dim))
     p = round(x)
-    s = plots.prefill_flop_split(m, p)
+    s = roofline.prefill_flop_split(m, p)
     assert s["attention"] == pytest.approx(s["weights"], rel=1 / p)
-    assert plots.attention_share(m, 1000) < 0.05 < 0.4 < plots.attention_share(m, 100_000)
+    assert roofline.attention_share(m, 1000) < 0.05 < 0.4 < roofline.attention_share(m, 100_000)
 
 
 def test_attention_share_plot_uses_prefill_flops():
@@ -211,19 +214,19 @@ def test_attention_share_plot_uses_prefill_flops():
         inside = [p for p in lengths if p <= window]
         ln = lines[name]
         assert list(ln.get_xdata()) == inside           # each line stops at the model's context window
-        assert list(ln.get_ydata()) == pytest.approx([plots.attention_share(name, p) for p in inside])
+        assert list(ln.get_ydata()) == pytest.approx([roofline.attention_share(name, p) for p in inside])
     # Llama-3-8B's crossover (53,250) lies past its 8192-token window: not marked; Qwen2.5-7B's is
     assert not any("53,250" in k for k in lines)
-    assert any(f"{plots.attention_crossover('qwen2.5-7b'):,.0f}" in k for k in lines)
+    assert any(f"{roofline.attention_crossover('qwen2.5-7b'):,.0f}" in k for k in lines)
     # a sliding-window model's full-causal count is an upper bound past the window, and the legend says so
     assert any(k.startswith("mistral-7b (upper bound past its 4,096-token sliding window") for k in lines)
 
 
 def test_fit_line_recovers_a_line():
-    b, k = plots.fit_line([1, 2, 3, 4], [3.5, 5.5, 7.5, 9.5])
+    b, k = roofline.fit_line([1, 2, 3, 4], [3.5, 5.5, 7.5, 9.5])
     assert (b, k) == pytest.approx((1.5, 2.0))
     with pytest.raises(ValueError, match="distinct"):
-        plots.fit_line([2, 2], [1, 2])
+        roofline.fit_line([2, 2], [1, 2])
 
 
 @dataclass
@@ -236,7 +239,7 @@ class _Timing:
 
 def test_ttft_plot_shows_measurements_fit_and_prediction():
     ts = [_Timing(32, 0.010, 0.009, 0.012), _Timing(128, 0.030, 0.028, 0.031), _Timing(256, 0.061, 0.06, 0.07)]
-    b, k = plots.fit_line([t.prompt_tokens for t in ts], [t.seconds for t in ts])
+    b, k = roofline.fit_line([t.prompt_tokens for t in ts], [t.seconds for t in ts])
     ax = _labels_ok(plots.plot_ttft_fit(ts, predicted=[(32, 0.005), (256, 0.04)]))
     assert "ms" in ax.get_ylabel() and "tokens" in ax.get_xlabel()
     fit = [ln for lab, ln in _lines(ax).items() if lab.startswith("fit b + k·n")][0]
@@ -270,12 +273,12 @@ def test_batching_plot_uses_the_estimator_and_the_critical_batch():
     crit = [ln for k, ln in lines.items() if k.startswith("critical batch")][0]
     assert crit.get_xdata()[0] == pytest.approx(h.flops("fp16") * 2 / (2 * h.bandwidth))
     assert list(lines["measured"].get_ydata()) == pytest.approx([m[1] for m in meas])
-    curve = plots.batch_curve("mistral-7b", "h200", [1, 2048], context=1)
+    curve = roofline.batch_curve("mistral-7b", "h200", [1, 2048], context=1)
     assert curve[0][2] == "memory" and curve[1][2] == "compute"
 
 
 def test_total_vs_generated_is_ttft_plus_n_minus_1_tpot():
-    pts = plots.total_vs_generated("mistral-7b", "h100-sxm", 500, [1, 50, 1050])
+    pts = roofline.total_vs_generated("mistral-7b", "h100-sxm", 500, [1, 50, 1050])
     for n, total in pts:
         e = estimate("mistral-7b", "h100-sxm", 500, n)
         assert total == e.total == pytest.approx(e.ttft + (n - 1) * e.tpot)
@@ -319,8 +322,8 @@ def test_source_recipe_and_step_count_mistakes_are_recognised():
 MEASURES = re.compile(r"bench\.(measure_\w+|this_machine)\(|validate\.(calibrate|predict_\w+|run)\(|\bTinyLM\(")
 
 
-def test_every_measuring_cell_is_ignored_by_nbval():
-    nb = nbformat.read(LESSON, as_version=4)
+def test_every_measuring_cell_is_ignored_by_nbval(nb_paths):
+    nb = nbformat.read(nb_paths.lesson, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     measuring = [c for c in code if MEASURES.search(c.source)]
     assert len(measuring) >= 3
@@ -336,29 +339,24 @@ def test_every_measuring_cell_is_ignored_by_nbval():
     assert widget_cells and all("nbval-ignore-output" in c.metadata.get("tags", []) for c in widget_cells)
 
 
-def test_lesson_reproduces_the_source_recipe_and_its_gap():
-    nb = nbformat.read(LESSON, as_version=4)
+def test_lesson_reproduces_the_source_recipe_and_its_gap(nb_paths):
+    nb = nbformat.read(nb_paths.lesson, as_version=4)
     assert any("source-quote" in c.metadata.get("tags", []) for c in nb.cells)
     text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells if c.cell_type == "code"
                      for o in c.get("outputs", []))
     src = estimate("source-7b", "a100-40gb", 500, 200, compute_efficiency=0.6)
     assert f"**{src.tpot / src.source_recipe_tpot:.0f} times too fast**" in text
-    assert f"**{plots.attention_crossover('llama-3-8b'):,.0f} tokens**" in text
+    assert f"**{roofline.attention_crossover('llama-3-8b'):,.0f} tokens**" in text
     assert "sliding window" in text     # why Mistral-7B (v0.1) is not the section 4 example
 
 
-def test_solution_has_an_answer_and_a_passing_grade_cell_per_question():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    grades = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    assert sorted(grades) == sorted(f"{q.id}-grade" for q in ex06.QUESTIONS)
-    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
-    checks = [o for o in outputs if "application/vnd.course.check+json" in o.get("data", {})]
-    assert len(checks) >= len(ex06.QUESTIONS)
-    assert all(o["data"]["application/vnd.course.check+json"]["status"] == "correct" for o in checks)
-    assert EXERCISE.exists()
-    ex = nbformat.read(EXERCISE, as_version=4)
-    assert "### BEGIN SOLUTION" not in "\n".join(c.source for c in ex.cells)
-    assert math.isfinite(len(ex.cells)) and len(ex.cells) == len(nb.cells)
+def test_exercise_copy_hides_the_solutions_cell_for_cell(nb_paths):
+    nb = nbformat.read(nb_paths.solution, as_version=4)
+    ex = nbformat.read(nb_paths.exercise, as_version=4)
+    assert "### BEGIN nb_paths.solution" not in "\n".join(c.source for c in ex.cells)
+    assert len(ex.cells) == len(nb.cells)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in ex.cells]
+    assert ids == [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
 
 
 def test_reading_flags_the_sliding_window_upper_bound():
@@ -366,3 +364,25 @@ def test_reading_flags_the_sliding_window_upper_bound():
     assert "sliding window" in long.details_html and "upper bound" in long.details_html
     assert "sliding window" not in prefill_decode_reading("mistral-7b", "h100-sxm", prompt_tokens=4096).details_html
     assert "sliding window" not in prefill_decode_reading("llama-3-8b", "h100-sxm", prompt_tokens=8192).details_html
+
+
+def test_roofline_helpers_validate_and_match_the_formulas():
+    assert roofline.compute_time(2e12, 1e12) == 2.0 and roofline.memory_time(1e9, 1e9, 0.5) == 2.0
+    assert roofline.critical_batch("h200", "fp16") == pytest.approx(
+        get_hardware("h200").flops("fp16") * 2 / (2 * get_hardware("h200").bandwidth))
+    c = roofline.latency_conventions(0.5, 0.01, 101)
+    assert (c.total, c.total_n_tpot) == pytest.approx((1.5, 1.51)) and c.tokens_per_second == pytest.approx(101 / 1.5)
+    assert roofline.relative_error(2.0, 2.5) == pytest.approx(0.25) and roofline.relative_error(2.0, -1) == -1.5
+    m = get_model("mistral-7b")
+    assert roofline.decode_step_bytes(m, 2001) == m.decode_weight_bytes("fp16") + 2001 * m.kv_bytes_per_token("fp16")
+    assert roofline.prefill_flops(m, 100, dense=True) > roofline.prefill_flops(m, 100)
+    assert roofline.RooflinePoint("decode", 2e6, 4e6, 1e-3).bound(1e12, 1e11) == "memory"
+    for call, match in [(lambda: roofline.compute_time(1e300, 1e-300), "flops|not finite"),
+                        (lambda: roofline.memory_time(-1, 1e9), "nbytes"),
+                        (lambda: roofline.latency_conventions(0.1, 0.01, 0), "n"),
+                        (lambda: roofline.relative_error(0, 1), "measured"),
+                        (lambda: roofline.roofline_curve(1e12, 1e11, 10, 1), "hi")]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(TypeError, match="xs"):
+        roofline.fit_line(["a", "b"], [1, 2])

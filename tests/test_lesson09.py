@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -32,10 +32,13 @@ from course_lib.lessons.plots.capstone import TITLE, XLABEL, YLABEL, plot_latenc
 from course_lib.lessons.widgets.capstone import (BATCH_RANGE, NEW_TOKENS_RANGE, PROMPT_RANGE,  # noqa: E402
                                          CapstoneDashboard, capstone_dashboard, status_html)
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "notebooks" / "09_capstone.ipynb"
-SOLUTION = ROOT / "solutions" / "09_capstone.ipynb"
-APP = ROOT / "app" / "dashboard.ipynb"
+
+@pytest.fixture(scope="module")
+def nb_paths(repo_root):
+    """This lesson's notebooks (paths under conftest's ``repo_root``)."""
+    return SimpleNamespace(lesson=repo_root / "notebooks" / "09_capstone.ipynb",
+                           solution=repo_root / "solutions" / "09_capstone.ipynb",
+                           app=repo_root / "app" / "dashboard.ipynb")
 
 
 def _plotted(fig):
@@ -261,8 +264,8 @@ def test_figure_defaults_and_errors():
 # Every number the lesson states comes from course_lib
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def lesson_text() -> str:
-    return shown_text(LESSON)
+def lesson_text(nb_paths) -> str:
+    return shown_text(nb_paths.lesson)
 
 
 def _claims():
@@ -331,8 +334,8 @@ def test_h100_and_h200_share_the_ttft_the_lesson_claims():
     assert a.ttft == b.ttft and b.tpot < a.tpot
 
 
-def test_the_dashboard_cell_is_ignored_by_nbval_and_stores_no_widget_state():
-    nb = nbformat.read(LESSON, as_version=4)
+def test_the_dashboard_cell_is_ignored_by_nbval_and_stores_no_widget_state(nb_paths):
+    nb = nbformat.read(nb_paths.lesson, as_version=4)
     dash = [c for c in nb.cells if c.cell_type == "code" and "capstone_dashboard(" in c.source]
     assert dash and all("nbval-ignore-output" in c.metadata.get("tags", []) for c in dash)
     assert "widgets" not in nb.metadata
@@ -341,11 +344,11 @@ def test_the_dashboard_cell_is_ignored_by_nbval_and_stores_no_widget_state():
 # --------------------------------------------------------------------------------------------------
 # The app notebook that `make app` serves with Voila
 # --------------------------------------------------------------------------------------------------
-def test_app_notebook_only_displays_the_dashboard():
-    nb = nbformat.read(APP, as_version=4)
+def test_app_notebook_only_displays_the_dashboard(nb_paths):
+    nb = nbformat.read(nb_paths.app, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert 1 <= len(code) <= 2
-    assert "from course_lib.widgets.capstone import capstone_dashboard" in code[0].source
+    assert "from course_lib.lessons.widgets.capstone import capstone_dashboard" in code[0].source
     assert code[-1].source.strip().endswith("capstone_dashboard()")
     assert "widgets" not in nb.metadata
     assert all(c.outputs for c in code), "the app notebook is stored with its outputs"

@@ -1,9 +1,13 @@
-"""Shared figure conventions."""
+"""Shared figure conventions of the course's plots: unit-carrying labels, PNG rendering.
+
+Lessons: 02, 03, 04, 05, 06, 07, 08, 09
+"""
 from __future__ import annotations
 
 import io
 import re
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 #: an axis label carries its unit in brackets or parentheses, e.g. "context (tokens)", "TPOT [ms]"
@@ -28,7 +32,7 @@ class CourseFigure(Figure):
         return buf.getvalue()
 
 
-def new_figure(title: str, xlabel: str, ylabel: str, figsize=(7, 4)) -> tuple[Figure, "matplotlib.axes.Axes"]:
+def new_figure(title: str, xlabel: str, ylabel: str, figsize=(7, 4)) -> tuple[Figure, Axes]:
     """A Figure with one Axes, titled and labelled. Labels must name their unit: "context (tokens)"."""
     for which, lab in (("xlabel", xlabel), ("ylabel", ylabel)):
         if not label_has_unit(lab):

@@ -1,5 +1,7 @@
 """Lesson 07 figures: what a cache saves at the first token, and what it costs in memory.
 
+Lessons: 07
+
 Every function returns a ``matplotlib.figure.Figure`` whose plotted data are ``course_lib.caching``
 values in the units of the axis labels (ms, tokens, GB, %):
 

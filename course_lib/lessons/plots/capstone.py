@@ -1,5 +1,7 @@
 """Lesson 09's figure: the latency–throughput trade-off of a deployment over the batch size.
 
+Lessons: 09
+
 :func:`plot_latency_throughput` plots, for each batch size of
 :func:`course_lib.dashboard.latency_throughput_curve`, the time per output token one user sees (TPOT,
 in ms) against the tokens per second the whole batch produces (aggregate tokens/s). Batches whose

@@ -1,5 +1,7 @@
 """Lesson 08's figures: predicted floors against measured times (``course_lib.compare`` rows).
 
+Lessons: 08
+
 * :func:`plot_comparison` -- measured time against predicted time, log-log, one marker series per
   group, with the line y = x ("measured = predicted"). A point at height k times the line took k
   times its floor: its efficiency is 1 / k.

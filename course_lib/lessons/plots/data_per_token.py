@@ -1,10 +1,11 @@
 """Lesson 02 figures: the weight bytes a decode step streams, and why a GEMV cannot use the compute.
 
-    from course_lib.lessons.plots.data_per_token import plot_bytes_per_token, plot_ridge_points, gemv_cost
+Lessons: 02
+
+    from course_lib.lessons.plots.data_per_token import plot_bytes_per_token, plot_ridge_points
     plot_bytes_per_token()                       # every catalog model x fp32/fp16/int8/q4_0/int4
     plot_ridge_points()                          # each device's fp16 ridge point vs GEMV intensity
     plot_cache_vs_weights("mistral-7b", "fp16")  # on-chip cache vs the bytes of one decode step
-    gemv_cost(8192, 8192, "fp16")                # bytes, FLOPs and intensity of one GEMV
 
 Every figure is a ``matplotlib.figure.Figure`` with a title and unit-carrying axis labels; the
 numbers it draws come from ``course_lib`` (``ModelSpec.decode_weight_bytes``,
@@ -12,24 +13,21 @@ numbers it draws come from ``course_lib`` (``ModelSpec.decode_weight_bytes``,
 can read them back from the artists and compare. Devices without a published figure are left out
 of a plot *and the plot says so* in a note under the axes; the course never invents a number.
 
-:func:`gemv_cost` is the one GEMV calculator of the lesson (worked example, ridge plot, tests). Its
-FLOP count is the ``decode_flops`` formula with a single weight matrix as the only "block" and no
-lm_head or attention: 2 FLOPs (a multiply and an add) per weight element.
+The GEMV intensities come from :func:`course_lib.core.roofline.gemv_cost`, the one GEMV calculator
+of the course (worked example, ridge plot, tests); the catalog look-ups that skip and name devices
+without a published figure (:func:`ridge_points`, :func:`cache_bytes`) only filter the catalog.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from matplotlib.figure import Figure
 
-from course_lib.core import _generated as g
 from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
-from course_lib.core.validation import require_count, require_fraction
+from course_lib.core.roofline import gemv_cost
 from course_lib.lessons.plots._base import new_figure
 
-__all__ = ["GemvCost", "gemv_cost", "ridge_points", "cache_bytes", "plot_bytes_per_token",
+__all__ = ["ridge_points", "cache_bytes", "plot_bytes_per_token",
            "plot_ridge_points", "plot_cache_vs_weights", "DEFAULT_PRECISIONS", "GEMV_PRECISIONS"]
 
 #: Weight formats of :func:`plot_bytes_per_token` (bf16 streams the same bytes as fp16).
@@ -38,77 +36,6 @@ DEFAULT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "q4_0", "int4")
 GEMV_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "q4_0")
 
 _GB = 1e9
-
-
-# --------------------------------------------------------------------------------------------------
-# GEMV: one matrix-vector product
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GemvCost:
-    """A (rows x cols) weight matrix times one vector: y = W x.
-
-    ``weight_bytes`` is the matrix, ``vector_bytes`` the input x read plus the output y written (in
-    ``activation_precision``). Times need a device: :meth:`memory_time` and :meth:`compute_time`.
-    """
-
-    rows: int
-    cols: int
-    precision: str
-    bytes_per_element: float
-    activation_precision: str
-    flops: float
-    weight_bytes: float
-    vector_bytes: float
-
-    @property
-    def elements(self) -> int:
-        return self.rows * self.cols
-
-    @property
-    def bytes(self) -> float:
-        """All bytes moved: the matrix, x and y."""
-        return self.weight_bytes + self.vector_bytes
-
-    @property
-    def intensity(self) -> float:
-        """FLOP per byte over all bytes moved."""
-        return g.arithmetic_intensity(self.flops, self.bytes)
-
-    @property
-    def weight_intensity(self) -> float:
-        """FLOP per byte of weights: 2 / bytes_per_element (exactly 1 in fp16)."""
-        return g.arithmetic_intensity(self.flops, self.weight_bytes)
-
-    def memory_time(self, hardware, bandwidth_efficiency: float = 1.0) -> float:
-        """Seconds to move :attr:`bytes` at ``hardware``'s bandwidth (× the efficiency)."""
-        hw = get_hardware(hardware)
-        eta = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
-        return g.memory_time(self.bytes, hw.bandwidth, eta)
-
-    def compute_time(self, hardware, dtype: str = "fp16", compute_efficiency: float = 1.0) -> float:
-        """Seconds for :attr:`flops` at ``hardware``'s dense ``dtype`` peak (ValueError if none is published)."""
-        hw = get_hardware(hardware)
-        eta = require_fraction("compute_efficiency", compute_efficiency)
-        return g.compute_time(self.flops, hw.flops(dtype), eta)
-
-
-def gemv_cost(rows, cols, precision="fp16", activation_precision=None) -> GemvCost:
-    """FLOPs and bytes of multiplying a ``rows`` x ``cols`` matrix in ``precision`` by one vector.
-
-    ``activation_precision`` (x and y) defaults to the weights' for fp32/fp16/bf16 and to fp16 for
-    integer and block formats (which are dequantised to fp16 to compute).
-    """
-    r = require_count("rows", rows, minimum=1)
-    c = require_count("cols", cols, minimum=1)
-    p = get_precision(precision)
-    if activation_precision is None:
-        activation_precision = p.name if p.name in ("fp32", "fp16", "bf16") else "fp16"
-    a = get_precision(activation_precision)
-    flops = g.decode_flops(batch=1, block_params=r * c, vocab=0, hidden=0, layers=0, heads=0, attn_dim=0,
-                           context=0)
-    return GemvCost(rows=r, cols=c, precision=p.name, bytes_per_element=p.bytes, activation_precision=a.name,
-                    flops=flops, weight_bytes=g.weight_bytes(r * c, p.bytes),
-                    vector_bytes=g.weight_bytes(r + c, a.bytes))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Lesson 05's figures: GEMV timings measured on the learner's machine (and on one H200).
 
+Lessons: 05
+
 * :func:`plot_bandwidth_vs_size` -- achieved GB/s (bytes moved / median time) against the matrix
   size, one line per series (e.g. "rotated" and "same buffer"), with the cache sizes marked as
   vertical lines and the copy ceiling as a horizontal one: the "tens of MB of cache" effect.
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping
 
 from matplotlib.figure import Figure
 
+from course_lib.core.roofline import gemv_cost
 from course_lib.core.units import format_bytes
 from course_lib.core.validation import require_positive
 from course_lib.lessons.plots._base import new_figure
@@ -113,13 +116,13 @@ def plot_dtype_times(rows: Iterable, bandwidth: float,
 def h200_rows(h200: Mapping) -> list[dict]:
     """The H200's ``gemv_fp16_eager`` records with bytes and seconds (fp16: 2 bytes per element).
 
-    ``h200`` is :func:`course_lib.measurements.h200`'s dict. Bytes: matrix + both vectors, the same
-    count as :func:`course_lib.bench.gemv_bytes`; seconds: the measured median in µs / 1e6.
+    ``h200`` is :func:`course_lib.measurements.h200`'s dict. Bytes: ``course_lib.core.roofline.gemv_cost``
+    (matrix + both vectors); seconds: the measured median in µs / 1e6.
     """
     out = []
     for r in h200["gemv_fp16_eager"]:
-        m, k = int(r["m"]), int(r["k"])
-        out.append({"m": m, "k": k, "dtype": "fp16", "matrix_bytes": m * k * 2, "bytes": (m * k + m + k) * 2,
+        c = gemv_cost(int(r["m"]), int(r["k"]), "fp16")
+        out.append({"m": c.rows, "k": c.cols, "dtype": "fp16", "matrix_bytes": c.weight_bytes, "bytes": c.bytes,
                     "seconds": r["us"] / 1e6, "gb_per_s": r["GBps"]})
     return out
 

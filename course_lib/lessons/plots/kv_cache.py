@@ -1,5 +1,7 @@
 """Lesson 03 figures: KV cache bytes against context, and the context at which they equal the weights.
 
+Lessons: 03
+
 Both functions return a ``matplotlib.figure.Figure`` (never shown here) whose plotted data are
 ``course_lib`` values in the units of the axis labels:
 

@@ -1,5 +1,7 @@
 """Lesson 04's figures: the decode floor as the context grows, and total latency vs response length.
 
+Lessons: 04
+
 * :func:`plot_tpot_vs_context` -- one line per device: the batch-1 TPOT floor of the next decode
   step after ``c`` tokens of context, ``estimate(model, hw, prompt_tokens=c, new_tokens=1).tpot``,
   in milliseconds. The lines rise with the K/V read per step and, for a sliding-window model

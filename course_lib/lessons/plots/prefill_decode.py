@@ -1,80 +1,45 @@
-"""Lesson 06's figures and their data: prefill against decode, the roofline, batching, long answers.
+"""Lesson 06's figures: prefill against decode, the roofline, batching, long answers.
+
+Lessons: 06
 
 * :func:`plot_roofline` -- the roofline of one device (attainable FLOP/s against arithmetic
-  intensity, log-log) with measured kernels placed on it as points (:class:`RooflinePoint`).
+  intensity, log-log) with measured kernels placed on it as points (``RooflinePoint``).
 * :func:`plot_attention_share` -- the share of causal attention in prefill FLOPs against the prompt
-  length (:func:`prefill_flop_split`): small until tens of thousands of tokens, so TTFT is near-linear.
+  length (``attention_share``): small until tens of thousands of tokens, so TTFT is near-linear.
 * :func:`plot_ttft_fit` -- measured TTFT against prompt length with the fitted line b + k·n
-  (:func:`fit_line`) and, optionally, the estimator's prediction.
+  (``fit_line``) and, optionally, the estimator's prediction.
 * :func:`plot_tpot_measured` -- measured TPOT against context with a predicted line.
-* :func:`plot_batching` -- aggregate decode tokens/s against batch size (:func:`batch_curve`), the
+* :func:`plot_batching` -- aggregate decode tokens/s against batch size (``batch_curve``), the
   critical batch marked, measured points on top.
-* :func:`plot_total_vs_generated` -- total latency against generated tokens (:func:`total_vs_generated`):
+* :func:`plot_total_vs_generated` -- total latency against generated tokens (``total_vs_generated``):
   a short answer against a long reasoning trace.
 
-Every plotted value is computed by ``course_lib`` (the generated formulas and the estimator) or is a
-measurement passed in; the functions here only arrange them. The data helpers are plain functions so
-tests (and the lesson's prose) use exactly the numbers the figures show.
+Every plotted value is computed by :mod:`course_lib.core.roofline` (the lesson's arithmetic, from the
+generated formulas and the estimator) or is a measurement passed in; the functions here only
+arrange them, so tests (and the lesson's prose) use exactly the numbers the figures show.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from course_lib.core import _generated as g
 from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
+from course_lib.core.roofline import (RooflinePoint, attention_crossover, attention_share, batch_curve,
+                                      critical_batch, fit_line, ridge_point, roofline_curve,
+                                      total_vs_generated)
 from course_lib.core.validation import require_count, require_positive
 from course_lib.lessons.plots._base import new_figure
 
-__all__ = ["RooflinePoint", "attainable_flop_rate", "plot_roofline", "prefill_flop_split", "attention_share",
-           "attention_crossover", "plot_attention_share", "fit_line", "plot_ttft_fit", "plot_tpot_measured",
-           "batch_curve", "plot_batching", "total_vs_generated", "plot_total_vs_generated"]
+__all__ = ["plot_roofline", "plot_attention_share", "plot_ttft_fit", "plot_tpot_measured", "plot_batching",
+           "plot_total_vs_generated"]
 
 
 # --------------------------------------------------------------------------------------------------
 # The roofline
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RooflinePoint:
-    """One measured kernel: its FLOPs and bytes (counted by course_lib) and its measured seconds."""
-
-    label: str
-    flops: float
-    bytes: float
-    seconds: float
-
-    def __post_init__(self):
-        require_positive("flops", self.flops)
-        require_positive("bytes", self.bytes)
-        require_positive("seconds", self.seconds)
-
-    @property
-    def intensity(self) -> float:
-        """FLOP per byte moved (``arithmetic_intensity``)."""
-        return g.arithmetic_intensity(self.flops, self.bytes)
-
-    @property
-    def flop_rate(self) -> float:
-        """Achieved FLOP/s: FLOPs / measured seconds."""
-        return self.flops / self.seconds
-
-    @property
-    def bandwidth(self) -> float:
-        """Achieved bytes/s: bytes / measured seconds."""
-        return self.bytes / self.seconds
-
-
-def attainable_flop_rate(intensity: float, peak_flops: float, bandwidth: float) -> float:
-    """The roof at ``intensity`` FLOP/B: FLOPs / ``phase_time`` of one byte's worth, i.e. min(peak, I·β)."""
-    i = require_positive("intensity", intensity)
-    return i / g.phase_time(i, require_positive("peak_flops", peak_flops), 1.0, 1.0,
-                            require_positive("bandwidth", bandwidth), 1.0)
-
-
 def plot_roofline(peak_flops: float, bandwidth: float, points: Iterable[RooflinePoint] = (),
                   title: str = "Roofline of this machine", device: str = "this machine",
                   intensity_range: tuple[float, float] | None = None) -> Figure:
@@ -90,13 +55,12 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Iterable[Roofline
     for p in pts:
         if not isinstance(p, RooflinePoint):
             raise TypeError(f"points must be RooflinePoint objects, got {type(p).__name__}")
-    ridge = g.ridge_point(peak, bw)
+    ridge = ridge_point(peak, bw)
     xs = [ridge] + [p.intensity for p in pts]
     lo, hi = intensity_range or (min(xs) / 4, max(xs) * 4)
-    n = 200
-    grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    curve = roofline_curve(peak, bw, lo, hi)
     fig, ax = new_figure(title, "arithmetic intensity (FLOP/byte)", "attainable compute (GFLOP/s)")
-    ax.plot(grid, [attainable_flop_rate(x, peak, bw) / 1e9 for x in grid], color="black", linewidth=1.5,
+    ax.plot([c[0] for c in curve], [c[1] / 1e9 for c in curve], color="black", linewidth=1.5,
             label=f"roof of {device}")
     ax.axvline(ridge, color="grey", linestyle="--", linewidth=1, label=f"ridge point: {ridge:.3g} FLOP/byte")
     markers = "osD^v<>phX*"
@@ -112,41 +76,6 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Iterable[Roofline
 # --------------------------------------------------------------------------------------------------
 # Attention's share of prefill
 # --------------------------------------------------------------------------------------------------
-def prefill_flop_split(model, prompt_tokens: int, cached: int = 0) -> dict[str, float]:
-    """Prefill FLOPs of one sequence split into its three terms of ``prefill_flops``.
-
-    ``weights``: 2 · N_blocks · P (every block weight, every new token); ``lm_head``: 2 · V · h (the
-    last position only); ``attention``: causal attention, 2 · L · H · d · (P² + 2 P·cached). Each is
-    ``prefill_flops`` with the other terms' symbols set to zero; they add up to the whole.
-    """
-    m = get_model(model)
-    p = require_count("prompt_tokens", prompt_tokens, minimum=1)
-    c = require_count("cached", cached)
-    nb = m.active_block_params
-    return {
-        "weights": g.prefill_flops(1, nb, p, 0, 0, 0, m.heads, m.attn_dim, c),
-        "lm_head": g.prefill_flops(1, 0, p, m.vocab, m.hidden, 0, m.heads, m.attn_dim, c),
-        "attention": g.prefill_flops(1, 0, p, 0, 0, m.layers, m.heads, m.attn_dim, c),
-        "total": g.prefill_flops(1, nb, p, m.vocab, m.hidden, m.layers, m.heads, m.attn_dim, c),
-    }
-
-
-def attention_share(model, prompt_tokens: int) -> float:
-    """Fraction of a prompt's prefill FLOPs spent in causal attention."""
-    s = prefill_flop_split(model, prompt_tokens)
-    return s["attention"] / s["total"]
-
-
-def attention_crossover(model) -> float:
-    """Prompt length at which causal attention's FLOPs equal the weights' 2·N_blocks·P: N_blocks / (L·H·d).
-
-    Solves 2·L·H·d·P² = 2·N_blocks·P (both terms read off ``prefill_flops``); the lm_head term is ignored.
-    """
-    m = get_model(model)
-    one = prefill_flop_split(m, 1)           # attention at P = 1 is 2·L·H·d, weights 2·N_blocks
-    return one["weights"] / one["attention"]
-
-
 def plot_attention_share(models: Sequence, prompt_lengths: Iterable[int],
                          title: str = "Share of prefill FLOPs spent in causal attention") -> Figure:
     """Attention's share (fraction) of prefill FLOPs against prompt length, one line per model.
@@ -184,19 +113,6 @@ def plot_attention_share(models: Sequence, prompt_lengths: Iterable[int],
 # --------------------------------------------------------------------------------------------------
 # Measured TTFT and TPOT
 # --------------------------------------------------------------------------------------------------
-def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares line y = b + k·x: returns (b, k). Needs at least two distinct x."""
-    xs, ys = [float(x) for x in xs], [float(y) for y in ys]
-    if len(xs) != len(ys):
-        raise ValueError(f"xs and ys must have the same length, got {len(xs)} and {len(ys)}")
-    if len(set(xs)) < 2:
-        raise ValueError("fit_line needs at least two distinct x values")
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    k = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - k * mx, k
-
-
 def _timings(rows, x_attr):
     rows = list(rows)
     if not rows:
@@ -273,21 +189,6 @@ def plot_tpot_measured(timings: Iterable, predicted: Sequence[tuple[int, float]]
 # --------------------------------------------------------------------------------------------------
 # Batching
 # --------------------------------------------------------------------------------------------------
-def batch_curve(model, hardware, batches: Iterable[int], context: int = 1024, precision: str = "fp16",
-                ) -> list[tuple[int, float, str]]:
-    """(batch, aggregate decode tokens/s, bound) of the next decode step after ``context`` tokens.
-
-    Aggregate tokens/s = batch × ``decode_tps`` of ``estimate(model, hardware, context, 1, batch=B)``:
-    every sequence gets one token per step.
-    """
-    out = []
-    for b in batches:
-        b = require_count("batch", b, minimum=1)
-        e = estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision, batch=b)
-        out.append((b, b * e.decode_tps, e.decode_first.bound))
-    return out
-
-
 def plot_batching(model, hardware, batches: Iterable[int], context: int = 1024, precision: str = "fp16",
                   measured: Sequence[tuple[int, float]] | None = None, measured_label: str = "measured",
                   title: str | None = None) -> Figure:
@@ -297,15 +198,13 @@ def plot_batching(model, hardware, batches: Iterable[int], context: int = 1024, 
     bytes per weight, bandwidth)``: below it a step costs about the same at any batch (memory-bound),
     so throughput grows with the batch; beyond it compute sets the pace and throughput flattens.
     """
-    from course_lib.core.precision import get_precision
-
     m, hw = get_model(model), get_hardware(hardware)
     batches = sorted({require_count("batch", b, minimum=1) for b in batches})
     if not batches:
         raise ValueError("batches must hold at least one batch size")
     curve = batch_curve(m, hw, batches, context, precision)
     e1 = estimate(m, hw, prompt_tokens=context, new_tokens=1, precision=precision)
-    crit = g.critical_batch(hw.flops(e1.compute_dtype), get_precision(precision).bytes, hw.bandwidth)
+    crit = critical_batch(hw, precision, dtype=e1.compute_dtype)
     fig, ax = new_figure(title or f"Decode throughput vs batch: {m.name} on {hw.display or hw.name}",
                          "batch (sequences)", "aggregate decode throughput (tokens/s)")
     ax.plot([c[0] for c in curve], [c[1] for c in curve], "-", label=f"predicted (roofline), context {context:,}")
@@ -322,13 +221,6 @@ def plot_batching(model, hardware, batches: Iterable[int], context: int = 1024, 
 # --------------------------------------------------------------------------------------------------
 # Long answers: total latency against generated tokens
 # --------------------------------------------------------------------------------------------------
-def total_vs_generated(model, hardware, prompt_tokens: int, new_tokens: Iterable[int], precision: str = "fp16",
-                       batch: int = 1) -> list[tuple[int, float]]:
-    """(n, total seconds to the n-th token) from ``estimate``: TTFT + (n - 1) · mean TPOT, exact."""
-    return [(n, estimate(model, hardware, prompt_tokens, n, precision=precision, batch=batch).total)
-            for n in (require_count("new_tokens", x, minimum=1) for x in new_tokens)]
-
-
 def plot_total_vs_generated(model, hardware, prompt_tokens: int, new_tokens: Iterable[int],
                             marks: Iterable[int] = (), precision: str = "fp16",
                             title: str = "Total latency vs tokens generated") -> Figure:

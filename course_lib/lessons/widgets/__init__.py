@@ -5,11 +5,14 @@ plain function that computes what the widget shows (tested without a browser). I
 package imports ipywidgets; the core of ``course_lib`` never does.
 
 Stable CSS classes (``_dom_classes``) starting with ``course-`` mark the controls and outputs that
-the browser tests look for; keep them when changing a layout.
+the browser tests look for; keep them when changing a layout. The numbers and verdicts a widget
+shows are computed in :mod:`course_lib.core`; the markup they share is ``_html``.
+
+Lessons: 00, 01, 02, 03, 04, 06, 07, 09
 """
 from __future__ import annotations
 
-from course_lib.lessons.widgets.data_per_token import bytes_per_token, bytes_per_token_explorer
+from course_lib.lessons.widgets.data_per_token import bytes_per_token_explorer
 from course_lib.lessons.widgets.estimator import EstimateExplorer, estimate_explorer, estimate_summary
 from course_lib.lessons.widgets.kv_cache import kv_cache_explorer, kv_crossover_explorer
 from course_lib.lessons.widgets.latency import TpotExplorer, tpot_explorer, tpot_reading
@@ -22,7 +25,7 @@ from course_lib.lessons.widgets.capstone import CapstoneDashboard, capstone_dash
 __all__ = [
     "EstimateExplorer", "estimate_explorer", "estimate_summary",        # 00
     "UnitConverter", "convert", "unit_converter",                       # 01
-    "bytes_per_token", "bytes_per_token_explorer",                      # 02
+    "bytes_per_token_explorer",                                         # 02
     "kv_cache_explorer", "kv_crossover_explorer",                       # 03
     "TpotExplorer", "tpot_explorer", "tpot_reading",                    # 04
     "PrefillDecodeExplorer", "prefill_decode_explorer", "prefill_decode_reading",  # 06

@@ -1,5 +1,7 @@
 """Lesson 07's explorers: a cached prefix, a cached chat session, and a cache's memory budget.
 
+Lessons: 07
+
     from course_lib.lessons.widgets.caching import prefix_cache_explorer, session_cache_explorer, cache_budget_explorer
     prefix_cache_explorer()            # prefix length, new tokens, hit rate -> TTFT miss / hit / mean
     session_cache_explorer()           # turns -> cumulative prefilled tokens and TTFT, without / with a cache

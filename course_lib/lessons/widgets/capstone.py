@@ -1,16 +1,18 @@
 """Lesson 09's deployment dashboard (also the Voila app of ``make app``).
 
+Lessons: 09
+
     from course_lib.lessons.widgets.capstone import capstone_dashboard
     capstone_dashboard()                                   # Llama-3-8B on an H100 SXM, fp16, batch 1
     capstone_dashboard(hardware="h200", batch=32, precision="fp8")
 
-The controls set a :class:`course_lib.dashboard.DashboardState`; every output comes from the plain
-functions of :mod:`course_lib.dashboard` (tested without a browser): the TPOT label holds exactly
+The controls set a :class:`course_lib.core.capstone.DashboardState`; every output comes from the plain
+functions of :mod:`course_lib.core.capstone` (tested without a browser): the TPOT label holds exactly
 ``tpot_text(state)``, the TTFT label ``ttft_text(state)``, and the figure is
-``course_lib.plots.capstone.plot_latency_throughput(state)``. The widget only wires controls to them.
+``course_lib.lessons.plots.capstone.plot_latency_throughput(state)``. The widget only wires controls to them.
 
 "This machine": the hardware dropdown lists ``"this-machine"``; the button *Measure this machine*
-runs ``course_lib.bench.this_machine(bench.measure_machine(...))`` (torch is imported then, inside the
+runs ``course_lib.measure.bench.this_machine(bench.measure_machine(...))`` (torch is imported then, inside the
 callback, never when the dashboard loads) and selects it.
 
 Stable CSS classes (``_dom_classes``) for the browser tests: the whole box ``course-capstone``;
@@ -36,6 +38,7 @@ from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import list_models
 from course_lib.core.precision import PRECISIONS
 from course_lib.core.units import format_bandwidth, parse_bandwidth
+from course_lib.lessons.widgets import _html
 
 __all__ = ["CapstoneDashboard", "capstone_dashboard", "status_html", "BATCH_RANGE", "PROMPT_RANGE",
            "NEW_TOKENS_RANGE", "EFFICIENCY_RANGE", "LINK_PLACEHOLDER", "LINK_HELP"]
@@ -53,10 +56,9 @@ def status_html(view: DashboardView | None, error: str | None = None) -> str:
     if error is None and view is not None:
         error = view.error
     if error is not None:
-        return f'<div class="course-error" style="color:#b00">Cannot price this setting: {html.escape(error)}</div>'
+        return _html.error_box(error, "Cannot price this setting: ")
     if view.warnings:
-        return "".join(f'<p class="course-warning" style="color:#b00;margin:0.2em 0">{html.escape(w)}</p>'
-                       for w in view.warnings)
+        return _html.notes((html.escape(w) for w in view.warnings), cls="course-warning")
     return '<p style="color:#060;margin:0.2em 0">Fits in memory.</p>'
 
 

@@ -1,5 +1,7 @@
 """Lesson 02: how many weight bytes one decode step streams, for a model and a weight precision.
 
+Lessons: 02
+
     from course_lib.lessons.widgets.data_per_token import bytes_per_token_explorer
     bytes_per_token_explorer()                          # Mistral-7B in fp16
     bytes_per_token_explorer("qwen3-0.6b", "q4_0")      # a model with a tied embedding / lm_head
@@ -11,11 +13,9 @@ full, the lm_head (V × h) is read in full whether or not it is tied to the embe
 embedding table contributes only the one row of the current token (plus one learned-position row
 for GPT-2).
 
-Everything the widget shows is computed by the plain function :func:`bytes_per_token` (a
-:class:`BytesPerToken` record) and rendered by :func:`render_bytes_per_token`; both are tested
-without a browser. No arithmetic of the lesson is re-implemented here: the numbers are
-``ModelSpec``'s and the precision's, the breakdown is what is left of ``streamed_params`` after the
-blocks and the lm_head.
+Everything the widget shows is computed by :func:`course_lib.core.roofline.bytes_per_token` (a
+``BytesPerToken`` record: ``ModelSpec.streamed_params`` split into its terms) and rendered by
+:func:`render_bytes_per_token`; both are tested without a browser.
 
 Stable CSS classes for browser tests: the whole box ``course-bpt-explorer``; controls
 ``course-bpt-model`` and ``course-bpt-precision``; the output ``course-bpt-output``; inside its
@@ -25,77 +25,20 @@ HTML, ``<td>`` cells ``course-bpt-stored``, ``course-bpt-streamed``, ``course-bp
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from course_lib.core import _generated as g
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
+from course_lib.core.roofline import BytesPerToken, bytes_per_token
 from course_lib.core.units import format_bytes, format_params
 from course_lib.core.validation import require_choice
+from course_lib.lessons.widgets import _html
 
-__all__ = ["BytesPerToken", "bytes_per_token", "render_bytes_per_token", "BytesPerTokenExplorer",
-           "bytes_per_token_explorer", "PRECISION_OPTIONS"]
+__all__ = ["render_bytes_per_token", "BytesPerTokenExplorer", "bytes_per_token_explorer", "PRECISION_OPTIONS"]
 
 #: Weight formats offered by the precision dropdown (tf32 is left out: it is stored as fp32).
 PRECISION_OPTIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "tf32")
-
-
-@dataclass(frozen=True)
-class BytesPerToken:
-    """What one decode step (batch 1) of ``model`` streams in weight ``precision``.
-
-    Counts are parameters, sizes are bytes. ``streamed_bytes`` is exactly
-    ``get_model(model).decode_weight_bytes(precision)`` and ``stored_bytes`` exactly
-    ``get_model(model).weight_bytes(precision)``; the breakdown adds up to ``streamed_params``.
-    """
-
-    model: str
-    precision: str
-    bytes_per_element: float
-    tied_embeddings: bool
-    moe: bool
-    params: int                  # every stored parameter once
-    embedding_params: int        # the token-embedding table (+ learned positions) as stored
-    streamed_params: float       # read by one decode step
-    block_params_read: float     # transformer blocks (MoE: shared weights + the routed experts)
-    lm_head_params_read: int     # V x h: the output projection, always read in full
-    embedding_params_read: float  # the row of the current token (+ its position row)
-    stored_bytes: float
-    streamed_bytes: float
-
-    @property
-    def difference_bytes(self) -> float:
-        """``streamed_bytes - stored_bytes``: negative when a step reads less than the file holds."""
-        return self.streamed_bytes - self.stored_bytes
-
-    def part_bytes(self, part: str) -> float:
-        """Bytes of one part of the stream: 'blocks', 'lm_head' or 'embedding_row'."""
-        counts = {"blocks": self.block_params_read, "lm_head": self.lm_head_params_read,
-                  "embedding_row": self.embedding_params_read}
-        key = require_choice("part", part, counts)
-        return g.weight_bytes(counts[key], self.bytes_per_element)
-
-
-def bytes_per_token(model="mistral-7b", precision="fp16") -> BytesPerToken:
-    """The weight bytes one batch-1 decode step of ``model`` streams in ``precision``, with a breakdown.
-
-    ``model`` is a catalog name (``list_models()``) or a ``ModelSpec``; ``precision`` a name from
-    ``course_lib.precision.PRECISIONS`` (aliases such as 'float16' accepted).
-    """
-    m = get_model(model)
-    p = get_precision(precision)
-    streamed = m.streamed_params(1)
-    lm_head = m.vocab * m.hidden           # read every step, tied or not
-    blocks = m.active_block_params          # dense: block_params; MoE: shared + k routed experts
-    return BytesPerToken(
-        model=m.name, precision=p.name, bytes_per_element=p.bytes, tied_embeddings=m.tied_embeddings,
-        moe=m.is_moe, params=m.params, embedding_params=m.embedding_params, streamed_params=streamed,
-        block_params_read=blocks, lm_head_params_read=lm_head,
-        embedding_params_read=streamed - blocks - lm_head,
-        stored_bytes=m.weight_bytes(p.name), streamed_bytes=m.decode_weight_bytes(p.name, batch=1),
-    )
 
 
 def _signed_bytes(n: float) -> str:
@@ -134,20 +77,15 @@ def render_bytes_per_token(r: BytesPerToken) -> str:
         ("Streamed \u2212 stored", "course-bpt-difference", _signed_bytes(r.difference_bytes),
          _difference_note(r)),
     ]
-    body = "\n".join(
-        f'<tr><th style="text-align:left;padding-right:1em">{label}</th>'
-        f'<td class="{cls}" style="text-align:right;padding-right:1em;font-weight:bold">{esc(value)}</td>'
-        f'<td style="text-align:left;color:#555">{note}</td></tr>'
-        for label, cls, value, note in rows
-    )
+    body = _html.table((_html.row(label, value, note, cls=cls, strong=True) for label, cls, value, note in rows),
+                       cls="course-bpt-table")
     caption = (f"{esc(r.model)}, {esc(r.precision)} weights ({r.bytes_per_element:g} bytes per weight), "
                f"batch 1; KV-cache reads are not included (lesson 03)")
-    return (f'<div class="course-bpt">\n<table class="course-bpt-table">\n{body}\n</table>\n'
-            f'<p class="course-bpt-caption" style="color:#555;margin-top:0.3em">{caption}</p>\n</div>')
+    return f'<div class="course-bpt">\n{body}\n{_html.caption(caption, "course-bpt-caption")}\n</div>'
 
 
 def _error_html(exc: Exception) -> str:
-    return f'<div class="course-bpt course-error" style="color:#b00">{html.escape(str(exc))}</div>'
+    return _html.error_box(str(exc), cls="course-bpt")
 
 
 class BytesPerTokenExplorer(widgets.VBox):

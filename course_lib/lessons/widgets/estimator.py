@@ -1,6 +1,8 @@
 """A first interactive view of :func:`course_lib.estimate`: pick a model, a device and a precision,
 slide the prompt and response lengths, and read TTFT, TPOT, total time and tokens per second.
 
+Lessons: 00
+
     from course_lib.lessons.widgets import estimate_explorer
     estimate_explorer()                                  # Mistral-7B on an RTX 4090, fp16
     estimate_explorer("llama-3-8b", "h100-sxm", precision="fp8", prompt_tokens=2048)
@@ -26,6 +28,7 @@ from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
 from course_lib.core.units import Quantity, format_bytes, format_time
 from course_lib.core.validation import require_choice, require_count
+from course_lib.lessons.widgets import _html
 
 __all__ = ["EstimateExplorer", "estimate_explorer", "estimate_summary",
            "PROMPT_RANGE", "NEW_TOKENS_RANGE"]
@@ -78,22 +81,16 @@ def estimate_summary(model: str, hardware: str, precision: str, prompt_tokens: i
          f"{_count_word(n, 'token')} / total"),
         ("Memory needed", "course-memory", format_bytes(e.memory_needed), memory_note),
     ]
-    body = "\n".join(
-        f'<tr><th style="text-align:left;padding-right:1em">{label}</th>'
-        f'<td class="{cls}" style="text-align:right;padding-right:1em;font-weight:bold;white-space:nowrap">{esc(value)}</td>'
-        f'<td style="text-align:left;color:#555">{note}</td></tr>'
-        for label, cls, value, note in rows
-    )
+    body = _html.table((_html.row(label, value, note, cls=cls, strong=True, nowrap=True)
+                        for label, cls, value, note in rows), cls="course-estimate-table")
     caption = (f"{esc(m.name)} on {esc(device)}, {esc(e.precision)} weights, "
                f"{esc(e.kv_precision)} KV cache, batch {e.batch}: the physical floor "
                f"(100 % of peak bandwidth and compute)")
-    return (f'<div class="course-estimate">\n<table class="course-estimate-table">\n{body}\n</table>\n'
-            f'<p class="course-estimate-caption" style="color:#555;margin-top:0.3em">{caption}</p>\n</div>')
+    return f'<div class="course-estimate">\n{body}\n{_html.caption(caption, "course-estimate-caption")}\n</div>'
 
 
 def _error_html(exc: Exception) -> str:
-    return (f'<div class="course-estimate course-error" style="color:#b00">'
-            f"Cannot estimate this setting: {html.escape(str(exc))}</div>")
+    return _html.error_box(str(exc), "Cannot estimate this setting: ", cls="course-estimate")
 
 
 def _check_range(name: str, value, lo: int, hi: int) -> int:

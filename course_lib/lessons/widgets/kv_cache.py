@@ -1,21 +1,19 @@
 """Lesson 03 widgets: how big the KV cache gets, and when it outweighs the weights.
 
+Lessons: 03
+
     from course_lib.lessons.widgets.kv_cache import kv_cache_explorer, kv_crossover_explorer
     kv_cache_explorer()            # KV bytes of several catalog models at one context and batch
     kv_crossover_explorer()        # where KV bytes equal weight bytes, and what fits on a GPU
 
-The numbers come from ``course_lib`` only: :func:`course_lib.kv_cache_bytes` (which caps a
-sliding-window model such as Mistral-7B v0.1 at its window), ``ModelSpec.kv_values_per_token``,
-``ModelSpec.kv_bytes_per_token``, ``ModelSpec.weight_bytes`` and ``HardwareSpec.capacity``.
+The numbers and verdicts come from :mod:`course_lib.core.kv`: ``kv_rows`` (one ``KVRow`` per model,
+from ``kv_cache_bytes``, which caps a sliding-window model such as Mistral-7B v0.1 at its window) and
+``kv_crossover`` (``crossover_context``, ``tokens_that_fit`` and what they mean). The functions below
+only render them as HTML and are tested without a browser:
 
-The plain functions below compute what the widgets show and are tested without a browser:
-
-* :func:`kv_rows` / :func:`kv_table_html` -- one row per model at a context and batch;
-* :func:`crossover_context` -- the context per sequence at which the KV cache of ``batch``
-  sequences holds as many bytes as the weights (``inf`` when a sliding window keeps it smaller);
-* :func:`tokens_that_fit` -- how many tokens per sequence fit in a device's memory beside the
-  weights (``inf`` when a sliding window's cache fits, so any length does);
-* :func:`crossover_html` -- the crossover widget's output.
+* :func:`kv_table_html` -- one row per model at a context and batch;
+* :func:`crossover_html` -- the crossover widget's output;
+* :func:`kv_shape` -- the factors of ``kv_values_per_token`` as text.
 
 Stable CSS classes for browser tests: ``course-kv-explorer`` (whole widget), controls
 ``course-kv-models``, ``course-kv-context``, ``course-kv-batch``, ``course-kv-precision``,
@@ -28,20 +26,19 @@ Stable CSS classes for browser tests: ``course-kv-explorer`` (whole widget), con
 from __future__ import annotations
 
 import html
-import math
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from course_lib.core.estimator import crossover_context, kv_cache_bytes, tokens_that_fit  # noqa: F401 (re-exported)
 from course_lib.core.hardware import get_hardware, list_hardware
-from course_lib.core.models import ModelSpec, get_model, list_models
+from course_lib.core.kv import kv_crossover, kv_rows
+from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
 from course_lib.core.units import format_bytes
 from course_lib.core.validation import require_choice, require_count
+from course_lib.lessons.widgets import _html
 
 __all__ = [
-    "KVRow", "kv_rows", "kv_shape", "kv_table_html", "crossover_context", "tokens_that_fit", "crossover_html",
+    "kv_shape", "kv_table_html", "crossover_html",
     "KVCacheExplorer", "kv_cache_explorer", "KVCrossoverExplorer", "kv_crossover_explorer",
     "DEFAULT_MODELS", "CONTEXT_RANGE", "BATCH_RANGE",
 ]
@@ -55,7 +52,7 @@ BATCH_RANGE = (1, 256, 1)
 
 
 # --------------------------------------------------------------------------------------------------
-# Plain functions (what the widgets show)
+# What the widgets show (rendered from course_lib.core.kv)
 # --------------------------------------------------------------------------------------------------
 def kv_shape(model) -> str:
     """The factors of ``kv_values_per_token`` as text: ``"2 × 32 × 8 × 128"`` or, for MLA, ``"61 × (512 + 64)"``."""
@@ -63,70 +60,6 @@ def kv_shape(model) -> str:
     if m.is_mla:
         return f"{m.layers} × ({m.kv_rank} + {m.rope_dim})"
     return f"2 × {m.layers} × {m.kv_heads} × {m.head_dim}"
-
-
-@dataclass(frozen=True)
-class KVRow:
-    """One model's KV cache at one setting (bytes; ``cached_tokens`` is per sequence after the window)."""
-
-    model: str
-    attention: str
-    shape: str
-    values_per_token: int
-    bytes_per_token: float
-    context: int
-    batch: int
-    cached_tokens: int
-    kv_bytes: float
-    weight_bytes: float
-    sliding_window: int | None
-
-    @property
-    def ratio(self) -> float:
-        """KV bytes divided by weight bytes."""
-        return self.kv_bytes / self.weight_bytes
-
-    @property
-    def capped(self) -> bool:
-        """True when the sliding window keeps fewer tokens than the context."""
-        return self.cached_tokens < self.context
-
-
-def _models(models) -> tuple[str, ...]:
-    if isinstance(models, (str, ModelSpec)):
-        models = (models,)
-    try:
-        items = tuple(models)
-    except TypeError:
-        raise TypeError(f"models must be a model name or a list of names, got {type(models).__name__}") from None
-    if not items:
-        raise ValueError("models must name at least one model, e.g. ('llama-3-8b',)")
-    return tuple(get_model(m).name for m in items)
-
-
-def kv_rows(models=DEFAULT_MODELS, context: int = 4096, batch: int = 1, kv_precision: str = "fp16",
-            precision: str = "fp16") -> list[KVRow]:
-    """One :class:`KVRow` per model: KV cache of ``batch`` sequences of ``context`` tokens.
-
-    ``kv_bytes`` is exactly ``course_lib.kv_cache_bytes(model, context, kv_precision, batch)``;
-    ``weight_bytes`` is ``ModelSpec.weight_bytes(precision)`` (all stored weights).
-    """
-    names = _models(models)
-    context = require_count("context", context)
-    batch = require_count("batch", batch, minimum=1)
-    kv_p = get_precision(kv_precision).name
-    w_p = get_precision(precision).name
-    rows = []
-    for name in names:
-        m = get_model(name)
-        rows.append(KVRow(
-            model=m.name, attention=m.attention_kind, shape=kv_shape(m),
-            values_per_token=m.kv_values_per_token, bytes_per_token=m.kv_bytes_per_token(kv_p),
-            context=context, batch=batch, cached_tokens=m.attended_tokens(context),
-            kv_bytes=kv_cache_bytes(m, context, kv_p, batch), weight_bytes=m.weight_bytes(w_p),
-            sliding_window=m.sliding_window,
-        ))
-    return rows
 
 
 def _ratio_text(r: float) -> str:
@@ -148,7 +81,7 @@ def kv_table_html(models=DEFAULT_MODELS, context: int = 4096, batch: int = 1, kv
                     f"{r.sliding_window:,} tokens kept</span>")
         body.append(
             f'<tr class="course-kv-row" data-model="{esc(r.model)}"><td>{esc(r.model)}</td><td>{r.attention}</td>'
-            f"<td>{esc(r.shape)} = {r.values_per_token:,}</td>"
+            f"<td>{esc(kv_shape(r.model))} = {r.values_per_token:,}</td>"
             f'<td class="course-kv-per-token">{format_bytes(r.bytes_per_token)}</td>'
             f'<td class="course-kv-bytes">{format_bytes(r.kv_bytes)}{note}</td>'
             f'<td class="course-kv-weights">{format_bytes(r.weight_bytes)}</td>'
@@ -160,55 +93,44 @@ def kv_table_html(models=DEFAULT_MODELS, context: int = 4096, batch: int = 1, kv
             + f'\n</table><p class="course-kv-caption" style="color:#555">{caption}</p></div>')
 
 
-def _tokens_text(n: float) -> str:
-    return "any length (the window's cache fits)" if math.isinf(n) else f"{int(n):,} tokens"
-
-
 def crossover_html(model: str = "llama-3-8b", hardware: str = "h100-sxm", batch: int = 8,
                    precision: str = "fp16", kv_precision: str = "fp16") -> str:
-    """The crossover widget's HTML: crossover context and context × batch, and what fits on ``hardware``."""
-    m = get_model(model)
-    hw = get_hardware(hardware)
-    batch = require_count("batch", batch, minimum=1)
-    w_p, kv_p = get_precision(precision).name, get_precision(kv_precision).name
+    """The crossover widget's HTML: :func:`course_lib.core.kv.kv_crossover` as a table."""
+    x = kv_crossover(model, hardware, batch, precision, kv_precision)
+    m, hw = get_model(x.model), get_hardware(x.hardware)
     esc = html.escape
-    c = crossover_context(m, batch, w_p, kv_p)
-    fit = tokens_that_fit(m, hw, batch, w_p, kv_p)
-    weights = m.weight_bytes(w_p)
-    if math.isinf(c):
+    if x.never:
         cross, product = "never", "&ndash;"
         cross_note = (f"the {m.sliding_window:,}-token window caps the cache at "
-                      f"{format_bytes(kv_cache_bytes(m, m.sliding_window, kv_p, batch))}, "
-                      f"less than the weights")
+                      f"{format_bytes(x.window_cache_bytes)}, less than the weights")
     else:
-        cross, product = f"{c:,.0f} tokens", f"{c * batch:,.0f} tokens"
-        cross_note = f"per sequence; then the KV cache holds {format_bytes(weights)}, as much as the weights"
-        if m.max_positions is not None and c > m.max_positions:
-            cross_note += f" (beyond the model's {m.max_positions:,} trained positions)"
+        cross, product = f"{x.context:,.0f} tokens", f"{x.context_times_batch:,.0f} tokens"
+        cross_note = f"per sequence; then the KV cache holds {format_bytes(x.weight_bytes)}, as much as the weights"
+        if x.beyond_trained_positions:
+            cross_note += f" (beyond the model's {x.max_positions:,} trained positions)"
     device = hw.display or hw.name
-    if fit == 0:
-        fit_note = f"the weights ({format_bytes(weights)}) alone exceed {esc(device)}'s {format_bytes(hw.capacity)}"
+    if x.weights_exceed_memory:
+        fit_note = (f"the weights ({format_bytes(x.weight_bytes)}) alone exceed {esc(device)}'s "
+                    f"{format_bytes(x.capacity)}")
     else:
-        fit_note = (f"per sequence, {batch:,} sequences, in {esc(device)}'s {format_bytes(hw.capacity)} "
-                    f"minus {format_bytes(weights)} of weights")
+        fit_note = (f"per sequence, {x.batch:,} sequences, in {esc(device)}'s {format_bytes(x.capacity)} "
+                    f"minus {format_bytes(x.weight_bytes)} of weights")
+    fit = "any length (the window's cache fits)" if x.any_length_fits else f"{int(x.tokens_that_fit):,} tokens"
     rows = [
-        ("KV cache = weights at", "course-kv-crossover-context", cross, cross_note),
-        ("context × batch there", "course-kv-crossover-product", product, "the same for every batch size"),
-        ("Fits beside the weights", "course-kv-fit-tokens", _tokens_text(fit), fit_note),
+        _html.row("KV cache = weights at", cross, cross_note, cls="course-kv-crossover-context", strong=True,
+                  escape=False),
+        _html.row("context × batch there", product, "the same for every batch size",
+                  cls="course-kv-crossover-product", strong=True, escape=False),
+        _html.row("Fits beside the weights", fit, fit_note, cls="course-kv-fit-tokens", strong=True),
     ]
-    body = "\n".join(
-        f'<tr><th style="text-align:left;padding-right:1em">{label}</th>'
-        f'<td class="{cls}" style="text-align:right;padding-right:1em;font-weight:bold">{value}</td>'
-        f'<td style="text-align:left;color:#555">{note}</td></tr>'
-        for label, cls, value, note in rows)
-    caption = (f"{esc(m.name)} ({m.attention_kind}, {format_bytes(m.kv_bytes_per_token(kv_p))} of {esc(kv_p)} "
-               f"KV per token), {esc(w_p)} weights, batch {batch:,}")
-    return (f'<div class="course-kv-crossover-result"><table>\n{body}\n</table>'
+    caption = (f"{esc(m.name)} ({m.attention_kind}, {format_bytes(x.kv_bytes_per_token)} of {esc(x.kv_precision)} "
+               f"KV per token), {esc(x.precision)} weights, batch {x.batch:,}")
+    return (f'<div class="course-kv-crossover-result">{_html.table(rows)}'
             f'<p style="color:#555">{caption}</p></div>')
 
 
 def _error_html(exc: Exception) -> str:
-    return f'<div class="course-error" style="color:#b00">Cannot show this setting: {html.escape(str(exc))}</div>'
+    return _html.error_box(str(exc), "Cannot show this setting: ")
 
 
 def _check_range(name: str, value, lo: int, hi: int) -> int:
@@ -241,7 +163,7 @@ class KVCacheExplorer(widgets.VBox):
     :func:`kv_table_html` of the current setting."""
 
     def __init__(self, models=DEFAULT_MODELS, context=4096, batch=1, kv_precision="fp16", precision="fp16"):
-        names = tuple(require_choice("models", n, list_models()) for n in _models(models))
+        names = tuple(require_choice("models", r.model, list_models()) for r in kv_rows(models, context=0))
         context = _check_range("context", context, CONTEXT_RANGE[0], CONTEXT_RANGE[1])
         batch = _check_range("batch", batch, BATCH_RANGE[0], BATCH_RANGE[1])
         self.models = widgets.SelectMultiple(options=list_models(), value=names, rows=6, description="Models",

@@ -1,5 +1,7 @@
 """Lesson 04's explorer: the batch-1 time-per-token floor of a model on a device.
 
+Lessons: 04
+
 Pick a model, a device and the weights' precision, slide the context (tokens already in the KV
 cache) and read the TPOT floor -- the time of the next decode step when every byte it needs comes
 out of memory at the device's full bandwidth -- and the tokens per second it allows:
@@ -32,10 +34,12 @@ import ipywidgets as widgets
 
 from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import get_hardware, list_hardware
+from course_lib.core.kv import context_limits
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time
 from course_lib.core.validation import require_choice, require_count
+from course_lib.lessons.widgets import _html
 
 __all__ = ["TpotReading", "TpotExplorer", "tpot_estimate", "tpot_reading", "tpot_explorer",
            "CONTEXT_RANGE", "NOT_AVAILABLE"]
@@ -89,12 +93,6 @@ class TpotReading:
         return None if e is None else kv_cache_bytes(e.model, self.context + 1, e.kv_precision)
 
 
-def _row(label: str, value: str, note: str = "") -> str:
-    return (f'<tr><th style="text-align:left;padding-right:1em">{label}</th>'
-            f'<td style="text-align:right;padding-right:1em">{html.escape(value)}</td>'
-            f'<td style="text-align:left;color:#555">{note}</td></tr>')
-
-
 def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> TpotReading:
     """Everything the explorer displays for one setting (see the module docstring).
 
@@ -111,11 +109,11 @@ def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> Tpot
     try:
         e = tpot_estimate(m, hw, prec, context)
     except ValueError as exc:
-        details = (f'<div class="course-tpot-breakdown course-error" style="color:#b00">'
-                   f"Cannot estimate this setting: {esc(str(exc))}<br>"
-                   f"The memory floor alone needs only the bandwidth ({esc(format_bandwidth(hw.bandwidth))}), "
+        details = _html.error_box(
+            str(exc), "Cannot estimate this setting: ", cls="course-tpot-breakdown",
+            after=(f"<br>The memory floor alone needs only the bandwidth ({esc(format_bandwidth(hw.bandwidth))}), "
                    f"but the estimator also checks that the step is not compute-bound, and for that it needs a "
-                   f"published peak FLOP/s.</div>")
+                   f"published peak FLOP/s."))
         return TpotReading(m.name, hw.name, prec, context, None, str(exc), NOT_AVAILABLE, NOT_AVAILABLE,
                            details)
 
@@ -123,36 +121,35 @@ def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> Tpot
     reading = TpotReading(m.name, hw.name, prec, context, e, None, format_time(e.tpot),
                           f"{Quantity(e.decode_tps, 'number').format()} tokens/s", "")
     w_bytes, kv_bytes = reading.weight_bytes_per_step, reading.kv_bytes_per_step
-    attended = m.attended_tokens(context + 1)
-    kv_note = f"K/V of {attended:,} tokens in {esc(e.kv_precision)}"
-    if attended < context + 1:
+    limits = context_limits(m, context + 1)
+    kv_note = f"K/V of {limits.attended:,} tokens in {esc(e.kv_precision)}"
+    if limits.window_capped:
         kv_note += (f": the sliding window caps the read at the last {m.sliding_window:,} tokens, "
                     f"so the TPOT stops growing")
     bound = ("memory-bound: the floor is bytes / bandwidth" if step.bound == "memory"
              else "compute-bound: FLOPs / peak FLOP/s exceeds bytes / bandwidth here")
     rows = [
-        _row("Weights streamed", format_bytes(w_bytes),
+        _html.row("Weights streamed", format_bytes(w_bytes),
              f"every block and the lm_head in {esc(e.precision)}; one row of the embedding table"),
-        _row("K/V read", format_bytes(kv_bytes), kv_note),
-        _row("Bytes per step", format_bytes(step.bytes), "weights + K/V"),
-        _row("Memory bandwidth", format_bandwidth(hw.bandwidth), f"{esc(hw.memory_type)} on {esc(device)}"),
-        _row("Memory time", format_time(step.memory_time), "bytes per step / bandwidth"),
-        _row("Compute time", format_time(step.compute_time),
+        _html.row("K/V read", format_bytes(kv_bytes), kv_note),
+        _html.row("Bytes per step", format_bytes(step.bytes), "weights + K/V"),
+        _html.row("Memory bandwidth", format_bandwidth(hw.bandwidth), f"{esc(hw.memory_type)} on {esc(device)}"),
+        _html.row("Memory time", format_time(step.memory_time), "bytes per step / bandwidth"),
+        _html.row("Compute time", format_time(step.compute_time),
              f"FLOPs / peak {esc(e.compute_dtype)} FLOP/s; {bound}"),
     ]
     notes = []
-    if context + 1 > m.max_positions:
+    if limits.beyond_trained:
         notes.append(f"{esc(m.name)} was trained for at most {m.max_positions:,} positions: a longer context "
                      f"is arithmetic only.")
     if e.fits is False:
         notes.append(f"The weights and this KV cache ({esc(format_bytes(e.memory_needed))}) do NOT fit in the "
                      f"{esc(format_bytes(hw.capacity))} of {esc(device)}.")
-    note_html = "".join(f'<p style="color:#b00;margin:0.2em 0">{n}</p>' for n in notes)
     caption = (f"{esc(m.name)}, batch 1, {esc(e.precision)} weights, {esc(e.kv_precision)} KV cache: the next "
                f"decode step after {context:,} tokens of context, at 100 % of peak bandwidth and compute "
                f"(the physical floor; real kernels are slower, see lesson 08)")
-    details = (f'<div class="course-tpot-breakdown">\n<table>\n' + "\n".join(rows) + "\n</table>\n"
-               f"{note_html}<p style=\"color:#555;margin-top:0.3em\">{caption}</p>\n</div>")
+    details = (f'<div class="course-tpot-breakdown">\n{_html.table(rows)}\n{_html.notes(notes)}'
+               f"{_html.caption(caption)}\n</div>")
     return replace(reading, details_html=details)
 
 

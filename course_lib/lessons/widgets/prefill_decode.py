@@ -1,5 +1,7 @@
 """Lesson 06's explorer: prefill and decode of one request, from the estimator.
 
+Lessons: 06
+
 Pick a model, a device and the weights' precision; slide the prompt length, the tokens to generate
 and the batch; read the time to first token (prefill), the mean time per output token (decode), the
 total, tokens per second per user and over the batch, and which bound each phase hits:
@@ -14,8 +16,8 @@ Everything shown comes from one call of the estimator::
 
 The labels hold exactly ``format_time(e.ttft)``, ``format_time(e.tpot)``, ``format_time(e.total)``,
 ``_rate(e.tps)`` and ``_rate(e.tps_aggregate)``; the breakdown adds each phase's FLOPs, bytes,
-arithmetic intensity and bound, the other TPOT conventions (``total_latency_n_tpot``,
-``e2e_per_token``) and the source material's recipe (``e.source_recipe_tpot``). The plain function
+arithmetic intensity and bound, the other TPOT conventions (``course_lib.core.roofline.latency_conventions``:
+``total_latency_n_tpot``, ``e2e_per_token``) and the source material's recipe (``e.source_recipe_tpot``). The plain function
 :func:`prefill_decode_reading` computes all of it (tested without a browser); the widget only wires
 controls to it.
 
@@ -31,13 +33,15 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from course_lib.core import _generated as g
 from course_lib.core.estimator import Estimate, estimate
 from course_lib.core.hardware import get_hardware, list_hardware
+from course_lib.core.kv import context_limits
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
+from course_lib.core.roofline import latency_conventions
 from course_lib.core.units import Quantity, format_bytes, format_time
 from course_lib.core.validation import require_choice, require_count
+from course_lib.lessons.widgets import _html
 
 __all__ = ["PrefillDecodeReading", "PrefillDecodeExplorer", "prefill_decode_reading", "prefill_decode_explorer",
            "PROMPT_RANGE", "NEW_TOKENS_RANGE", "BATCH_RANGE", "NOT_AVAILABLE", "rate_text"]
@@ -76,12 +80,6 @@ class PrefillDecodeReading:
     details_html: str
 
 
-def _row(label, value, note=""):
-    return (f'<tr><th style="text-align:left;padding-right:1em">{label}</th>'
-            f'<td style="text-align:right;padding-right:1em">{html.escape(value)}</td>'
-            f'<td style="text-align:left;color:#555">{note}</td></tr>')
-
-
 def _check_range(name, value, rng):
     lo, hi, _ = rng
     value = require_count(name, value, minimum=lo)
@@ -103,9 +101,9 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
     try:
         e = estimate(m, hw, P, n, precision=prec, batch=B)
     except ValueError as exc:
-        details = (f'<div class="course-pd-breakdown course-error" style="color:#b00">Cannot estimate this '
-                   f"setting: {esc(str(exc))}<br>Prefill is priced by its FLOPs, so the estimator needs the "
-                   f"device's peak FLOP/s.</div>")
+        details = _html.error_box(str(exc), "Cannot estimate this setting: ", cls="course-pd-breakdown",
+                                  after="<br>Prefill is priced by its FLOPs, so the estimator needs the "
+                                        "device's peak FLOP/s.")
         na = NOT_AVAILABLE
         return PrefillDecodeReading(settings, None, str(exc), na, na, na, na, na, na, details)
 
@@ -113,20 +111,21 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
     pf, d1 = e.prefill, e.decode_first
     ridge = hw.ridge_point(e.compute_dtype)
     steps = e.decode_steps
+    conv = latency_conventions(e.ttft, e.tpot, n)
     rows = [
-        _row("Prefill FLOPs", _flop_text(pf.flops), f"{B} × ({P:,} prompt tokens: 2·N·P + causal attention + lm_head)"),
-        _row("Prefill bytes", format_bytes(pf.bytes), "weights once + the prompt's K/V written"),
-        _row("Prefill intensity", f"{pf.intensity:,.1f} FLOP/B",
+        _html.row("Prefill FLOPs", _flop_text(pf.flops), f"{B} × ({P:,} prompt tokens: 2·N·P + causal attention + lm_head)"),
+        _html.row("Prefill bytes", format_bytes(pf.bytes), "weights once + the prompt's K/V written"),
+        _html.row("Prefill intensity", f"{pf.intensity:,.1f} FLOP/B",
              f"ridge point {ridge:,.0f} FLOP/B: {esc(pf.bound)}-bound"),
-        _row("Decode FLOPs (first step)", _flop_text(d1.flops), f"{B} × (2·N + attention over the context)"),
-        _row("Decode bytes (first step)", format_bytes(d1.bytes), "weights once + K/V of the context"),
-        _row("Decode intensity", f"{d1.intensity:,.2f} FLOP/B", f"{esc(d1.bound)}-bound"),
-        _row("TTFT + (n − 1)·TPOT", format_time(e.total), f"{steps:,} decode steps after the first token"),
-        _row("TTFT + n·TPOT", format_time(g.total_latency_n_tpot(e.ttft, n, e.tpot)),
+        _html.row("Decode FLOPs (first step)", _flop_text(d1.flops), f"{B} × (2·N + attention over the context)"),
+        _html.row("Decode bytes (first step)", format_bytes(d1.bytes), "weights once + K/V of the context"),
+        _html.row("Decode intensity", f"{d1.intensity:,.2f} FLOP/B", f"{esc(d1.bound)}-bound"),
+        _html.row("TTFT + (n − 1)·TPOT", format_time(e.total), f"{steps:,} decode steps after the first token"),
+        _html.row("TTFT + n·TPOT", format_time(conv.total_n_tpot),
              "another convention: one step too many"),
-        _row("End-to-end / n", format_time(g.e2e_per_token(e.ttft, n, e.tpot)),
+        _html.row("End-to-end / n", format_time(conv.e2e_per_token),
              "another 'per-token' figure: prefill smeared over the tokens"),
-        _row("Source recipe TPOT", format_time(e.source_recipe_tpot),
+        _html.row("Source recipe TPOT", format_time(e.source_recipe_tpot),
              f"decode FLOPs / peak compute: {e.tpot / e.source_recipe_tpot:,.0f}× too optimistic"
              if e.decode_bound == "memory" else "decode FLOPs / peak compute"),
     ]
@@ -134,16 +133,15 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
     if e.fits is False:
         notes.append(f"Weights + KV cache ({esc(format_bytes(e.memory_needed))}) do NOT fit in the "
                      f"{esc(format_bytes(hw.capacity))} of {esc(hw.display or hw.name)}.")
-    if m.sliding_window is not None and P > m.sliding_window:
+    if context_limits(m, P).window_capped:
         notes.append(f"{esc(m.name)} attends to at most the last {m.sliding_window:,} tokens (sliding window): the "
                      f"prefill FLOPs count full causal attention, an upper bound for a {P:,}-token prompt.")
-    if P + n > (m.max_positions or P + n):
+    if context_limits(m, P + n).beyond_trained:
         notes.append(f"{esc(m.name)} was trained for {m.max_positions:,} positions: a longer sequence is arithmetic only.")
-    note_html = "".join(f'<p style="color:#b00;margin:0.2em 0">{x}</p>' for x in notes)
     caption = (f"{esc(m.name)} on {esc(hw.display or hw.name)}, {esc(e.precision)} weights, batch {B}: roofline "
                f"times at 100 % of peak compute and bandwidth (the physical floor)")
-    details = ('<div class="course-pd-breakdown">\n<table>\n' + "\n".join(rows) + "\n</table>\n" + note_html
-               + f'<p style="color:#555;margin-top:0.3em">{caption}</p>\n</div>')
+    details = (f'<div class="course-pd-breakdown">\n{_html.table(rows)}\n{_html.notes(notes)}'
+               f"{_html.caption(caption)}\n</div>")
     return PrefillDecodeReading(settings, e, None, format_time(e.ttft), format_time(e.tpot), format_time(e.total),
                                 rate_text(e.tps), rate_text(e.tps_aggregate), bound, details)
 

@@ -1,5 +1,7 @@
 """A unit converter for sizes and bandwidths: one text box, one convention dropdown, three readings.
 
+Lessons: 01
+
 The learner types a size (``"14 GB"``, ``"13.04 GiB"``, ``"16060522496"``) or a bandwidth
 (``"1008 GB/s"``) and picks how the labels KB/MB/GB/TB/PB are to be read: SI (powers of 1000, as
 datasheets and this course write them) or the source's convention (powers of 1024). The widget
