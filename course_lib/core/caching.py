@@ -1,5 +1,7 @@
 """Lesson 07's model of first-token optimisation: prefix caching, prompt (module) caching, session caching.
 
+Lessons: 07, 09
+
 Serves lesson 07 (``notebooks/07_first_token_optimisation.ipynb``), its widgets and plots
 (``course_lib.lessons.widgets.caching``, ``course_lib.lessons.plots.caching``) and exercise set 07.
 

@@ -1,6 +1,6 @@
 """The one loader of the JSON catalogs shipped in ``course_lib/data/`` (every lesson reads through it).
 
-Lessons: none
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
 No lesson imports it directly; every lesson reaches it, as the catalogs of models, hardware and
 measurements load through it.

@@ -1,6 +1,6 @@
 """Every formula of the course, once, as a sympy expression.
 
-Lessons: 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
 This module is the single source of truth. ``python -m course_lib.core.codegen`` (``make codegen``) turns
 each expression into a plain-Python function in ``course_lib/core/_generated.py``; the estimator and the

@@ -1,6 +1,6 @@
 """Numeric formats and how many bytes one element occupies.
 
-Lessons: 01, 02, 04, 05
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
 Weights and the KV cache may use different precisions, so every function that needs a size takes
 the precision as its own argument. Block-quantised formats store a scale per block, so their cost

@@ -1,5 +1,7 @@
 """Serving many users: an iteration-level scheduler simulated step by step, and its steady state (lesson 10).
 
+Lessons: none
+
 Three pieces, all torch-free and pure Python:
 
 * :class:`StepCost` -- the time of one forward step of a continuously batched server, priced with the

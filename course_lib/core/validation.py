@@ -1,6 +1,6 @@
 """Argument checks shared by the whole library.
 
-Lessons: none
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
 No lesson imports it directly; every lesson reaches it, as each function of the library checks its
 arguments here.

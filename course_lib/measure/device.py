@@ -1,6 +1,6 @@
 """Which device a measurement runs on, and what the OS and driver say about it.
 
-Lessons: 05, 06, 07, 08, 09.
+Lessons: 05, 06, 07, 08, 09
 
     from course_lib.measure.device import resolve_device, device_name, last_level_cache_bytes
     dev = resolve_device("cpu")             # a torch.device, or one clear error

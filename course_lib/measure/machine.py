@@ -1,6 +1,6 @@
 """This machine as a :class:`~course_lib.core.hardware.HardwareSpec`, from its measured ceilings.
 
-Lessons: 05, 08, 09.
+Lessons: 05, 06, 07, 08, 09
 
 Lesson 05 (the ceilings), lesson 08 (predicted vs measured), exercise set 05 and the app (lesson 09's
 "Measure this machine")::

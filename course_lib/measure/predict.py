@@ -1,6 +1,6 @@
 """The calibrated latency model: predicted TPOT and TTFT of a dense transformer from a Calibration.
 
-Lessons: 06, 07.
+Lessons: 06, 07
 
     from course_lib.measure import calibrate, predict
     cal = calibrate.calibrate()                                   # the probes only

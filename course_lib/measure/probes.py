@@ -1,6 +1,6 @@
 """Probes: small timed operations on random tensors, each counting its bytes and FLOP exactly.
 
-Lessons: 05, 06, 07, 08.
+Lessons: 05, 06, 07, 08, 09
 
 Lesson 05 (GEMV, copy, matmul, which dtypes run well), lesson 06 and :mod:`course_lib.measure.calibrate`
 (a linear layer at a model's shape, the K/V read of decode attention, the per-op overhead, the score

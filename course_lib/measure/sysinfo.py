@@ -1,6 +1,6 @@
 """What this machine is: the environment check at the start of the course.
 
-Lessons: 00, 05.
+Lessons: 00, 05, 06, 07, 08, 09
 
     from course_lib.measure.sysinfo import system_info, system_report
     info = system_info()          # a plain dict (JSON-serialisable)

@@ -1,5 +1,7 @@
 """A small but real decoder-only transformer in plain PyTorch, built from a ``ModelSpec``.
 
+Lessons: 05, 06, 07, 08
+
     from course_lib.core.models import get_model
     from course_lib.measure.tinylm import TinyLM
     spec = get_model("llama-3-8b").scaled(layers=2, hidden=256, heads=4, kv_heads=2, head_dim=64,
