@@ -35,8 +35,9 @@ from course_lib.core.kv import default_kv_precision
 from course_lib.core.models import catalog_entry, get_model
 from course_lib.core.precision import get_precision
 from course_lib.core.units import parse_params
-from course_lib.core.validation import (require_choice, require_count, require_fraction, require_nonnegative,
-                                        require_positive)
+from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts,
+                                        require_fraction, require_list, require_nonnegative, require_positive,
+                                        require_real)
 
 __all__ = [
     "compute_time", "memory_time", "ridge_point", "attainable_flop_rate", "roofline_curve", "RooflinePoint",
@@ -384,9 +385,13 @@ def batch_curve(model, hardware, batches: Iterable[int], context: int = 1024, pr
     Aggregate tokens/s = batch × ``decode_tps`` of ``estimate(model, hardware, context, 1, batch=B)``:
     every sequence gets one token per step.
     """
+    batches = require_counts("batches", batches, what="batch size")
+    context = require_count("context", context, minimum=1)
     out = []
     for b in batches:
-        b = require_count("batch", b, minimum=1)
+        b = require_count("batches", b, minimum=1)
+        if b * context > MAX_COUNT:
+            raise ValueError(f"batches x context must be at most {MAX_COUNT:.0e} tokens, got {b} x {context}")
         e = estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision, batch=b)
         out.append((b, b * e.decode_tps, e.decode_first.bound))
     return out
@@ -429,20 +434,19 @@ def latency_conventions(ttft, tpot, n) -> LatencyConventions:
 def total_vs_generated(model, hardware, prompt_tokens: int, new_tokens: Iterable[int], precision: str = "fp16",
                        batch: int = 1) -> list[tuple[int, float]]:
     """(n, total seconds to the n-th token) from ``estimate``: TTFT + (n - 1) · mean TPOT, exact."""
+    counts = require_counts("new_tokens", new_tokens, what="number of generated tokens")
     return [(n, estimate(model, hardware, prompt_tokens, n, precision=precision, batch=batch).total)
-            for n in (require_count("new_tokens", x, minimum=1) for x in new_tokens)]
+            for n in (require_count("new_tokens", x, minimum=1) for x in counts)]
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least-squares line y = b + k·x: returns (b, k). Needs at least two distinct x."""
-    if isinstance(xs, (str, bytes)) or isinstance(ys, (str, bytes)):
-        raise TypeError("xs and ys must be sequences of numbers")
-    xs = [_real("xs", x) for x in xs]
-    ys = [_real("ys", y) for y in ys]
+    xs = [_real("xs", x) for x in require_list("xs", xs, "a list of numbers")]
+    ys = [_real("ys", y) for y in require_list("ys", ys, "a list of numbers")]
     if len(xs) != len(ys):
         raise ValueError(f"xs and ys must have the same length, got {len(xs)} and {len(ys)}")
     if len(set(xs)) < 2:
-        raise ValueError("fit_line needs at least two distinct x values")
+        raise ValueError("xs must hold at least two distinct values (fit_line fits a line)")
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
@@ -454,12 +458,8 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def _real(name: str, value) -> float:
-    """A finite real number of any sign (the checks of ``require_nonnegative`` on its magnitude)."""
-    try:
-        negative = value < 0
-    except TypeError:
-        negative = False
-    return -require_nonnegative(name, -value) if negative else require_nonnegative(name, value)
+    """A finite real number of either sign (:func:`course_lib.core.validation.require_real`)."""
+    return require_real(name, value)
 
 
 def relative_error(measured, predicted) -> float:
