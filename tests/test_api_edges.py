@@ -461,7 +461,7 @@ CASES.update({
 
 # kv and roofline: the lesson arithmetic
 CASES.update({
-    "default_kv_precision": call("kv.default_kv_precision", names=("precision",), precision=precisions(),
+    "default_kv_precision": call("precision.default_kv_precision", names=("precision",), precision=precisions(),
                                  kv_precision=st.one_of(st.none(), precisions())),
     "kv_rows": call("kv.kv_rows", names=("model",), models=st.lists(models(), max_size=3), context=counts(1),
                     batch=counts(1, 64),

@@ -17,7 +17,8 @@ from course_lib.lessons.plots._base import label_has_unit  # noqa: E402
 from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context  # noqa: E402
 from course_lib.core.units import format_bytes  # noqa: E402
 from course_lib.core.estimator import crossover_context, tokens_that_fit  # noqa: E402
-from course_lib.core.kv import default_kv_precision, kv_crossover, kv_rows  # noqa: E402
+from course_lib.core.kv import kv_crossover, kv_rows
+from course_lib.core.precision import default_kv_precision  # noqa: E402
 from course_lib.lessons.widgets.kv_cache import (  # noqa: E402
     BATCH_RANGE, CONTEXT_RANGE, DEFAULT_MODELS, crossover_html, kv_cache_explorer, kv_crossover_explorer, kv_shape,
     kv_table_html,

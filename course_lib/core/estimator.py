@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from course_lib.core import _generated as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.precision import get_precision
+from course_lib.core.precision import default_kv_precision, get_precision
 from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
@@ -335,8 +335,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     eta_b = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
     bw_w = _prec("precision", precision)
     wname = get_precision(precision).name
-    if kv_precision is None:
-        kv_precision = wname if wname in ("fp32", "fp16", "bf16", "fp8") else "fp16"
+    kv_precision = default_kv_precision(wname) if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
     kvname = get_precision(kv_precision).name
     dtype = COMPUTE_DTYPE.get(wname, "fp16")

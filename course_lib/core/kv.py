@@ -1,6 +1,6 @@
 """The KV cache's conventions and the tables lesson 03 shows: default precision, per-model rows, crossover.
 
-Lessons: 01, 02, 03, 04, 05, 06, 07
+Lessons: 03, 04, 06
 
 * :func:`default_kv_precision` -- the one rule for the KV cache's format when none is given: the
   weights' float format (fp32, fp16, bf16, fp8), fp16 for integer and block formats (they are
@@ -28,20 +28,8 @@ from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import get_precision
 from course_lib.core.validation import require_count
 
-__all__ = ["FLOAT_KV_FORMATS", "default_kv_precision", "KVRow", "kv_rows", "KVCrossover", "kv_crossover",
+__all__ = ["KVRow", "kv_rows", "KVCrossover", "kv_crossover",
            "ContextLimits", "context_limits"]
-
-#: Weight formats whose K/V are kept in the same format by default (others: fp16).
-FLOAT_KV_FORMATS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
-
-
-def default_kv_precision(precision="fp16", kv_precision=None) -> str:
-    """The KV cache's precision name: ``kv_precision`` if given, else the rule above for weights ``precision``."""
-    if kv_precision is not None:
-        return get_precision(kv_precision).name
-    w = get_precision(precision).name
-    return w if w in FLOAT_KV_FORMATS else "fp16"
-
 
 @dataclass(frozen=True)
 class KVRow:

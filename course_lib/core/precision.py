@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from course_lib.core.validation import require_choice, require_positive
 
-__all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision"]
+__all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision", "FLOAT_KV_FORMATS", "default_kv_precision"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,16 @@ def get_precision(name) -> Precision:
 def bytes_per_element(name) -> float:
     """Bytes one element occupies in precision ``name`` (e.g. 2 for fp16, 0.5625 for q4_0)."""
     return get_precision(name).bytes
+
+
+#: Weight formats whose K/V are kept in the same format by default (others: fp16).
+FLOAT_KV_FORMATS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
+
+
+def default_kv_precision(precision="fp16", kv_precision=None) -> str:
+    """The KV cache's precision name: ``kv_precision`` if given, else the weights' ``precision`` when it is
+    a float format (:data:`FLOAT_KV_FORMATS`), else fp16 (integer and block formats quantise weights only)."""
+    if kv_precision is not None:
+        return get_precision(kv_precision).name
+    w = get_precision(precision).name
+    return w if w in FLOAT_KV_FORMATS else "fp16"

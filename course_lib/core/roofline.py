@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from course_lib.core import _generated as g
 from course_lib.core.estimator import COMPUTE_DTYPE, estimate
 from course_lib.core.hardware import get_hardware
-from course_lib.core.kv import default_kv_precision
+from course_lib.core.precision import default_kv_precision
 from course_lib.core.models import catalog_entry, get_model
 from course_lib.core.precision import get_precision
 from course_lib.core.units import parse_params

@@ -63,7 +63,7 @@ from course_lib.core import _generated as g
 from course_lib.core.estimator import COMPUTE_DTYPE, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.precision import get_precision
+from course_lib.core.precision import default_kv_precision, get_precision
 from course_lib.core.validation import require_count, require_fraction, require_nonnegative, require_positive
 
 __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_cost", "RequestRecord",
@@ -87,7 +87,7 @@ def _precisions(precision, kv_precision) -> tuple[str, str]:
     """The estimator's rule: the KV cache in the weights' format, or fp16 for integer/block formats."""
     wname = get_precision(precision).name
     if kv_precision is None:
-        kv_precision = wname if wname in ("fp32", "fp16", "bf16", "fp8") else "fp16"
+        kv_precision = default_kv_precision(wname)
     try:
         kvname = get_precision(kv_precision).name
     except (ValueError, TypeError) as e:
