@@ -11,8 +11,9 @@ from course_lib.authoring import kernel
 
 def test_kernel_env_modes():
     assert kernel.kernel_env() == {"COURSE_FAST": "1", "MPLBACKEND": kernel.INLINE_BACKEND,
-                                   "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+                                   "PYDEVD_DISABLE_FILE_VALIDATION": "1", "OMP_NUM_THREADS": "1"}
     assert kernel.kernel_env(fast=False)["COURSE_FAST"] == "0"
+    assert "OMP_NUM_THREADS" not in kernel.kernel_env(fast=False)  # learner size: the host's thread policy
     assert "COURSE_FAST" not in kernel.kernel_env(fast=None)  # the caller's own setting is kept
     assert kernel.kernel_env(backend=kernel.HEADLESS_BACKEND)["MPLBACKEND"] == "Agg"
     with pytest.raises(TypeError, match="fast"):

@@ -1,5 +1,7 @@
 """The one definition of the kernel that executes course notebooks, for every tool that runs them.
 
+Lessons: none
+
 Three tools execute notebooks, and they must agree on what the kernel sees:
 
 * ``make notebooks`` (:mod:`course_lib.authoring.run_notebooks`) stores the outputs;
@@ -59,8 +61,8 @@ STARTUP_TIMEOUT_S = 60
 def kernel_env(*, fast: bool | None = True, backend: str = INLINE_BACKEND) -> dict[str, str]:
     """The variables every notebook kernel gets on top of the environment it inherits.
 
-    ``fast``: True sets ``COURSE_FAST=1`` (the stored outputs and the tests), False ``COURSE_FAST=0``
-    (learner-size measurements), None leaves ``COURSE_FAST`` as the caller's environment has it.
+    ``fast``: True sets ``COURSE_FAST=1`` and ``OMP_NUM_THREADS=1`` (the stored outputs and the tests),
+    False ``COURSE_FAST=0`` (learner-size measurements), None leaves ``COURSE_FAST`` as the caller's environment has it.
     ``backend``: the ``MPLBACKEND`` value, :data:`INLINE_BACKEND` unless figures are not wanted.
     """
     if fast is not None and not isinstance(fast, bool):
@@ -70,6 +72,10 @@ def kernel_env(*, fast: bool | None = True, backend: str = INLINE_BACKEND) -> di
     env = {"MPLBACKEND": backend, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     if fast is not None:
         env["COURSE_FAST"] = "1" if fast else "0"
+    if fast:
+        # The test suite runs two notebooks at once on two cores: one thread each, through the same thread
+        # policy a learner's OMP_NUM_THREADS goes through (course_lib.measure.threads), not a lesson's own rule.
+        env["OMP_NUM_THREADS"] = "1"
     return env
 
 

@@ -13,7 +13,7 @@ Lessons: 05
 * :func:`plot_machines` -- achieved bandwidth as a fraction of each machine's own copy ceiling, for
   the learner's rows and the H200's ``gemv_fp16_eager`` rows, so both fit one axis.
 
-Rows are :class:`course_lib.bench.GemvResult` objects or dicts with the same field names (``m``,
+Rows are :class:`course_lib.measure.probes.GemvResult` objects or dicts with the same field names (``m``,
 ``k``, ``bytes``, ``seconds`` ...). The functions compute nothing themselves: every plotted value is
 a row's own field or property (``gb_per_s``, ``matrix_bytes``) or ``bytes / bandwidth``.
 """
@@ -37,10 +37,10 @@ _CACHE_STYLES = {"L1d": ":", "L2": "--", "L3": "-.", "LLC": "-"}
 def _rows(rows, what="rows") -> list:
     rows = list(rows)
     if not rows:
-        raise ValueError(f"{what} is empty: measure something first (course_lib.bench.measure_gemv)")
+        raise ValueError(f"{what} is empty: measure something first (course_lib.measure.probes.measure_gemv)")
     for r in rows:
         if not all(hasattr(r, a) for a in ("m", "k", "bytes", "seconds", "matrix_bytes")):
-            raise TypeError(f"{what} must hold course_lib.bench.GemvResult rows, got {type(r).__name__}")
+            raise TypeError(f"{what} must hold course_lib.measure.probes.GemvResult rows, got {type(r).__name__}")
     return rows
 
 
