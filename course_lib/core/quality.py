@@ -1,6 +1,6 @@
 """Measurement quality as data: is a timing reliable, and what does a set of timings show? (lessons 05-08, validate)
 
-Lessons: 06, 07
+Lessons: 07
 
 ::
 

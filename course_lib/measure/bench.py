@@ -1,6 +1,6 @@
 """The old ``bench`` module, kept for this release: every name it had, re-exported from the modules that hold it now.
 
-Lessons: 05, 06, 07, 08, 09
+Lessons: 07, 09
 
 ``course_lib.bench``, ``from course_lib import bench`` and ``course_lib.measure.bench`` (exercise set 05,
 lessons 05-08 and the app before the split, and learners' ``work/`` copies) keep working::

@@ -1,6 +1,6 @@
 """The one CPU thread policy of every measurement (lessons 05-08, exercise set 05, the app, validate, the probes).
 
-Lessons: 06, 07
+Lessons: 05, 06, 07, 08, 09
 
 ::
 

@@ -1,6 +1,6 @@
 """Does the latency model predict a real model's timings?  ``python -m course_lib.validate``
 
-Lessons: 06, 07
+Lessons: 07
 
 The benchmark calibrates ONLY from microbenchmarks (:mod:`course_lib.measure.calibrate`: probes on random
 tensors; the model under test, :class:`course_lib.measure.tinylm.TinyLM`, is held out), predicts TPOT and

@@ -1,6 +1,6 @@
 """Hugging Face transformers on this machine: ``generate()`` measured, and predicted from probes only.
 
-Lessons: 06, 07
+Lessons: 07
 
 (Reached through ``python -m course_lib.validate --engine hf``; lesson 08's engine section is to use it.)
 
