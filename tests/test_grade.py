@@ -54,27 +54,6 @@ def _statuses(g: grade.NotebookGrade) -> dict[str, str]:
     return {q.question: q.status for q in g.questions}
 
 
-def test_solution_fixture_gets_full_marks_and_is_not_modified(tmp_path):
-    src = tmp_path / "00_demo.ipynb"
-    shutil.copy(FIXTURES / "solutions" / "00_demo.ipynb", src)
-    before = _digest(src)
-    g = grade.grade_notebook(src, timeout=60)
-    assert g.ok, g.problems
-    assert g.sets == ["_demo"]
-    assert _statuses(g) == {q.id: "correct" for q in _demo.QUESTIONS}
-    assert g.score == g.points == sum(q.points for q in _demo.QUESTIONS)
-    assert all(q.graded_checks == 1 and q.checks == 2 for q in g.questions)
-    assert _digest(src) == before, "the learner's notebook must never be written"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_demo.ipynb"], "nothing is written next to it"
-
-
-def test_unfilled_exercise_is_not_attempted_without_problems():
-    g = grade.grade_notebook(FIXTURES / "exercises" / "00_demo.ipynb", timeout=60)
-    assert g.ok, g.problems
-    assert set(_statuses(g).values()) == {"not_attempted"}
-    assert g.score == 0 and g.points == 8
-
-
 def test_errors_deleted_and_duplicated_questions_are_problems(tmp_path):
     cells = [SETUP]
     cells += [ANSWERS["q1"], _graded("q1"), _graded("q1")]                 # q1: grade cell duplicated
@@ -105,9 +84,9 @@ def test_errors_deleted_and_duplicated_questions_are_problems(tmp_path):
 def test_a_hanging_cell_times_out_and_the_rest_still_runs(tmp_path):
     cells = [SETUP, "import time\ntime.sleep(120)", ANSWERS["q1"], _graded("q1")]
     path = _write(tmp_path / "hang.ipynb", cells)
-    g = grade.grade_notebook(path, timeout=2.5)  # fractions are rounded up to whole seconds
+    g = grade.grade_notebook(path, timeout=1.5)  # fractions are rounded up to whole seconds
     assert [p.kind for p in g.problems if p.kind == "timeout"] == ["timeout"]
-    assert "cell 2 timed out: cell did not finish within 3 s" in " ".join(p.message for p in g.problems)
+    assert "cell 2 timed out: cell did not finish within 2 s" in " ".join(p.message for p in g.problems)
     assert _statuses(g)["q1"] == "correct", "the kernel was interrupted and grading went on"
 
 
@@ -115,39 +94,33 @@ def test_an_uninterruptible_kernel_is_abandoned(tmp_path):
     cells = [SETUP, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
              "x = 1", ANSWERS["q1"]]
     path = _write(tmp_path / "stuck.ipynb", cells)
-    g = grade.grade_notebook(path, timeout=2)
+    g = grade.grade_notebook(path, timeout=1)
     messages = " ".join(p.message for p in g.problems)
     assert "did not respond to interrupts" in messages
     assert _statuses(g)["q1"] == "missing"
 
 
-def test_relative_imports_and_files_work_and_cwd_is_a_copy(tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    (course / "helper.py").write_text("WEIGHTS = 7e9 * 2\n")
-    (course / "data.txt").write_text("memory bandwidth\n")
-    cells = [SETUP, "from helper import WEIGHTS\nq.q1.check(WEIGHTS, strict=True)",
-             "answer = open('data.txt').read().strip()\nq.q5.check(answer, strict=True)",
-             "open('scratch.txt', 'w').write('x')"]
-    path = _write(course / "rel.ipynb", cells)
-    g = grade.grade_notebook(path, timeout=60)
-    assert _statuses(g)["q1"] == "correct" and _statuses(g)["q5"] == "correct"
-    assert {p.kind for p in g.problems} == {"missing"}  # q2, q3, q4, q6 have no checks
-    assert not (course / "scratch.txt").exists(), "the notebook ran in a temporary directory"
-
-
 def test_cli_table_json_and_exit_codes(tmp_path, capsys):
-    good = tmp_path / "good.ipynb"
+    """The solution fixture gets full marks, its grade cells verified, and the file is not modified."""
+    learner = tmp_path / "learner"
+    learner.mkdir()
+    good = learner / "00_demo.ipynb"
     shutil.copy(FIXTURES / "solutions" / "00_demo.ipynb", good)
+    before = _digest(good)
     plain = _write(tmp_path / "plain.ipynb", ["x = 1"])
     out_json = tmp_path / "out.json"
-    assert grade.main([str(good), "--json", str(out_json), "--timeout", "60"]) == 0
+    assert grade.main([str(good), "--json", str(out_json), "--timeout", "60",
+                       "--solutions", str(FIXTURES / "solutions")]) == 0
     table = capsys.readouterr().out
-    assert "_demo.q4      2/2  correct" in table and "total         8/8" in table
+    assert "_demo.q4      2/2  correct" in table and "total         8/8" in table and "status: ok" in table
     report = json.loads(out_json.read_text())
-    assert report["ok"] is True and report["score"] == report["points"] == 8
+    assert report["ok"] is True and report["score"] == report["points"] == sum(q.points for q in _demo.QUESTIONS)
     nbrep = report["notebooks"][0]
     assert nbrep["path"] == str(good) and [q["status"] for q in nbrep["questions"]] == ["correct"] * 6
+    assert nbrep["grade_cells_verified"] is True and nbrep["status"] == "ok" and nbrep["problems"] == []
+    assert all(q["graded_checks"] == 1 and q["checks"] == 2 for q in nbrep["questions"])
+    assert _digest(good) == before, "the learner's notebook must never be written"
+    assert sorted(p.name for p in learner.iterdir()) == ["00_demo.ipynb"], "nothing is written next to it"
 
     assert grade.main([str(plain), str(tmp_path / "nope.ipynb"), "--json", "-"]) == 1
     report = json.loads(capsys.readouterr().out)

@@ -1,40 +1,65 @@
-"""Grade exercise notebooks: ``python -m course_lib.grade NOTEBOOK... [--json FILE] [--timeout S]``.
+"""Grade exercise notebooks: ``python -m course_lib.grade NOTEBOOK... [-j N] [--json FILE] [--csv FILE]``.
 
-Each notebook is executed as a *copy*, in a fresh kernel, in a temporary directory (the learner's
-file is only read).  The temporary directory links to the notebook's sibling files and the kernel's
-``PYTHONPATH`` starts with the notebook's own directory and the course root, so relative paths and
-imports behave as they do when the learner runs the notebook.  Every ``q.qN.check(...)`` publishes
-a machine-readable record (MIME type ``application/vnd.course.check+json``, see
-:mod:`course_lib.checks.core`); the grader collects those records and compares them with the question
-set the notebook imports.
+Lessons: none
+
+Each notebook is executed as a *copy*, in a fresh kernel, alone in a fresh temporary folder (no links to
+the learner's files, no ``PYTHONPATH`` into their folder; see :mod:`course_lib.authoring.sandbox` for the
+isolation and the limits: output bytes per cell and per notebook, kernel memory, an overall time budget
+besides the per-cell timeout, every child process ended).  Every ``q.qN.check(...)`` publishes a
+machine-readable record (MIME type ``application/vnd.course.check+json``, see :mod:`course_lib.checks`);
+the grader collects those records and compares them with the question set the notebook imports.
+
+Before it runs, the notebook's grade cells are compared with the set's solution notebook (``solutions/``
+or ``--solutions DIR``; :mod:`course_lib.authoring.integrity`): edited, deleted and duplicated ones are
+reported as *tampered*, and the notebook runs with the solution's grade cells (hidden tests included) and
+the learner's other cells (an edited locked setup cell is only a warning: older releases differ there).
+Graded checks outside the grade cells are then ignored (and reported).  The learner's code is scanned for
+patching of ``course_lib`` or of the modules the checks rely on, and for reads of the answer key; modules
+beside the notebook that shadow an import are reported.
 
 Per question it reports ``correct``, ``incorrect``, ``not_attempted`` or ``missing``.  Graded checks
-(``strict=True``, the nbgrader grade cells) decide when present; otherwise the last self-check counts.
-A notebook has a *problem* when a cell raises (other than a failed strict check), a cell times out, the
-kernel dies, a question's check is missing (cell deleted) or a graded check appears twice (cell
-duplicated), or no question set can be found.  The exit status is 0 when no notebook has a problem,
-1 otherwise, 2 for bad command-line arguments.
+(``strict=True``, the grade cells) decide when present; otherwise the last self-check counts; a grade cell
+whose hidden test fails makes its question incorrect.  Per notebook the status is ``ok``, ``problems``
+(a cell raised or timed out, a check is missing...), ``failed`` (the notebook could not be graded to the
+end: unreadable, no question set, dead kernel, memory limit, time budget; its score is not a grade) or
+``tampered`` (takes precedence).  The exit status is 0 when every notebook is ``ok``, 1 otherwise, 2 for
+bad command-line arguments.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import importlib
+import io
 import json
 import math
 import os
 import re
 import sys
-import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_lib.authoring import kernel
+from course_lib.authoring import integrity, kernel, sandbox
 from course_lib.checks.core import CORRECT, INCORRECT, MIME_TYPE, NOT_ATTEMPTED, Question
 
-__all__ = ["MISSING", "QuestionGrade", "Problem", "NotebookGrade", "grade_notebook", "main"]
+__all__ = ["MISSING", "STATUSES", "QuestionGrade", "Problem", "NotebookGrade", "grade_notebook",
+           "grade_notebooks", "student_id", "format_report", "write_csv", "main"]
 
 MISSING = "missing"
+#: Notebook statuses, from best to worst.
+STATUSES = ("ok", "problems", "failed", "tampered")
+#: Problem kinds after which the notebook's score is not a grade.
+FAILED_KINDS = frozenset({"unreadable", "no_questions", "not_run", "dead_kernel", "hung", "memory_limit",
+                          "time_budget"})
+#: Problem kinds that mean the notebook or its environment was tampered with.
+TAMPERED_KINDS = frozenset({"tampered", "unknown_set"})
+#: Default time budget of a notebook, as a multiple of the per-cell timeout.
+BUDGET_PER_TIMEOUT = 5
+#: Where a student id is read from a notebook's path by default: the folder after ``submissions/``,
+#: ``submitted/`` or ``autograded/`` (nbgrader's layout).
+STUDENT_RE = r"(?:^|/)(?:submissions?|submitted|autograded)/(?P<student>[^/]+)/"
 _STATUS_ORDER = {INCORRECT: 0, NOT_ATTEMPTED: 1, CORRECT: 2}
 _TIMEOUT_ENAME = "CellTimeout"
 _IMPORT_RE = re.compile(r"^\s*from\s+course_lib\.checks\s+import\s+(\(?[^#\n]+(?:\n[^#)]*\))?)", re.MULTILINE)
@@ -52,12 +77,14 @@ class QuestionGrade:
     status: str
     feedback: str
     checks: int  # number of check records seen for this question
-    graded_checks: int  # of which strict=True
+    graded_checks: int  # of which strict=True (and, when grade cells are verified, from a grade cell)
 
 
 @dataclass
 class Problem:
-    kind: str  # error | timeout | dead_kernel | missing | duplicate | no_questions | unreadable | unknown_set
+    # error | timeout | hung | dead_kernel | memory_limit | time_budget | output_limit | missing | duplicate
+    # | no_questions | unreadable | not_run | unknown_set | tampered
+    kind: str
     message: str
     cell: int | None = None
 
@@ -68,6 +95,9 @@ class NotebookGrade:
     sets: list[str] = field(default_factory=list)
     questions: list[QuestionGrade] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    student: str | None = None
+    verified: bool = False  # grade cells compared with (and restored from) a solution notebook
 
     @property
     def score(self) -> float:
@@ -81,13 +111,28 @@ class NotebookGrade:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def status(self) -> str:
+        kinds = {p.kind for p in self.problems}
+        if kinds & TAMPERED_KINDS:
+            return "tampered"
+        if kinds & FAILED_KINDS:
+            return "failed"
+        return "problems" if kinds else "ok"
+
     def to_dict(self) -> dict:
+        graded = self.status not in ("failed",)
         return {
             "path": self.path,
+            "student": self.student,
+            "status": self.status,
             "sets": list(self.sets),
             "questions": [asdict(q) for q in self.questions],
             "problems": [asdict(p) for p in self.problems],
-            "score": self.score,
+            "warnings": list(self.warnings),
+            "grade_cells_verified": self.verified,
+            "score": self.score if graded else None,  # a failed notebook has no grade, not 0
+            "partial_score": self.score,
             "points": self.points,
             "ok": self.ok,
         }
@@ -132,6 +177,12 @@ def sets_in_source(nb) -> list[str]:
     return out
 
 
+def _solutions_dir() -> Path:
+    import course_lib
+
+    return Path(course_lib.__file__).resolve().parent.parent / "solutions"
+
+
 # ------------------------------------------------------------------------------------------------
 # Execution
 # ------------------------------------------------------------------------------------------------
@@ -141,50 +192,84 @@ class _Hung(Exception):
     """Two cells in a row timed out: the kernel does not respond to interrupts."""
 
 
-def _prepare_workdir(src: Path, workdir: Path) -> None:
-    """Link the notebook's siblings into ``workdir`` so relative paths work (notebooks excluded)."""
-    for entry in src.parent.iterdir():
-        if entry.suffix == ".ipynb" or entry.name.startswith(".") or entry.name == "__pycache__":
-            continue
-        target = workdir / entry.name
-        if target.exists():
-            continue
-        try:
-            target.symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
-        except OSError:  # no symlinks (some filesystems): relative paths then need PYTHONPATH only
-            pass
-
-
 def _tail(fh, limit: int = 600) -> str:
     """The last lines of the kernel's stderr log, without jupyter's transport warnings."""
     try:
         fh.flush()
         fh.seek(0)
-        lines = fh.read().decode("utf-8", "replace").splitlines()
+        lines = fh.read()[-65536:].decode("utf-8", "replace").splitlines()
     except Exception:
         return ""
     lines = [ln for ln in lines if ln.strip() and "running over TCP without encryption" not in ln]
     return " | ".join(lines)[-limit:]
 
 
-def _course_root() -> Path:
-    import course_lib
-
-    return Path(course_lib.__file__).resolve().parent.parent
+def _is_record(content: dict) -> bool:
+    return MIME_TYPE in (content.get("data") or {})
 
 
-def _execute(nb, src: Path, timeout: float, kernel_name: str, startup_timeout: float):
-    """Execute ``nb`` (already a copy); return (cell reports, problems)."""
-    from nbclient import NotebookClient
+@dataclass
+class _Limits:
+    timeout: float
+    budget: float
+    max_memory: int
+    max_cell_output: int
+    max_output: int
+
+
+class _Where:
+    """Cell labels in the learner's numbering (``origin``), restored cells named by their grade id."""
+
+    def __init__(self, nb, origin=None, refs=None):
+        self.origin = origin if origin is not None else list(range(len(nb.cells)))
+        self.refs = refs or {}
+
+    def index(self, i):
+        return self.origin[i] if i is not None and i < len(self.origin) else None
+
+    def label(self, i) -> str:
+        j = self.index(i)
+        if j is not None:
+            return f"cell {j}"
+        rc = self.refs.get(i)
+        return f"the restored {'grade' if rc.grade else 'locked'} cell {rc.grade_id!r}" if rc else f"cell {i}"
+
+
+def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: float, where: _Where):
+    """Execute ``nb`` (already a copy) alone in a fresh folder; return (cell replies, problems, warnings)."""
     from nbclient.exceptions import DeadKernelError
 
     replies: dict[int, dict] = {}
     problems: list[Problem] = []
+    warnings: list[str] = []
     consecutive_timeouts = [0]
+    clock = {"deadline": None}
+    seconds = max(1, math.ceil(limits.timeout))
+    watch = sandbox.Watch(limits.max_memory)
+
+    def on_notebook_start(notebook):
+        clock["deadline"] = time.monotonic() + limits.budget
+        watch.deadline = clock["deadline"]
+
+    def on_cell_start(cell, cell_index):
+        if cell.cell_type == "code" and cell.source.strip() and time.monotonic() >= clock["deadline"]:
+            raise sandbox.BudgetExceeded(cell_index)
+
+    def timeout_func(cell):
+        left = clock["deadline"] - time.monotonic() if clock["deadline"] else limits.timeout
+        clock["given"] = max(1, math.ceil(min(limits.timeout, left)))  # nbclient counts whole seconds
+        return clock["given"]
 
     def on_cell_executed(cell, cell_index, execute_reply):
         content = (execute_reply or {}).get("content", {})
+        if content.get("status") == "error" and content.get("ename") == _TIMEOUT_ENAME:
+            given = clock.get("given", seconds)
+            content = {**content, "evalue": f"cell did not finish within {given} s" + (
+                "" if given >= seconds else " (what was left of the time budget)")}
         replies[cell_index] = content
+        if content.get("status") == "error" and content.get("ename") == _TIMEOUT_ENAME \
+                and clock.get("given", seconds) < seconds:
+            raise sandbox.BudgetExceeded(cell_index, "cut short")
         if content.get("status") == "error" and content.get("ename") == _TIMEOUT_ENAME:
             consecutive_timeouts[0] += 1
             if consecutive_timeouts[0] >= 2:
@@ -192,54 +277,78 @@ def _execute(nb, src: Path, timeout: float, kernel_name: str, startup_timeout: f
         else:
             consecutive_timeouts[0] = 0
 
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
-        workdir = Path(tmp)
-        _prepare_workdir(src, workdir)
+    sandbox.become_subreaper()
+    before = sandbox.snapshot()
+    with sandbox.workdir() as work:
         import nbformat
 
-        nbformat.write(nb, str(workdir / src.name))  # the copy that runs, for the record
-        paths = [str(src.parent.resolve()), str(_course_root())]
-        if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
-        # the course's kernel environment; COURSE_FAST as the caller has it, no figures
-        env = kernel.launch_env({**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
-                                fast=None, backend=kernel.HEADLESS_BACKEND)
-        seconds = max(1, math.ceil(timeout))  # nbclient counts whole seconds
-        client = NotebookClient(
+        nbformat.write(nb, str(work / Path(name).name))  # the copy that runs, alone in its folder
+        # the course's kernel environment, cleaned; COURSE_FAST as the caller has it, no figures
+        env = kernel.launch_env(sandbox.clean_env(work), fast=None, backend=kernel.HEADLESS_BACKEND)
+        client = sandbox.LimitedClient(
             nb,
+            max_cell_output=limits.max_cell_output, max_output=limits.max_output, is_record=_is_record,
+            watch=watch,
             timeout=seconds,
+            timeout_func=timeout_func,
             startup_timeout=startup_timeout,
             kernel_name=kernel_name,
             # the default kernel is this interpreter's, whatever a user-level kernelspec says
             **({"kernel_manager_class": kernel.CurrentEnvKernelManager} if kernel_name == kernel.KERNEL_NAME else {}),
             allow_errors=True,
             interrupt_on_timeout=True,
-            error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": f"cell did not finish within {seconds} s",
+            error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": "cell did not finish within its time",
                               "traceback": []},
-            resources={"metadata": {"path": str(workdir)}},
+            resources={"metadata": {"path": str(work)}},
+            on_notebook_start=on_notebook_start,
+            on_cell_start=on_cell_start,
             on_cell_executed=on_cell_executed,
             shutdown_kernel="immediate",
             iopub_timeout=2,  # only waited for after a timeout: outputs precede the reply otherwise
         )
-        log_path = workdir / ".kernel-stderr.log"
-        log = open(log_path, "w+b")  # the kernel's own warnings go here, not to the report
+        log = open(work / ".kernel-stderr.log", "w+b")  # the kernel's own warnings go here, not to the report
+
+        def last():
+            return where.index(max(replies)) if replies else None
+
         try:
-            client.execute(env=env, cwd=str(workdir), stderr=log)
+            client.execute(env=env, cwd=str(work), stderr=log)
         except _Hung:
-            idx = max(replies) if replies else None
-            problems.append(Problem("timeout", "two cells in a row timed out and the kernel did not respond to "
-                                    "interrupts; the remaining cells were not run", idx))
+            problems.append(Problem("hung", "two cells in a row timed out and the kernel did not respond to "
+                                    "interrupts; the remaining cells were not run", last()))
+        except sandbox.BudgetExceeded as exc:
+            at = exc.args[0]
+            what = (f"{where.label(at)} was stopped and later cells were not run" if len(exc.args) > 1
+                    else f"cells from {where.label(at)} on were not run")
+            problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the whole "
+                                    f"notebook): {what}", where.index(at)))
         except DeadKernelError as exc:
-            tail = _tail(log)
-            problems.append(Problem("dead_kernel", f"the kernel died ({exc}); later cells were not run"
-                                    + (f"; kernel log: {tail}" if tail else ""), max(replies) if replies else None))
+            if watch.reason == "memory":
+                problems.append(Problem("memory_limit", f"the kernel used more than {limits.max_memory} bytes "
+                                        "of memory and was stopped; later cells were not run", last()))
+            elif watch.reason == "budget":
+                problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the "
+                                        "whole notebook); the kernel was stopped", last()))
+            else:
+                tail = _tail(log)
+                problems.append(Problem("dead_kernel", f"the kernel died ({exc}); later cells were not run"
+                                        + (f"; kernel log: {tail}" if tail else ""), last()))
         except Exception as exc:  # kernel failed to start, etc.
             tail = _tail(log)
-            problems.append(Problem("error", f"could not execute the notebook: {type(exc).__name__}: {exc}"
+            problems.append(Problem("not_run", f"could not execute the notebook: {type(exc).__name__}: {exc}"
                                     + (f"; kernel log: {tail}" if tail else "")))
         finally:
+            watch.stop()
             log.close()
-    return replies, problems
+            left = sandbox.end_processes(before, watch.seen)
+            if left:
+                warnings.append(f"ended {left} process(es) the notebook left running")
+    for i in client.interrupted:  # the grader's own interrupt (output cap): reported as output_limit below
+        if replies.get(i, {}).get("ename") == "KeyboardInterrupt":
+            replies[i] = {**replies[i], "status": "stopped"}
+    for i, why in sorted(client.capped.items()):
+        problems.append(Problem("output_limit", f"{where.label(i)}: {why}", where.index(i)))
+    return replies, problems, warnings
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,30 +371,45 @@ def _records(cell) -> list[dict]:
     return out
 
 
-def _collect(nb, replies: dict[int, dict], grade: NotebookGrade) -> None:
+def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) -> None:
+    verified = grade.verified
     records: list[tuple[int, dict]] = []
+    failed_grade_cells: dict[int, str] = {}  # a grade cell whose hidden test (or anything) raised
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         cell_records = _records(cell)
-        records.extend((i, r) for r in cell_records)
+        in_grade_cell = i in where.refs and where.refs[i].grade
+        for r in cell_records:
+            if verified and r.get("strict") and not in_grade_cell:
+                grade.problems.append(Problem("tampered", f"{where.label(i)} runs a graded check of "
+                                              f"{r.get('set')}.{r.get('question')} outside the grade cells; "
+                                              "it was ignored", where.index(i)))
+                r = {**r, "strict": False}
+            records.append((i, r))
         content = replies.get(i)
         if not content or content.get("status") != "error":
             continue
         ename, evalue = content.get("ename", "Error"), str(content.get("evalue", "")).strip()
+        first = evalue.splitlines()[0] if evalue else ""
         if ename == _TIMEOUT_ENAME:
-            grade.problems.append(Problem("timeout", f"cell {i} timed out: {evalue}", i))
+            grade.problems.append(Problem("timeout", f"{where.label(i)} timed out: {evalue}", where.index(i)))
         elif ename == "AssertionError" and any(r.get("strict") and r.get("status") != CORRECT for r in cell_records):
             continue  # a graded check that failed: already a result, not a crash
+        elif in_grade_cell and verified and any(r.get("strict") for r in cell_records):
+            # the graded check gave its result, then a hidden test failed or raised: a result, as in nbgrader
+            failed_grade_cells[i] = ("a hidden test failed" if ename == "AssertionError"
+                                     else f"a hidden test raised {ename}") + (f": {first}" if first else "")
         else:
-            first = evalue.splitlines()[0] if evalue else ""
-            grade.problems.append(Problem("error", f"cell {i} raised {ename}" + (f": {first}" if first else ""), i))
+            grade.problems.append(Problem("error", f"{where.label(i)} raised {ename}" + (f": {first}" if first else ""),
+                                          where.index(i)))
 
-    for name in sorted({r["set"] for _, r in records} - set(grade.sets)):
-        if _load_questions(str(name)) is not None:
-            grade.sets.append(str(name))
+    for name in sorted({str(r["set"]) for _, r in records} - set(grade.sets)):
+        if _load_questions(name) is not None:
+            grade.sets.append(name)
         else:
-            grade.problems.append(Problem("unknown_set", f"checks report question set {name!r}, which does not exist"))
+            grade.problems.append(Problem("unknown_set", f"checks report question set {name!r}, which does not "
+                                          "exist: forged check records?"))
     if not grade.sets:
         grade.problems.append(Problem("no_questions", "no question set imported from course_lib.checks"))
         return
@@ -300,40 +424,76 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade) -> None:
         for q in _load_questions(set_name) or []:
             mine = [(i, r) for i, r in records if r.get("set") == set_name and r.get("question") == q.id]
             graded = [(i, r) for i, r in mine if r.get("strict")]
+            feedback_override = None
             if graded:
                 i, rec = min(graded, key=lambda ir: _STATUS_ORDER.get(ir[1].get("status"), 0))
                 status = rec.get("status")
                 if len(graded) > 1:
                     cells = sorted({i for i, _ in graded})
                     grade.problems.append(Problem(
-                        "duplicate", f"{set_name}.{q.id} is graded {len(graded)} times (cells "
-                        f"{', '.join(map(str, cells))}): was a grade cell duplicated?", cells[-1]))
+                        "duplicate", f"{set_name}.{q.id} is graded {len(graded)} times "
+                        f"({', '.join(where.label(c) for c in cells)}): was a grade cell duplicated?",
+                        where.index(cells[-1])))
+                bad = [failed_grade_cells[c] for c, _ in graded if c in failed_grade_cells]
+                if bad and status == CORRECT:
+                    status, feedback_override = INCORRECT, bad[0]
             elif mine:
                 i, rec = mine[-1]
                 status = rec.get("status")
             else:
                 rec, status = {}, MISSING
                 if q.id in source_calls:
-                    why = f"the check of {set_name}.{q.id} (cell {source_calls[q.id]}) did not run to completion"
+                    why = (f"the check of {set_name}.{q.id} ({where.label(source_calls[q.id])}) did not run to "
+                           "completion")
                 else:
                     why = f"no check of {set_name}.{q.id} in the notebook: was its cell deleted?"
-                grade.problems.append(Problem("missing", why, source_calls.get(q.id)))
+                grade.problems.append(Problem("missing", why, where.index(source_calls.get(q.id))))
             if status not in (CORRECT, INCORRECT, NOT_ATTEMPTED, MISSING):
                 status = INCORRECT
             grade.questions.append(QuestionGrade(
                 set=set_name, question=q.id, objective=q.objective, points=q.points,
                 score=q.points if status == CORRECT else 0.0, status=status,
-                feedback=str(rec.get("feedback", "")), checks=len(mine), graded_checks=len(graded)))
+                feedback=feedback_override or str(rec.get("feedback", "")), checks=len(mine),
+                graded_checks=len(graded)))
+
+
+def student_id(path, pattern: str | None = None) -> str | None:
+    """The student id in a notebook's path: group ``student`` (or the first group) of ``pattern`` (default
+    :data:`STUDENT_RE`, the folder after ``submissions/``, ``submitted/`` or ``autograded/``), searched in
+    the path with ``/`` separators; None when it does not match."""
+    text = Path(path).as_posix()
+    m = re.search(pattern or STUDENT_RE, text)
+    if not m:
+        return None
+    if "student" in m.re.groupindex:
+        return m.group("student")
+    return m.group(1) if m.re.groups else m.group(0)
 
 
 def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel_name: str = kernel.KERNEL_NAME,
-                   startup_timeout: float = kernel.STARTUP_TIMEOUT_S) -> NotebookGrade:
-    """Execute a copy of the notebook at ``path`` and grade it (the file itself is never written)."""
+                   startup_timeout: float = kernel.STARTUP_TIMEOUT_S, time_budget: float | None = None,
+                   max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
+                   max_output: int = sandbox.MAX_OUTPUT, solutions=None,
+                   student_pattern: str | None = None) -> NotebookGrade:
+    """Execute a copy of the notebook at ``path`` alone in a fresh folder and grade it (the file itself is
+    never written).
+
+    ``time_budget``: seconds for the whole notebook (default :data:`BUDGET_PER_TIMEOUT` × ``timeout``);
+    ``max_memory``, ``max_cell_output``, ``max_output``: bytes (see :mod:`course_lib.authoring.sandbox`);
+    ``solutions``: the folder of solution notebooks whose grade cells are the reference (default the
+    course's ``solutions/``; False: do not verify grade cells).
+    """
     from course_lib.core.validation import require_positive
 
     timeout = require_positive("timeout", timeout)
+    budget = require_positive("time_budget", BUDGET_PER_TIMEOUT * timeout if time_budget is None else time_budget)
+    for arg, value in (("max_memory", max_memory), ("max_cell_output", max_cell_output), ("max_output", max_output)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{arg} must be a positive int (bytes), got {value!r}")
+    if not math.isfinite(timeout) or not math.isfinite(budget):
+        raise ValueError(f"timeout and time_budget must be finite seconds, got {timeout!r} and {budget!r}")
     src = Path(path)
-    grade = NotebookGrade(path=str(path))
+    grade = NotebookGrade(path=str(path), student=student_id(path, student_pattern))
     try:
         import nbformat
 
@@ -346,10 +506,70 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
         return grade
     nb = copy.deepcopy(original)
     grade.sets = sets_in_source(nb)
-    replies, problems = _execute(nb, src, timeout, kernel_name, startup_timeout)
-    _collect(nb, replies, grade)
-    grade.problems[:0] = problems
+    pre: list[Problem] = []
+    mismatch = integrity.set_number_mismatch(src.name, grade.sets)
+    if mismatch:
+        grade.warnings.append(mismatch)
+
+    where = _Where(nb)
+    reference = None
+    if solutions is not False and grade.sets:
+        folder = _solutions_dir() if solutions is None else Path(solutions)
+        reference = integrity.find_reference(folder, grade.sets[0])
+        if reference is None:
+            grade.warnings.append(f"no solution notebook of {grade.sets[0]} in {folder}: grade cells were not "
+                                  "verified")
+    if reference is not None:
+        nb, origin, refs, findings = integrity.restore(nb, reference)
+        where = _Where(nb, origin, refs)
+        grade.verified = True
+        pre += [Problem(f.kind, f.message, f.cell) for f in findings if f.kind != "warning"]
+        grade.warnings += [f.message for f in findings if f.kind == "warning"]
+    learner_cells = [(where.index(i), c.source) for i, c in enumerate(nb.cells)
+                     if c.cell_type == "code" and i not in where.refs]
+    restored_cells = [(None, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and i in where.refs]
+    for f in (integrity.scan_patching(learner_cells, restored_cells)
+              + integrity.shadowing(src.parent, learner_cells + restored_cells)):
+        if f.kind == "warning":
+            grade.warnings.append(f.message)
+        else:
+            pre.append(Problem(f.kind, f.message, f.cell))
+
+    limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output)
+    replies, problems, warnings = _execute(nb, src.name, limits, kernel_name, startup_timeout, where)
+    grade.warnings += warnings
+    _collect(nb, replies, grade, where)
+    grade.problems[:0] = pre + problems
     return grade
+
+
+def _grade_one(args: tuple) -> NotebookGrade:
+    path, kwargs = args
+    return grade_notebook(path, **kwargs)
+
+
+def grade_notebooks(paths, *, jobs: int = 1, **kwargs) -> list[NotebookGrade]:
+    """:func:`grade_notebook` on each path, ``jobs`` at a time (worker processes), in the order given."""
+    paths = list(paths)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    if jobs == 1 or len(paths) <= 1:
+        return [grade_notebook(p, **kwargs) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out: list[NotebookGrade] = []
+    ctx = multiprocessing.get_context("spawn")  # no forked copy of this process's threads and event loops
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=ctx) as pool:
+        futures = [pool.submit(_grade_one, (p, kwargs)) for p in paths]
+        for p, fut in zip(paths, futures):
+            try:
+                out.append(fut.result())
+            except Exception as exc:  # the worker died (killed for memory...)
+                out.append(NotebookGrade(path=str(p), student=student_id(p, kwargs.get("student_pattern")),
+                                         problems=[Problem("not_run", f"the grading worker failed: "
+                                                           f"{type(exc).__name__}: {exc}")]))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -364,51 +584,183 @@ def _pts(x: float) -> str:
 def format_report(grades: list[NotebookGrade]) -> str:
     lines = []
     for g in grades:
-        lines.append(f"{g.path}  [{', '.join(g.sets) or 'no question set'}]")
+        who = f"  student {g.student}" if g.student else ""
+        lines.append(f"{g.path}  [{', '.join(g.sets) or 'no question set'}]{who}  status: {g.status}")
         if g.questions:
             width = max(8, max(len(f"{q.set}.{q.question}") for q in g.questions))
             lines.append(f"  {'question':<{width}}  {'points':>7}  status")
             for q in g.questions:
                 pts = f"{_pts(q.score)}/{_pts(q.points)}"
                 lines.append(f"  {q.set + '.' + q.question:<{width}}  {pts:>7}  {q.status.replace('_', ' ')}")
-            lines.append(f"  {'total':<{width}}  {_pts(g.score) + '/' + _pts(g.points):>7}")
+            total = _pts(g.score) + "/" + _pts(g.points)
+            lines.append(f"  {'total':<{width}}  {total:>7}" + ("  (incomplete: not a grade)"
+                                                               if g.status == "failed" else ""))
         for p in g.problems:
             lines.append(f"  PROBLEM ({p.kind}): {p.message}")
+        for w in g.warnings:
+            lines.append(f"  warning: {w}")
         lines.append("")
     if len(grades) > 1:
+        counts = ", ".join(f"{sum(g.status == s for g in grades)} {s}" for s in STATUSES)
         lines.append(f"all notebooks: {_pts(sum(g.score for g in grades))}/{_pts(sum(g.points for g in grades))}"
-                     f" points, {sum(not g.ok for g in grades)} notebook(s) with problems")
+                     f" points, {sum(not g.ok for g in grades)} notebook(s) with problems ({counts})")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def write_csv(grades: list[NotebookGrade], fh) -> None:
+    """One row per notebook: student, path, status, score (empty when failed), points, sets, problem kinds,
+    then one column per question (``set.qN``, its score; empty when the notebook lacks it)."""
+    columns: list[str] = []
+    for g in grades:
+        for q in g.questions:
+            if f"{q.set}.{q.question}" not in columns:
+                columns.append(f"{q.set}.{q.question}")
+    w = csv.writer(fh)
+    w.writerow(["student", "path", "status", "score", "points", "sets", "problems"] + columns)
+    for g in grades:
+        scores = {f"{q.set}.{q.question}": _pts(q.score) for q in g.questions}
+        w.writerow([g.student or "", g.path, g.status, "" if g.status == "failed" else _pts(g.score),
+                    _pts(g.points), " ".join(g.sets), " ".join(sorted({p.kind for p in g.problems}))]
+                   + [scores.get(c, "") for c in columns])
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+
+
+def _bytes(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"expected bytes such as 4G, 512M or 1048576 (units K, M, G), got {text!r}")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 bytes, got {text!r}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of notebooks at a time, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _regex(text: str) -> str:
+    try:
+        r = re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc}): {text!r}") from None
+    if not r.groups:
+        raise argparse.ArgumentTypeError(f"needs a group, (?P<student>...) or (...), for the id: {text!r}")
+    return text
+
+
+def _check_outputs(parser, args) -> None:
+    """Output files: their folder exists and is writable, none is an input notebook, none is given twice."""
+    inputs = {}
+    for p in args.notebooks:
+        try:
+            inputs[os.path.realpath(p)] = p
+        except OSError:
+            pass
+    outs = {}
+    for flag in ("json", "csv"):
+        value = getattr(args, flag)
+        if value is None or value == "-":
+            continue
+        real = os.path.realpath(value)
+        if real in inputs:
+            parser.error(f"--{flag} {value} is the input notebook {inputs[real]}: refusing to overwrite it")
+        if real in outs:
+            parser.error(f"--{flag} and --{outs[real]} name the same file {value}")
+        outs[real] = flag
+        folder = os.path.dirname(real) or "."
+        if not os.path.isdir(folder):
+            parser.error(f"--{flag} {value}: no such directory {folder}")
+        if not os.access(folder, os.W_OK):
+            parser.error(f"--{flag} {value}: directory {folder} is not writable")
+        if os.path.isdir(real):
+            parser.error(f"--{flag} {value} is a directory")
+    if args.json == "-" and args.csv == "-":
+        parser.error("--json - and --csv - cannot both write to stdout")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_lib.grade",
-        description="Execute copies of exercise notebooks and report per-question results.")
+        description="Execute copies of exercise notebooks, each alone in a fresh folder, and report per-question "
+                    "results; grade cells are verified against (and restored from) the solution notebooks.")
     parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebook files (.ipynb)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-' = stdout)")
-    parser.add_argument("--timeout", type=float, default=float(kernel.GRADE_CELL_TIMEOUT_S), metavar="S",
+    parser.add_argument("--csv", metavar="FILE", help="also write one row per notebook as CSV to FILE ('-' = stdout)")
+    parser.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
+                        help="grade N notebooks at a time (worker processes; default 1)")
+    parser.add_argument("--timeout", type=_seconds, default=float(kernel.GRADE_CELL_TIMEOUT_S), metavar="S",
                         help="seconds each cell may run before it is interrupted "
                              f"(default {kernel.GRADE_CELL_TIMEOUT_S})")
+    parser.add_argument("--time-budget", type=_seconds, default=None, metavar="S",
+                        help=f"seconds for a whole notebook (default {BUDGET_PER_TIMEOUT} x --timeout)")
+    parser.add_argument("--max-memory", type=_bytes, default=sandbox.MAX_MEMORY, metavar="BYTES",
+                        help="resident memory of the kernel and its children, e.g. 2G (default 4G)")
+    parser.add_argument("--max-cell-output", type=_bytes, default=sandbox.MAX_CELL_OUTPUT, metavar="BYTES",
+                        help="output kept per cell (default 1M)")
+    parser.add_argument("--max-output", type=_bytes, default=sandbox.MAX_OUTPUT, metavar="BYTES",
+                        help="output a notebook may send in all; beyond it the printing cell is interrupted "
+                             "(default 16M)")
+    parser.add_argument("--solutions", metavar="DIR", default=None,
+                        help="folder of the solution notebooks whose grade cells are the reference "
+                             "(default: the course's solutions/)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="do not compare grade cells with the solutions (not recommended)")
+    parser.add_argument("--student-id-from", type=_regex, default=None, metavar="REGEX",
+                        help="regular expression searched in each notebook's path; its group 'student' (or "
+                             "first group) is the student id (default: the folder after submissions/, "
+                             "submitted/ or autograded/)")
     parser.add_argument("--kernel", default=kernel.KERNEL_NAME,
                         help=f"Jupyter kernel name (default {kernel.KERNEL_NAME}: the ipykernel of this Python)")
     args = parser.parse_args(argv)
-    if not args.timeout > 0:
-        parser.error("--timeout must be > 0 seconds")
-    grades = [grade_notebook(p, timeout=args.timeout, kernel_name=args.kernel) for p in args.notebooks]
+    _check_outputs(parser, args)
+    if args.solutions is not None and not Path(args.solutions).is_dir():
+        parser.error(f"--solutions {args.solutions}: no such directory")
+    grades = grade_notebooks(
+        args.notebooks, jobs=args.jobs, timeout=args.timeout, kernel_name=args.kernel,
+        time_budget=args.time_budget, max_memory=args.max_memory, max_cell_output=args.max_cell_output,
+        max_output=args.max_output, solutions=False if args.no_verify else args.solutions,
+        student_pattern=args.student_id_from)
+    graded = [g for g in grades if g.status != "failed"]
     report = {
         "notebooks": [g.to_dict() for g in grades],
-        "score": sum(g.score for g in grades),
+        "score": sum(g.score for g in graded),
         "points": sum(g.points for g in grades),
+        "statuses": {s: sum(g.status == s for g in grades) for s in STATUSES},
         "ok": all(g.ok for g in grades),
     }
     if args.json == "-":
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif args.csv == "-":
+        write_csv(grades, sys.stdout)
     else:
         sys.stdout.write(format_report(grades))
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.json and args.json != "-":
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.csv and args.csv != "-":
+        buf = io.StringIO()
+        write_csv(grades, buf)
+        Path(args.csv).write_text(buf.getvalue(), encoding="utf-8")
     return 0 if report["ok"] else 1
 
 
