@@ -27,10 +27,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: help install lab app test notebooks exercises codegen clean
+.PHONY: help install lab lab-instructor app test notebooks exercises codegen clean
 
 help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
+	@echo "make lab-instructor  the same JupyterLab with nbgrader's instructor tools (menu, Validate, Create Assignment)"
 	@echo "make app         install (if needed), serve the capstone dashboard (Voila) on http://$(IP):$(PORT)/"
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
 	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
@@ -55,7 +56,15 @@ install: $(STAMP)
 
 # --- learner ------------------------------------------------------------------------------
 
-lab: install
+# A learner's lab shows the course and none of the instructor's tools: for `make lab` alone,
+# jupyter/learner/ joins Jupyter's config path and turns nbgrader's lab and server extensions and
+# JupyterLab's "get notified about official Jupyter news?" prompt off (the venv's own Jupyter
+# config is untouched). `make lab-instructor` starts the same lab with nbgrader on.
+# tests/test_browser_lab.py reads this command with `make -n lab` and starts its lab the same way.
+lab: LAB_ENV := JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner"
+lab-instructor: LAB_ENV :=
+
+lab lab-instructor: install
 	@mkdir -p work
 	@shopt -s nullglob; \
 	for src in exercises/*.ipynb; do \
@@ -66,7 +75,7 @@ lab: install
 	    cp "$$src" "$$dest" && echo "copied  $$src -> $$dest"; \
 	  fi; \
 	done
-	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" notebooks/00_start_here.ipynb
+	$(LAB_ENV) $(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" notebooks/00_start_here.ipynb
 
 # App mode: app/dashboard.ipynb served by Voila as a web page of outputs and widgets, no code
 # (app/voila.json: strip_sources and friends). Voila runs in app/ so that it reads that file.

@@ -11,6 +11,9 @@
     with Voila(root_dir=tmp_path / "app", home=tmp_path / "home", notebook="dashboard.ipynb") as app:
         page.goto(app.url())          # the notebook as a web app: outputs and widgets, no code
 
+    cmd = make_lab_command("lab")     # what `make lab` runs: its environment and JupyterLab flags
+    JupyterLab(root, home, extra_env=cmd.env, extra_args=cmd.lab_args(), quiet_news=False)
+
 Both servers listen on 127.0.0.1 only, on a free port, with a random token; their configuration,
 data, runtime and IPython folders live under ``home`` so nothing of the user's Jupyter set-up is
 read or written. Stopping one asks the server to shut down (which stops its kernels), then
@@ -28,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -37,6 +41,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Screenshots and server logs of browser tests (git-ignored).
@@ -157,11 +162,13 @@ class _JupyterProcess:
     ready_path = ""
 
     def __init__(self, root_dir: Path, home: Path, *, startup_timeout: float = 90.0,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None):
         self.root_dir = Path(root_dir)
         self.home = Path(home)
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
+        #: Environment variables set for the server on top of the isolated folders (e.g. `make lab`'s).
+        self.extra_env = dict(extra_env or {})
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.proc: subprocess.Popen | None = None
@@ -192,6 +199,7 @@ class _JupyterProcess:
         # Kernels behave as under `make lab` / `make app` (inline figures), not as the test process (Agg).
         env.pop("MPLBACKEND", None)
         env["JUPYTER_PLATFORM_DIRS"] = "1"
+        env.update(self.extra_env)
         return env
 
     def command(self) -> list[str]:  # pragma: no cover - abstract
@@ -297,9 +305,15 @@ class JupyterLab(_JupyterProcess):
     ready_path = "api/status"
 
     def __init__(self, root_dir: Path, home: Path, *, startup_timeout: float = 90.0,
-                 extra_args: list[str] | None = None):
-        super().__init__(root_dir, home, startup_timeout=startup_timeout, extra_args=extra_args)
+                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None,
+                 quiet_news: bool = True):
+        super().__init__(root_dir, home, startup_timeout=startup_timeout, extra_args=extra_args,
+                         extra_env=extra_env)
         self.log_path = self.home / "jupyter-server.log"
+        #: True: the test silences JupyterLab's news (no "get notified about official Jupyter
+        #: news?" toast, no news request). False: the lab's own configuration decides, as a test of
+        #: `make lab`'s configuration needs.
+        self.quiet_news = quiet_news
 
     def url(self, path: str = "lab") -> str:
         return super().url(path)
@@ -311,11 +325,13 @@ class JupyterLab(_JupyterProcess):
             path = self.home / sub
             path.mkdir(parents=True, exist_ok=True)
             env[var] = str(path)
-        # User settings of the isolated JupyterLab: no "get notified about Jupyter news?" toast over
-        # the page (and no request for news); every cell of a notebook kept in the page, so that
-        # tests can find outputs that are scrolled out of view.
-        for plugin, setting in [("apputils-extension/notification", '{"fetchNews": "false"}'),
-                                ("notebook-extension/tracker", '{"windowingMode": "none"}')]:
+        # User settings of the isolated JupyterLab: every cell of a notebook kept in the page, so that
+        # tests can find outputs that are scrolled out of view; unless quiet_news is False, no "get
+        # notified about Jupyter news?" toast over the page (and no request for news).
+        settings = [("notebook-extension/tracker", '{"windowingMode": "none"}')]
+        if self.quiet_news:
+            settings.append(("apputils-extension/notification", '{"fetchNews": "false"}'))
+        for plugin, setting in settings:
             path = self.home / "lab-settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(setting)
@@ -328,11 +344,12 @@ class JupyterLab(_JupyterProcess):
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}", "--ServerApp.password=",
             f"--ServerApp.root_dir={self.root_dir}",
-            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.expose_app_in_browser=True",
             "--ServerApp.shutdown_no_activity_timeout=600",  # a safety net if a test run is killed
             "--MappingKernelManager.cull_idle_timeout=0",
         ]
+        if self.quiet_news:
+            cmd += ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         return cmd + self.extra_args
@@ -395,15 +412,16 @@ def require_browser_tools(*, voila: bool = False) -> None:
         require_tool("voila", module=True, why="the classroom extra: pip install -e '.[classroom]'")
 
 
-def serve_copy(server_cls, source: Path, tmp_path: Path, log_name: str, **kwargs):
+def serve_copy(server_cls, source: Path, tmp_path: Path, log_name: str, *, subdir: str = "", **kwargs):
     """Start ``server_cls`` over a temporary copy of ``source``; stop it and keep its log afterwards.
 
     A generator for pytest fixtures (``yield from serve_copy(...)``): the repository's files are
     never served (a test run cannot modify them), and the server log lands in ``ARTIFACTS/log_name``
-    whatever the test's outcome.
+    whatever the test's outcome. With ``subdir`` (e.g. ``"notebooks"``) the copy lies in that
+    folder of the served root, as in the repository (``make lab`` serves the repository's root).
     """
     root = tmp_path / "root"
-    shutil.copytree(source, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(source, root / subdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     server = server_cls(root_dir=root, home=tmp_path / "jupyter-home", **kwargs)
     server.start()
     try:
@@ -412,3 +430,42 @@ def serve_copy(server_cls, source: Path, tmp_path: Path, log_name: str, **kwargs
         server.stop()
         ARTIFACTS.mkdir(exist_ok=True)
         shutil.copyfile(server.log_path, ARTIFACTS / log_name)
+
+
+# --- the command `make lab` runs -------------------------------------------------------------------
+class LabCommand(NamedTuple):
+    """The JupyterLab command of a Makefile target, as ``make -n`` prints it."""
+
+    #: Environment variables the recipe sets for JupyterLab (``VAR=value`` before the program).
+    env: dict
+    #: Everything after ``jupyter lab``: flags and the notebook to open.
+    args: list
+
+    def lab_args(self) -> list[str]:
+        """``args`` without the flags a test server sets itself (its own root folder, --allow-root)."""
+        return [a for a in self.args if a != "--allow-root" and not a.startswith("--ServerApp.root_dir=")]
+
+
+def make_lab_command(target: str = "lab") -> LabCommand:
+    """What ``make <target>`` runs to start JupyterLab, read from ``make -n`` (nothing is run).
+
+    So a test starts its lab exactly as ``make lab`` does (same environment, same flags) and
+    follows the Makefile when it changes. Raises AssertionError unless the recipe has exactly one
+    ``jupyter lab`` command.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-n", "-s", "--no-print-directory", target], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    found = []
+    for line in out.replace("\\\n", " ").splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:  # not a command we look for (e.g. part of a shell loop)
+            continue
+        n = 0
+        while n < len(words) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[n]):
+            n += 1
+        if n + 1 < len(words) and Path(words[n]).name == "jupyter" and words[n + 1] == "lab":
+            found.append(LabCommand(dict(w.split("=", 1) for w in words[:n]), words[n + 2:]))
+    assert len(found) == 1, f"`make -n {target}` should run `jupyter lab` once; it prints:\n{out}"
+    return found[0]
