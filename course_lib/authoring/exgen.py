@@ -1,5 +1,7 @@
 """Generate the learners' exercise notebooks from the hand-written solutions.
 
+Lessons: none
+
 ``python -m course_lib.exgen [--check] [--root DIR]`` writes ``exercises/NN_*.ipynb`` for every
 ``solutions/NN_*.ipynb``:
 

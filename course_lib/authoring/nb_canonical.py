@@ -1,5 +1,7 @@
 """Canonical form of the course notebooks, so that re-running them produces small, stable diffs.
 
+Lessons: none
+
 ``canonicalize(nb)`` (in place, also returned):
 
 * notebook metadata: no widget state (``metadata.widgets``), kernelspec ``python3``, a

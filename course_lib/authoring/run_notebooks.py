@@ -1,5 +1,7 @@
 """Re-execute course notebooks top to bottom and save them in canonical form (``make notebooks``).
 
+Lessons: none
+
     python -m course_lib.authoring.run_notebooks                 # notebooks/, solutions/ and app/
     python -m course_lib.authoring.run_notebooks notebooks/03_kv_cache.ipynb solutions/
     python -m course_lib.authoring.run_notebooks --timeout 900 notebooks/05_gemv_timing.ipynb
