@@ -172,3 +172,29 @@ def test_feedback_never_states_the_expected_value(set_name, qid):
         else:
             leaked = [s for s in shown if s in _squashed(feedback)]
         assert not leaked, f"{set_name}.{qid}: feedback for {answer!r} shows the expected value {leaked}: {feedback}"
+
+
+def test_a_failing_graded_check_is_one_short_assertion(monkeypatch):
+    """Grade cells: an incorrect answer raises an AssertionError rendered in IPython as one line (no
+    traceback into the checks package, the feedback shown once, in the result box); an unanswered one
+    raises only under a grader, so Run All on a fresh exercise copy runs to the end."""
+    from course_lib.checks import display, ex01
+
+    with pytest.raises(AssertionError) as info:
+        ex01.q1.check(ex01.q1.mistakes[0].value, strict=True)
+    err = info.value
+    assert type(err).__name__ == "AssertionError" and isinstance(err, display.CheckFailed)
+    assert ex01.q1.mistakes[0].feedback in str(err)
+    (line,) = err._render_traceback_()
+    assert line.startswith("AssertionError: ex01.q1 is not yet right") and ex01.q1.mistakes[0].feedback not in line
+
+    monkeypatch.setattr(display, "_shell", lambda: object())        # a learner's kernel
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    r = ex01.q1.check(____, strict=True)
+    assert r.status == NOT_ATTEMPTED and r.record()["strict"] is True
+    with pytest.raises(AssertionError):
+        ex01.q1.check(ex01.q1.mistakes[0].value, strict=True)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")            # nbgrader scores by errors
+    with pytest.raises(AssertionError, match="Not attempted") as info:
+        ex01.q1.check(____, strict=True)
+    assert "not attempted" in info.value._render_traceback_()[0]

@@ -13,6 +13,7 @@ Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 from __future__ import annotations
 
 import html
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ __all__ = [
     "Result",
     "Hint",
     "Solution",
+    "CheckFailed",
+    "graded_outcome",
 ]
 
 CORRECT = "correct"
@@ -195,6 +198,45 @@ class _Markdown(_Displayable):
 
     def _bundle(self) -> dict:
         return {"text/plain": str(self), "text/markdown": self._repr_markdown_()}
+
+
+class CheckFailed(AssertionError):
+    """What a graded check (``check(answer, strict=True)``, a grade cell) raises when the answer is not right.
+
+    An ``AssertionError`` (nbgrader takes points away for it, and :mod:`course_lib.authoring.grade` reads
+    the result's record, not the error); its message is the result (``"✘ ex01.q1: Not yet: <feedback>"``).
+    In IPython it renders as one line that points at the result box shown just above it, so the feedback
+    appears once and no traceback into the checks package is shown.
+    """
+
+    def __init__(self, result: "Result"):
+        super().__init__(str(result))
+        self.result = result
+
+    def _render_traceback_(self) -> list[str]:
+        r = self.result
+        word = "not attempted" if r.status == NOT_ATTEMPTED else "not yet right"
+        return [f"AssertionError: {r.label} is {word} (0/{fmt(float(r.points))} pt): see the feedback above."]
+
+
+# the error a kernel reports is named by the class: graders (nbgrader, course_lib.grade) look for this name
+CheckFailed.__name__ = CheckFailed.__qualname__ = "AssertionError"
+
+
+def _grading() -> bool:
+    """True under a grader that scores grade cells by their errors (nbgrader sets NBGRADER_EXECUTION), and
+    outside IPython (a script, a test): there a graded check that was not attempted must fail."""
+    return bool(os.environ.get("NBGRADER_EXECUTION")) or _shell() is None
+
+
+def graded_outcome(result: "Result") -> "Result":
+    """What a graded check does once its result is shown: return it when correct; raise
+    :class:`CheckFailed` when incorrect; when not attempted, raise only under a grader, so that "Run All"
+    on a fresh copy of an exercise notebook runs to the end (the box says "Not attempted", and the record
+    :mod:`course_lib.authoring.grade` collects says so too)."""
+    if result.correct or (result.status == NOT_ATTEMPTED and not _grading()):
+        return result
+    raise CheckFailed(result)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -22,7 +22,7 @@ import re
 from course_lib.checks.choice import ChoiceQuestion
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
-from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import measurements
@@ -99,7 +99,7 @@ q1 = NumericQuestion(
 )
 
 # --- O2 -------------------------------------------------------------------------------------------
-q2 = NumericQuestion(
+q2 = numbers_only(NumericQuestion(
     id="q2", set=SET, points=1,
     objective="O2 convert a size between SI (powers of 1000) and IEC (powers of 1024) prefixes",
     prompt=("A checkpoint is 14 GB in SI units (10^9 bytes per GB). How many GiB is that? Answer with a plain "
@@ -117,13 +117,16 @@ q2 = NumericQuestion(
                 "(2^30)."),
         Mistake(_CHECKPOINT / units.MiB,
                 "That is the size in MiB (divided by 1024 only twice). One more division by 1024 gives GiB."),
+        Mistake(round(_CHECKPOINT / units.GiB),
+                "That is rounded to a whole number of GiB. Keep two decimals: rounding hides whether you "
+                "divided by 2^30 or by 10^9.", rel_tol=0.001),
     ],
     hints=["First turn the SI figure into bytes: 1 GB = 10^9 bytes.",
            "Then divide by the bytes in one GiB: 2^30 = 1,073,741,824."],
     solution=(f"{units.format_bytes(_CHECKPOINT)} = {_CHECKPOINT:,.0f} B; / 2^30 = "
               f"{units.format_bytes(_CHECKPOINT, 'iec', digits=4)}. GiB are about 7.4% larger than GB, "
               f"so there are fewer of them."),
-)
+), "the conversion is the point: answer with a plain number, not text")
 
 # --- O3 -------------------------------------------------------------------------------------------
 q3 = NumericQuestion(
@@ -143,6 +146,9 @@ q3 = NumericQuestion(
                 "That is the number of bits. The question asks for bytes."),
         Mistake(_SOURCE_KV_NUMBER / units.KiB,
                 "You divided by 1024 where you should multiply: KB -> bytes makes the number larger."),
+        Mistake(round(units.parse_bytes(_SOURCE_KV, convention="source"), -3),
+                "That is rounded: the question asks for the exact number of bytes, and 1024 x a whole number "
+                "is a whole number.", rel_tol=1e-4),
     ],
     hints=["In the source's table 1 KB = 1024 bytes (the same size as 1 KiB).",
            "Multiply the number by 1024."],
@@ -158,7 +164,7 @@ def _to_gib(n_bytes):
     return n_bytes / units.GiB
 
 
-q4 = FunctionQuestion(
+q4 = numbers_only(FunctionQuestion(
     id="q4", set=SET, points=2,
     objective="O2 convert a size between SI (powers of 1000) and IEC (powers of 1024) prefixes",
     prompt="Write `to_gib(n_bytes)` that returns the size `n_bytes` (a number of bytes) in GiB, as a float.",
@@ -176,9 +182,10 @@ q4 = FunctionQuestion(
         Mistake(lambda n_bytes: n_bytes * units.GiB / units.GB**2,
                 "Your function converts in the wrong direction (it multiplies by 2^30 / 10^9 somewhere)."),
     ],
-    hints=["How many bytes are in one GiB?", "`return n_bytes / 2**30`"],
+    hints=["How many bytes are in one GiB?",
+           "Divide by that number (write it as a power of 2) and return the result as a number, not as text."],
     solution="```python\ndef to_gib(n_bytes):\n    return n_bytes / 2**30   # 1 GiB = 1024**3 bytes\n```",
-)
+), "return the size as a number (a float), not as text")
 
 # --- O4 as a formula --------------------------------------------------------------------------------
 
@@ -270,7 +277,8 @@ q8 = NumericQuestion(
     detect=[d.gb_vs_gib(), d.bits_vs_bytes()],
     mistakes=[
         Mistake(_README["printed_value"],
-                "That is the README's figure copied. Compute the size from the parameter count and compare."),
+                "That is the size in GiB (bytes / 2^30), which is also the README's figure: the question asks "
+                "for SI GB, bytes / 10^9."),
         Mistake(nominal_params("llama-3-8b") * 2 / units.GB,
                 "You used the nominal 8B from the name; the real count is in course_lib.", rel_tol=0.001),
         Mistake(_LLAMA3 / units.GB,

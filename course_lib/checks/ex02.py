@@ -61,6 +61,9 @@ q1 = NumericQuestion(
         Mistake(_L2.params,
                 "That is the parameter count itself (one byte per weight). Multiply the count by the bytes "
                 "per weight of q4_0."),
+        Mistake(7e9 * _Q4_0.bits / 8,
+                "That uses the nominal 7B from the name. Llama-2-7B has fewer parameters: take the count from "
+                "`get_model('llama-2-7b').params`.", rel_tol=0.003),
     ],
     hints=["q4_0 stores 32 weights in 32 x 4 bits plus a 16-bit scale. How many bits per weight is that?",
            "bytes = parameters x bits per weight / 8."],
@@ -196,6 +199,9 @@ q6 = NumericQuestion(
                 "matrix products get the dense peak."),
         Mistake(_RIDGE / (2 * _GEMV_AI),
                 "That gives the GEMV 2 FLOP/byte. In fp16 each weight is 2 bytes and yields 2 FLOPs: 1 FLOP/byte."),
+        Mistake(0.5, "That looks like an intensity (1 FLOP per 2-byte weight), not the factor. The GEMV's "
+                     "intensity is 2 FLOPs per 2-byte weight; the answer is ridge point / that intensity.",
+                rel_tol=0.01),
     ],
     hints=["Ridge point = peak FLOP/s / bandwidth (bytes/s) = FLOP per byte.",
            "An fp16 GEMV does 2 FLOPs per 2-byte weight."],
@@ -222,6 +228,9 @@ q7 = NumericQuestion(
         Mistake(_MI.streamed_params(1) / _CACHE,
                 "That compares a parameter count with bytes: each fp16 weight takes 2 bytes."),
         Mistake(_CACHE / _MI_STREAM, "Upside down: the question asks how many caches the weights fill."),
+        Mistake(7e9 * 2 / _CACHE,
+                "That uses the nominal 7B parameters from the name; take the bytes one step streams from "
+                "`decode_weight_bytes('fp16')`.", rel_tol=0.003),
     ],
     hints=["`get_model('mistral-7b').decode_weight_bytes('fp16')` gives the bytes of one step.",
            "Both numbers in bytes, then divide."],

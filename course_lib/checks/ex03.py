@@ -16,7 +16,7 @@ import math
 from course_lib.checks.choice import ChoiceQuestion
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
-from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core.estimator import kv_cache_bytes
@@ -42,7 +42,9 @@ q1 = NumericQuestion(
         Mistake(_Q1 / 2, "That is half the answer: either the number of cached *values* (multiply by the "
                          "bytes per fp16 value) or only the keys (the values are cached too)."),
         Mistake(_Q1 / _L3.layers, "That is one layer's K and V; every layer keeps its own cache."),
-        Mistake(_Q1 * 2, "That uses 4 bytes per value (fp32); the cache here is fp16."),
+        Mistake(_Q1 * 2, "That is twice the answer: either 4 bytes per value (fp32; the cache here is fp16), "
+                         "or the 32 query heads with only K or only V counted. Count the 8 KV heads, and both "
+                         "a key and a value per head."),
     ],
     hints=["Per layer, each KV head stores one key and one value vector of head_dim numbers.",
            "Values per token = 2 × layers × KV heads × head_dim; then multiply by the bytes per fp16 value."],
@@ -99,7 +101,7 @@ q3 = ExpressionQuestion(
                                   "heads."),
     ],
     hints=["Divide the FLOPs by (values × b): L, d and c cancel.",
-           "4·L·H_q·d·c / (2·L·H_kv·d·c·b) = ?"],
+           "Write FLOPs over bytes as one fraction and cancel every factor that appears on both sides."],
     solution="$\\dfrac{4 L H_q d c}{2 L H_{kv} d c\\, b} = \\dfrac{2 H_q}{H_{kv}\\, b}$: in fp16 ($b = 2$) "
              "that is $H_q/H_{kv}$ FLOP per byte (4 for Llama-3-8B, 1 for MHA) -- far below any GPU's ridge "
              "point, and independent of the batch, since every sequence reads its own cache.",
@@ -299,5 +301,7 @@ q8 = ChoiceQuestion(
              "61 × 576 = 35,136; Qwen2.5-7B 2 × 28 × 4 × 128 = 28,672. Qwen2.5-7B (GQA with 4 KV heads) "
              "caches the fewest.",
 )
+
+numbers_only(q7, "return a number, not text")  # its result is a plain number: text is a mistake
 
 QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]

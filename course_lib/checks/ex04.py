@@ -126,9 +126,8 @@ q2 = NumericQuestion(
                 "That reads every stored weight, including the whole embedding table. A decode step "
                 "looks up one row of it; use `decode_weight_bytes`.", rel_tol=0.005),
     ],
-    hints=["`bytes_per_element('q4_0')` is 4.5 / 8 bytes.",
-           "`get_model('mistral-7b').decode_weight_bytes('q4_0') / get_hardware('m2-ultra').bandwidth`, "
-           "then x 1000 for ms."],
+    hints=["`bytes_per_element('q4_0')` is 4.5 / 8 bytes; `decode_weight_bytes` counts what one step streams.",
+           "Time = bytes / the M2 Ultra's bandwidth (bytes/s); x 1000 for ms."],
     solution=(f"{units.format_bytes(_MISTRAL.decode_weight_bytes('q4_0'), digits=4)} / "
               f"{units.format_bandwidth(_M2.bandwidth)} = {units.format_time(_Q2, digits=4)}: "
               f"no FLOP/s figure is needed for the memory floor."),
@@ -186,6 +185,12 @@ q4 = NumericQuestion(
         Mistake((weight_bytes(_MISTRAL, "fp16") + _WINDOW * _KTOK) / _H100.bandwidth * 1e3,
                 "That streams the whole embedding table too; a decode step reads one row of it "
                 "(use `decode_weight_bytes`).", rel_tol=0.005),
+        Mistake((_WS + _WINDOW * _KTOK / 2) / _H100.bandwidth * 1e3,
+                "That reads only the keys (or only the values) of the window: a step reads both K and V of "
+                "every token it attends to (`kv_cache_bytes` counts both).", rel_tol=0.001),
+        Mistake((7e9 * 2 + _WINDOW * _KTOK) / _H100.bandwidth * 1e3,
+                "That uses the nominal 7B parameters from the name; take the weight bytes of a step from "
+                "`decode_weight_bytes('fp16')`.", rel_tol=0.001),
     ],
     hints=["`get_model('mistral-7b').attended_tokens(20001)` tells how many tokens' K/V the step reads.",
            "TPOT = (weight bytes + K/V bytes) / bandwidth; x 1000 for ms."],
@@ -244,10 +249,14 @@ q6 = NumericQuestion(
         Mistake(_THINK * _REASON.tpot,
                 "That is the mean TPOT of the whole long response times the thinking tokens, but the extra "
                 "steps are the later, slower ones. Subtract the two totals.", rel_tol=0.0015),
+        Mistake(_THINK * _DIRECT.tpot,
+                "That charges every thinking token the direct answer's TPOT. The thinking steps come later, at "
+                "longer contexts (each reads more K/V), so they are slower: subtract the two totals.",
+                rel_tol=0.002),
     ],
     hints=["Both responses share the prompt: the difference is decode steps only.",
-           f"`estimate('llama-2-7b', 'rtx-4090', {_COT_PROMPT}, {_ANSWER + _THINK}).total - "
-           f"estimate('llama-2-7b', 'rtx-4090', {_COT_PROMPT}, {_ANSWER}).total`"],
+           f"Estimate both responses (prompt {_COT_PROMPT:,}; {_ANSWER + _THINK:,} and {_ANSWER} new tokens) "
+           "and compare their `total`s."],
     solution=(f"{units.format_time(_REASON.total, digits=4)} - {units.format_time(_DIRECT.total, digits=4)} = "
               f"{units.format_time(_Q6, digits=4)}: every hidden token is a full decode step."),
 )

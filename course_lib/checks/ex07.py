@@ -21,7 +21,7 @@ from __future__ import annotations
 from course_lib.checks.choice import ChoiceQuestion
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
-from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import caching
@@ -233,6 +233,8 @@ q6 = NumericQuestion(
         Mistake(int(_free // (_ktok * _L3.heads / _L3.kv_heads * _ST)),
                 "That caches one K/V per query head; with grouped-query attention only the KV heads are cached."),
         Mistake(int(_H100.capacity // (_ktok * _ST)), "The weights need memory too: subtract them first."),
+        Mistake(_free / (_ktok * _ST), "Round down: only whole sessions fit (a part of a session cannot be "
+                                       "served), so take the floor of the quotient."),
         Mistake(int((_H100.capacity / 1.024 ** 3 - _L3.weight_bytes("fp16")) // (_ktok * _ST)),
                 "That mixes GB and GiB in the capacity (its GB figure converted to GiB, then used as 10^9 bytes); "
                 "keep bytes throughout."),
@@ -323,5 +325,7 @@ q9 = NumericQuestion(
               f"predicts {_R.latency_reduction:.0%} at 100 % of peak: the measured hit is dominated by eager-mode "
               f"overhead, not by its bytes."),
 )
+
+numbers_only(q3, "return a number, not text")  # its result is a plain number: text is a mistake
 
 QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9]

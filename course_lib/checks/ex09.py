@@ -25,7 +25,7 @@ import math
 from course_lib.checks.choice import ChoiceQuestion
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
-from course_lib.checks.mistakes import Mistake
+from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
@@ -158,6 +158,9 @@ q3 = NumericQuestion(
                 "a real server keeps back anyway for activations and the runtime."),
         Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_KV1 * _P)),
                 "That sizes each cache for the prompt only; the answers' tokens are cached too."),
+        Mistake((_L40S.capacity - _L3.weight_bytes()) / _SEQ,
+                "Round down: only whole chats fit (part of a chat's cache serves nobody), so take the floor of "
+                "the quotient."),
     ],
     hints=["Free memory = capacity - `get_model('llama-3-8b').weight_bytes('fp16')`.",
            "Divide by the KV bytes of one chat (prompt + answer tokens) and round down."],
@@ -174,7 +177,7 @@ q4 = NumericQuestion(
     prompt=(f"Llama-3-8B in fp16 on an H100 SXM, a batch of {_Q2_B} chats ({_P:,}-token prompts, {_N}-token "
             f"answers, all starting together). How many tokens per second does the GPU produce for all users "
             f"together, counted over the whole response (prefill included)? Plain number (tokens/s)."),
-    expected=_Q4.tps_aggregate, rel_tol=0.005,
+    expected=_Q4.tps_aggregate, rel_tol=0.001,
     detect=[d.forgot_batch(_Q2_B, feedback=(
         "That is the rate one user sees. The GPU produces that for every sequence of the batch at once."))],
     mistakes=[
@@ -186,6 +189,12 @@ q4 = NumericQuestion(
                 "That is peak FLOP/s / FLOPs per token: the rate if every token cost only its FLOPs at the "
                 "datasheet peak. Decoding at this batch is limited by memory (each step reads the weights and "
                 "every sequence's KV cache), and the prefill takes time too: use the estimator's total."),
+        Mistake(_Q2_B * (_N - 1) / _Q4.total,
+                f"That counts {_N - 1} tokens per response; each response has {_N}: the first comes out of the "
+                "prefill, the other n - 1 out of the decode steps.", rel_tol=0.0004),
+        Mistake(_Q2_B * _N / (_Q4.ttft + _N * _Q4.tpot),
+                "Count the decode steps again: the first new token comes out of prefill, so n new tokens "
+                "need n - 1 decode steps after it (total = TTFT + (n - 1) x TPOT).", rel_tol=0.0004),
     ],
     hints=["`estimate(..., batch=32)` has `tps` (one user: n / total) and `tps_aggregate`.",
            "Aggregate = batch x n / total, where total = TTFT + (n - 1) x TPOT."],
@@ -336,9 +345,11 @@ q8 = NumericQuestion(
             d.ratio(_Q8_G / (2 * (_Q8_G - 1)), "That leaves out the ring factor 2 (G - 1) / G: each GPU sends and "
                                                "receives that fraction of the message.", name="ring_factor")],
     mistakes=[
-        Mistake(_Q8 / 2, "That is one all-reduce per layer; there are two (after attention and after the MLP)."),
-        Mistake(_Q8 * 2, "That sends 4-byte values; the activations travel in fp16 (2 bytes)."),
-        Mistake(_Q8 / _L70.layers, "That is one layer's all-reduces; every one of the layers has two."),
+        Mistake(_Q8 / 2 / 1e9, "That is one all-reduce per layer; there are two (after attention and after the MLP)."),
+        Mistake(_Q8 * 2 / 1e9, "That is twice the answer: either both link directions added (a link's bandwidth "
+                               "is quoted per direction, and each direction carries its own share), or 4-byte "
+                               "values (the activations travel in fp16, 2 bytes)."),
+        Mistake(_Q8 / _L70.layers / 1e9, "That is one layer's all-reduces; every one of the layers has two."),
     ],
     hints=[f"Bytes per link per step = 2 x {_L70.layers} layers x 2 (G - 1) / G x {_Q8_B} x {_L70.hidden} x 2.",
            f"Link bandwidth = those bytes / ({_Q8_SHARE} x the step time of (a)); / 1e9 for GB/s."],
@@ -347,5 +358,7 @@ q8 = NumericQuestion(
               f"{units.format_bytes(_Q8_BYTES_PER_LINK_BW, digits=4)} / {units.format_time(_Q8_SHARE * _Q8_SPLIT)} "
               f"= {units.format_bandwidth(_Q8, digits=4)}. Per-hop latency, which the formula leaves out, adds to it."),
 )
+
+numbers_only(q5, "return a number, not text")  # its result is a plain number: text is a mistake
 
 QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]

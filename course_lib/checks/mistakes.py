@@ -16,7 +16,7 @@ from typing import Any
 
 from course_lib.checks.placeholder import is_placeholder
 
-__all__ = ["Mistake", "Detector", "detectors"]
+__all__ = ["Mistake", "Detector", "detectors", "numbers_only", "exact_mistakes_first"]
 
 
 @dataclass(frozen=True)
@@ -155,3 +155,50 @@ class _Detectors:
 
 
 detectors = _Detectors()
+
+
+def numbers_only(question, reason: str = "this question wants a number, not text"):
+    """Refuse text where a question asks for a number (a numeric answer or a function's result): the
+    bare number "13.04" typed in quotes, or ``str(x)`` returned, is a mistake there, not an answer.
+    Returns ``question`` (used as ``q2 = numbers_only(NumericQuestion(...))``)."""
+    from course_lib.checks.answers import Unreadable
+
+    read = question._read_number
+
+    def _read_number(x, what: str = "your answer"):
+        if isinstance(x, str):
+            raise Unreadable(f"{what} is text ({x[:40]!r}): {reason}")
+        return read(x, what=what)
+
+    question._read_number = _read_number
+    return question
+
+
+def exact_mistakes_first(question, *mistakes: "Mistake"):
+    """Recognise ``mistakes`` before the tolerance is applied: each is an exact figure a learner reaches by
+    leaving a small term out (the matrix without its vectors), which lies inside the question's tolerance.
+    Each is matched within its own ``rel_tol`` (default 1e-6) and joins the question's bank, so the bank's
+    tests cover it.  Numeric questions only; returns ``question``."""
+    if question.kind != "numeric":
+        raise ValueError(f"{question._where}: exact_mistakes_first applies to numeric questions")
+    from course_lib.checks.display import INCORRECT
+
+    prepared = []
+    for m in mistakes:
+        base = question._read_definition(m.value, "mistake value")
+        if question._close(base, question._expected_base, m.rel_tol or 1e-6):
+            raise question._definition_error(f"mistake {m.value!r} is the expected answer")
+        prepared.append((base, m))
+    check = question._check
+
+    def _check(answer):
+        value, dim = question._read_number(answer)
+        if dim is None or dim == question.dimension:
+            for base, m in prepared:
+                if question._close(value, base, m.rel_tol or 1e-6):
+                    return INCORRECT, m.feedback
+        return check(answer)
+
+    question._check = _check
+    question._bank[:0] = [m for _, m in prepared]
+    return question

@@ -25,7 +25,7 @@ import re
 from typing import Any, Sequence
 
 from course_lib.checks.answers import DIMENSIONS, NotAttempted, Unreadable, noun, read_number, sentence
-from course_lib.checks.display import INCORRECT, NOT_ATTEMPTED, Hint, Result, Solution, fmt
+from course_lib.checks.display import INCORRECT, NOT_ATTEMPTED, Hint, Result, Solution, fmt, graded_outcome
 from course_lib.checks.mistakes import Detector, Mistake
 
 __all__ = ["KINDS", "Question", "validate_set"]
@@ -198,14 +198,12 @@ class Question:
     def check(self, answer, strict: bool = False) -> Result:
         """Check ``answer``, display the result in Jupyter and return it.
 
-        With ``strict=True`` (nbgrader grade cells) an incorrect or missing answer raises
-        ``AssertionError`` carrying the feedback.
+        With ``strict=True`` (grade cells) an incorrect answer raises ``AssertionError`` (one line in
+        IPython); a missing one only under a grader (:func:`~course_lib.checks.display.graded_outcome`).
         """
         result = self.evaluate(answer, strict=strict)
         result._show()
-        if strict and not result.correct:
-            raise AssertionError(str(result))
-        return result
+        return graded_outcome(result) if strict else result
 
     # ---- hints, solution, bank -----------------------------------------------------------------
 
