@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_lib.core.units import format_bytes  # noqa: E402
-from course_lib.measure import device as dev_info  # noqa: E402
-from course_lib.measure import probes  # noqa: E402
+from course_lib.core.units import format_bytes
+from course_lib.measure import device as dev_info
+from course_lib.measure import probes
 
 
 def sizes_for(llc: int | None, esize: int, device: str) -> list[tuple[int, int]]:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_lib.core.estimator import estimate  # noqa: E402
-from course_lib.core.serving import continuous_batching_plan, simulate  # noqa: E402
+from course_lib.core.estimator import estimate
+from course_lib.core.serving import continuous_batching_plan, simulate
 
 EFF = dict(compute_efficiency=0.747, bandwidth_efficiency=0.546)
 M, H = "llama-3-8b", "h100-sxm"

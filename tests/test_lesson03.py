@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
-from course_lib import estimate, get_hardware, get_model, kv_cache_bytes  # noqa: E402
-from course_lib.lessons.plots._base import label_has_unit  # noqa: E402
-from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context  # noqa: E402
-from course_lib.core.units import format_bytes  # noqa: E402
-from course_lib.core.estimator import crossover_context, tokens_that_fit  # noqa: E402
+from course_lib import estimate, get_hardware, get_model, kv_cache_bytes
+from course_lib.lessons.plots._base import label_has_unit
+from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context
+from course_lib.core.units import format_bytes
+from course_lib.core.estimator import crossover_context, tokens_that_fit
 from course_lib.core.kv import kv_crossover, kv_rows
-from course_lib.core.precision import default_kv_precision  # noqa: E402
-from course_lib.lessons.widgets.kv_cache import (  # noqa: E402
+from course_lib.core.precision import default_kv_precision
+from course_lib.lessons.widgets.kv_cache import (
     BATCH_RANGE, CONTEXT_RANGE, DEFAULT_MODELS, crossover_html, kv_cache_explorer, kv_crossover_explorer, kv_shape,
     kv_table_html,
 )
@@ -160,7 +160,8 @@ def test_rows_ratio_and_cap():
     rows = {r.model: r for r in kv_rows(("mistral-7b", "llama-3-8b"), 10_000, 2)}
     assert rows["mistral-7b"].capped and not rows["llama-3-8b"].capped
     assert rows["mistral-7b"].cached_tokens == 4096
-    assert rows["llama-3-8b"].ratio == kv_cache_bytes("llama-3-8b", 10_000, batch=2) / get_model("llama-3-8b").weight_bytes()
+    kv = kv_cache_bytes("llama-3-8b", 10_000, batch=2)
+    assert rows["llama-3-8b"].ratio == kv / get_model("llama-3-8b").weight_bytes()
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ from course_lib import get_hardware, get_model
 
 from course_lib.measure import bench
 
-from course_lib.core import measurements  # noqa: E402
-from course_lib.checks import ex05  # noqa: E402
-from course_lib.lessons.plots import label_has_unit  # noqa: E402
-from course_lib.lessons.plots import gemv as plots  # noqa: E402
+from course_lib.core import measurements
+from course_lib.checks import ex05
+from course_lib.lessons.plots import label_has_unit
+from course_lib.lessons.plots import gemv as plots
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,8 @@ def test_a_real_fast_measurement_checks_correct():
 
 
 # --- notebooks ----------------------------------------------------------------------------------
-MEASURES = re.compile(r"bench\.(measure_\w+|probe_dtypes|this_machine)\(|\btiming\.|\bprobes\b|\brotated\b|\bby_dtype\b|\bcopy\.")
+MEASURES = re.compile(r"(bench|probes|machine)\.(measure_\w+|probe_dtypes|this_machine)\(|\btiming\.|\bdtype_probes\b"
+                      r"|\brotated\b|\bby_dtype\b|\bcopy\.")
 
 
 def test_every_measuring_cell_is_ignored_by_nbval(nb_paths):

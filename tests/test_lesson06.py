@@ -319,7 +319,8 @@ def test_source_recipe_and_step_count_mistakes_are_recognised():
 # --------------------------------------------------------------------------------------------------
 # Notebooks
 # --------------------------------------------------------------------------------------------------
-MEASURES = re.compile(r"bench\.(measure_\w+|this_machine)\(|validate\.(calibrate|predict_\w+|run)\(|\bTinyLM\(")
+MEASURES = re.compile(r"(bench|probes|machine|model_timing)\.(measure_\w+|this_machine)\("
+                      r"|(validate|calibrate|predict)\.(calibrate|predict_\w+|run)\(|\bTinyLM\(")
 
 
 def test_every_measuring_cell_is_ignored_by_nbval(nb_paths):
@@ -331,7 +332,8 @@ def test_every_measuring_cell_is_ignored_by_nbval(nb_paths):
             "measure_copy_bandwidth", "measure_gemv", "calibrate", "predict_tpot"}
     src = "\n".join(c.source for c in code)
     assert all(u + "(" in src for u in uses)
-    uses_measured = re.compile(r"\b(prefill\[|by_batch\b(?!\")|by_context|tpot_rows|cal\.|me\.|points\[|points \+|mm\.|copy\.|gemv\.)")
+    uses_measured = re.compile(r"\b(prefill\[|by_batch\b(?!\")|by_context|tpot_rows|cal\.|me\.|points\[|points \+"
+                               r"|mm\.|copy\.|gemv\.)")
     for c in code:
         if MEASURES.search(c.source) or uses_measured.search(c.source):
             assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source[:80]

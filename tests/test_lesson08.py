@@ -17,10 +17,10 @@ pytest.importorskip("matplotlib")
 
 from course_lib.core import compare
 
-from course_lib.core import measurements  # noqa: E402
-from course_lib.checks import ex08  # noqa: E402
-from course_lib.lessons.plots import label_has_unit  # noqa: E402
-from course_lib.lessons.plots import compare as plots  # noqa: E402
+from course_lib.core import measurements
+from course_lib.checks import ex08
+from course_lib.lessons.plots import label_has_unit
+from course_lib.lessons.plots import compare as plots
 
 
 @pytest.fixture(scope="module")

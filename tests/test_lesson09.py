@@ -306,7 +306,8 @@ def _claims():
         ("the 70B split over 4 GPUs", f"| 4 | 32 | {format_bytes(tp4.memory_needed)} | yes |"),
         ("the link bandwidth for 4 GPUs at batch 32", format_bandwidth(link)),
         ("the source recipe's TPOT", format_time(recipe.estimate.source_recipe_tpot)),
-        ("chats that fit an L40S", f"**{D.max_batch_that_fits(D.DashboardState(hardware='l40s', prompt_tokens=2048, new_tokens=300))}**"),
+        ("chats that fit an L40S",
+         f"**{D.max_batch_that_fits(D.DashboardState(hardware='l40s', prompt_tokens=2048, new_tokens=300))}**"),
     ]
 
 
@@ -453,7 +454,8 @@ def test_lesson_states_the_fp8_kv_cache_and_the_fp16_alternative(lesson_text):
 
     h, h200 = measurements.h200(), get_hardware("h200")
     run = next(r for r in h["full_decode_step_cuda_graph"]["runs"] if r["batch"] == 1 and r["context"] == 1)
-    s = D.DashboardState(hardware="l40s", precision="fp8", prompt_tokens=2048, new_tokens=300, cached_prefix_tokens=1536,
+    s = D.DashboardState(hardware="l40s", precision="fp8", prompt_tokens=2048, new_tokens=300,
+                         cached_prefix_tokens=1536,
                          bandwidth_efficiency=run["achieved_GBps"] * 1e9 / h200.bandwidth,
                          compute_efficiency=h["ceilings"]["matmul_8192_fp16_TFLOPs"] * 1e12 / h200.flops("fp16"))
     b8, b16 = D.best_batch(s, 1.0, 0.05), D.best_batch(s.replace(kv_precision="fp16"), 1.0, 0.05)

@@ -147,7 +147,8 @@ def test_factory_rejects_wrong_types():
 def test_every_widget_draws_rows_and_error_boxes_with_the_one_html_helper():
     from course_lib.lessons.widgets import _html
     r = _html.row("TTFT", "1 < 2 ms", "<b>note</b>", cls="course-ttft", strong=True, nowrap=True)
-    assert '<td class="course-ttft" style="text-align:right;padding-right:1em;font-weight:bold;white-space:nowrap">' in r
+    assert ('<td class="course-ttft" style="text-align:right;padding-right:1em;font-weight:bold;'
+            'white-space:nowrap">') in r
     assert "1 &lt; 2 ms" in r and "<b>note</b>" in r
     assert "&ndash;" in _html.row("x", "&ndash;", escape=False)
     box = _html.error_box("bad <input>", "Cannot estimate this setting: ", cls="course-estimate")

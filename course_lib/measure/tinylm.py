@@ -345,7 +345,8 @@ class TinyLM(nn.Module):
         if t.dtype not in _INTEGER_DTYPES:
             raise TypeError(f"{what} must be integer token ids, got dtype {t.dtype}")
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.spec.vocab):
-            raise ValueError(f"{what} must be ids in [0, {self.spec.vocab}), got min {int(t.min())}, max {int(t.max())}")
+            raise ValueError(f"{what} must be ids in [0, {self.spec.vocab}), "
+                             f"got min {int(t.min())}, max {int(t.max())}")
         return t.long()
 
     def _sequence(self, tokens, what="tokens", *, batched=True) -> tuple[torch.Tensor, bool]:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from course_lib.lessons.plots._base import UNIT_PATTERN, label_has_unit, new_figure
 from course_lib.lessons.plots.data_per_token import plot_bytes_per_token, plot_cache_vs_weights, plot_ridge_points
-from course_lib.lessons.plots.gemv import plot_bandwidth_vs_size, plot_dtype_times, plot_machines, plot_predicted_vs_measured
+from course_lib.lessons.plots.gemv import (plot_bandwidth_vs_size, plot_dtype_times, plot_machines,
+                                           plot_predicted_vs_measured)
 from course_lib.lessons.plots.kv_cache import plot_kv_crossover, plot_kv_vs_context
 from course_lib.lessons.plots.latency import plot_total_vs_tokens, plot_tpot_vs_context
 from course_lib.lessons.plots.prefill_decode import (plot_attention_share, plot_batching, plot_roofline,
                                                      plot_total_vs_generated, plot_tpot_measured, plot_ttft_fit)
-from course_lib.lessons.plots.caching import (plot_cache_memory, plot_hit_rate_vs_budget, plot_measured_vs_predicted_ttft,
-                      plot_session_prefill, plot_ttft_hit_vs_miss)
+from course_lib.lessons.plots.caching import (plot_cache_memory, plot_hit_rate_vs_budget,
+                                              plot_measured_vs_predicted_ttft, plot_session_prefill,
+                                              plot_ttft_hit_vs_miss)
 from course_lib.lessons.plots.compare import plot_comparison, plot_efficiencies
 from course_lib.lessons.plots.capstone import plot_latency_throughput
 

@@ -66,7 +66,8 @@ def plot_session_prefill(system_tokens: int = 1000, user_tokens: int = 50, reply
     s = session_cost(model, hardware, system_tokens, user_tokens, reply_tokens, T)
     xs = list(range(1, T + 1))
     fig, ax = new_figure(f"Prefilled tokens over a chat (system {s.system_tokens}, user {s.user_tokens}, "
-                         f"reply {s.reply_tokens} tokens per turn)", "turn (count)", "cumulative prefilled tokens (tokens)")
+                         f"reply {s.reply_tokens} tokens per turn)", "turn (count)",
+                         "cumulative prefilled tokens (tokens)")
     ax.plot(xs, list(s.cumulative_tokens_nocache), marker="o", label="no cache: the whole conversation each turn",
             gid="nocache")
     ax.plot(xs, list(s.cumulative_tokens_cached), marker="s", label="session cache: only the new message",

@@ -17,9 +17,10 @@ from course_lib.lessons.widgets.estimator import EstimateExplorer, estimate_expl
 from course_lib.lessons.widgets.kv_cache import kv_cache_explorer, kv_crossover_explorer
 from course_lib.lessons.widgets.latency import TpotExplorer, tpot_explorer, tpot_reading
 from course_lib.lessons.widgets.units import UnitConverter, convert, unit_converter
-from course_lib.lessons.widgets.prefill_decode import PrefillDecodeExplorer, prefill_decode_explorer, prefill_decode_reading
-from course_lib.lessons.widgets.caching import (cache_budget_explorer, cache_budget_reading, prefix_cache_explorer, prefix_cache_reading,
-                      session_cache_explorer, session_cache_reading)
+from course_lib.lessons.widgets.prefill_decode import (PrefillDecodeExplorer, prefill_decode_explorer,
+                                                       prefill_decode_reading)
+from course_lib.lessons.widgets.caching import (cache_budget_explorer, cache_budget_reading, prefix_cache_explorer,
+                                                prefix_cache_reading, session_cache_explorer, session_cache_reading)
 from course_lib.lessons.widgets.capstone import CapstoneDashboard, capstone_dashboard
 
 __all__ = [

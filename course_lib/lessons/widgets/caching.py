@@ -79,7 +79,8 @@ class PrefixCacheExplorer(widgets.VBox):
                  precision="fp16", block_tokens=16):
         self.model, self.hardware = get_model(model).name, get_hardware(hardware).name
         self.precision, self.block_tokens = precision, block_tokens
-        prefix_reuse(self.model, self.hardware, prefix_tokens, new_tokens, precision=precision, block_tokens=block_tokens)
+        prefix_reuse(self.model, self.hardware, prefix_tokens, new_tokens, precision=precision,
+                     block_tokens=block_tokens)
         style = {"description_width": "9em"}
         lay = widgets.Layout(width="40em")
         self.prefix = widgets.IntSlider(value=prefix_tokens, min=PREFIX_RANGE[0], max=PREFIX_RANGE[1],
@@ -141,7 +142,8 @@ def session_cache_reading(model="mistral-7b", hardware="h200", system_tokens=100
                           reply_tokens=200, turns=10, precision="fp16") -> SessionCacheReading:
     """Cumulative prefilled tokens and summed TTFT over ``turns`` turns, without and with a session cache."""
     s = session_cost(model, hardware, system_tokens, user_tokens, reply_tokens, turns, precision=precision)
-    return SessionCacheReading(f"{s.cumulative_tokens_nocache[-1]:,} tokens", f"{s.cumulative_tokens_cached[-1]:,} tokens",
+    return SessionCacheReading(f"{s.cumulative_tokens_nocache[-1]:,} tokens",
+                               f"{s.cumulative_tokens_cached[-1]:,} tokens",
                                format_time(s.cumulative_ttft_nocache[-1]), format_time(s.cumulative_ttft_cached[-1]), s)
 
 

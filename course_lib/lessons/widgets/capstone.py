@@ -32,8 +32,8 @@ from dataclasses import fields
 
 import ipywidgets as widgets
 
-from course_lib.core.capstone import (TENSOR_PARALLEL_CHOICES, THIS_MACHINE, DashboardState, DashboardView, dashboard_view,
-                         state_from_controls)
+from course_lib.core.capstone import (TENSOR_PARALLEL_CHOICES, THIS_MACHINE, DashboardState, DashboardView,
+                                      dashboard_view, state_from_controls)
 from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import list_models
 from course_lib.core.precision import PRECISIONS
@@ -240,7 +240,7 @@ class CapstoneDashboard(widgets.VBox):
             from course_lib.measure import bench  # torch: imported only when asked for
 
             self.machine = bench.this_machine(bench.measure_machine(progress=False))
-        except Exception as exc:  # noqa: BLE001 - show any measurement failure in the dashboard
+        except Exception as exc:
             self.status.value = status_html(None, f"measurement failed: {exc}")
             return
         if self.hardware.value == THIS_MACHINE:

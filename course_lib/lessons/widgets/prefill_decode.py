@@ -17,7 +17,8 @@ Everything shown comes from one call of the estimator::
 The labels hold exactly ``format_time(e.ttft)``, ``format_time(e.tpot)``, ``format_time(e.total)``,
 ``_rate(e.tps)`` and ``_rate(e.tps_aggregate)``; the breakdown adds each phase's FLOPs, bytes,
 arithmetic intensity and bound, the other TPOT conventions (``course_lib.core.roofline.latency_conventions``:
-``total_latency_n_tpot``, ``e2e_per_token``) and the source material's recipe (``e.source_recipe_tpot``). The plain function
+``total_latency_n_tpot``, ``e2e_per_token``) and the source material's recipe (``e.source_recipe_tpot``).
+The plain function
 :func:`prefill_decode_reading` computes all of it (tested without a browser); the widget only wires
 controls to it.
 
@@ -113,7 +114,8 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
     steps = e.decode_steps
     conv = latency_conventions(e.ttft, e.tpot, n)
     rows = [
-        _html.row("Prefill FLOPs", _flop_text(pf.flops), f"{B} × ({P:,} prompt tokens: 2·N·P + causal attention + lm_head)"),
+        _html.row("Prefill FLOPs", _flop_text(pf.flops),
+                  f"{B} × ({P:,} prompt tokens: 2·N·P + causal attention + lm_head)"),
         _html.row("Prefill bytes", format_bytes(pf.bytes), "weights once + the prompt's K/V written"),
         _html.row("Prefill intensity", f"{pf.intensity:,.1f} FLOP/B",
              f"ridge point {ridge:,.0f} FLOP/B: {esc(pf.bound)}-bound"),
@@ -137,7 +139,8 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
         notes.append(f"{esc(m.name)} attends to at most the last {m.sliding_window:,} tokens (sliding window): the "
                      f"prefill FLOPs count full causal attention, an upper bound for a {P:,}-token prompt.")
     if context_limits(m, P + n).beyond_trained:
-        notes.append(f"{esc(m.name)} was trained for {m.max_positions:,} positions: a longer sequence is arithmetic only.")
+        notes.append(f"{esc(m.name)} was trained for {m.max_positions:,} positions: "
+                     "a longer sequence is arithmetic only.")
     caption = (f"{esc(m.name)} on {esc(hw.display or hw.name)}, {esc(e.precision)} weights, batch {B}: roofline "
                f"times at 100 % of peak compute and bandwidth (the physical floor)")
     details = (f'<div class="course-pd-breakdown">\n{_html.table(rows)}\n{_html.notes(notes)}'
