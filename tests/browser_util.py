@@ -43,7 +43,7 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT as REPO_ROOT
 #: Screenshots and server logs of browser tests (git-ignored).
 ARTIFACTS = REPO_ROOT / "artifacts"
 

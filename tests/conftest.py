@@ -34,7 +34,7 @@ import pytest
 os.environ["COURSE_FAST"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT as REPO_ROOT
 
 # Notebooks under tests/ (fixtures for other tests) are data, never nbval subjects.
 collect_ignore_glob = ["*.ipynb", "**/*.ipynb"]

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given
@@ -272,13 +270,6 @@ def test_bad_arguments_of_the_functions():
         D.latency_throughput_curve(D.DashboardState(), [0, 4])
     with pytest.raises(ValueError, match="limit"):
         D.max_batch_that_fits(D.DashboardState(), limit=0)
-
-
-def test_core_import_pulls_in_no_heavy_packages():
-    code = ("import sys, course_lib.dashboard as d; d.compute(d.DashboardState()); "
-            "print(sorted(m for m in ('torch', 'ipywidgets', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
 
 
 def test_numbers_stay_finite_over_the_slider_ranges():

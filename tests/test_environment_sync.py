@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,7 +22,7 @@ try:
 except ImportError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT
 
 #: conda-forge name -> PyPI name, where they differ
 CONDA_TO_PYPI = {"pytorch": "torch", "pytorch-cpu": "torch", "pytorch-gpu": "torch"}

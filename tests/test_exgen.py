@@ -14,9 +14,9 @@ import pytest
 from course_lib.authoring import exgen
 
 from course_lib.authoring import grade
+from repo import ROOT as REPO
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-REPO = Path(__file__).resolve().parents[1]
 DEMO_SOLUTION = FIXTURES / "solutions" / "00_demo.ipynb"
 
 

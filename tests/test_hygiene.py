@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT
 EXECUTED_DIRS = ("notebooks", "solutions", "app")
 CLEAN_DIRS = ("exercises",)
 

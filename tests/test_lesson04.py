@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -34,8 +33,8 @@ from course_lib.lessons.plots.latency import (DEFAULT_DEVICES, context_grid, plo
                                       plot_tpot_vs_context, total_curve, tpot_curve)
 from course_lib.lessons.widgets.latency import (CONTEXT_RANGE, NOT_AVAILABLE, TpotExplorer, tpot_estimate,  # noqa: E402
                                         tpot_explorer, tpot_reading)
+from repo import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "04_bandwidth_bound_latency.ipynb"
 SOLUTION = ROOT / "solutions" / "04_bandwidth_bound_latency.ipynb"
 EXERCISE = ROOT / "exercises" / "04_bandwidth_bound_latency.ipynb"

@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = ROOT / "solutions"
 

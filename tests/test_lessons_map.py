@@ -26,7 +26,7 @@ import nbformat
 from course_lib import _compat
 from course_lib.lessons import lesson_map as lessons
 
-ROOT = Path(__file__).resolve().parents[1]   # needed at import time by the static analysis helpers below
+from repo import ROOT
 PKG = ROOT / "course_lib"
 APP_LESSON = {"app/dashboard.ipynb": "09"}
 

@@ -20,10 +20,10 @@ import pytest
 
 from course_lib.authoring import exgen
 from course_lib.checks import load_set
+from repo import ROOT as REPO
 
 pytestmark = pytest.mark.nbgrader
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo import ROOT
 SCANNED = ("course_lib", "notebooks", "solutions", "exercises")
 SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}
 BINARY_SUFFIXES = {".pyc", ".png", ".jpg", ".jpeg", ".gif", ".pdf", ".so", ".npz", ".npy", ".pt", ".db"}
