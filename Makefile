@@ -27,13 +27,14 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: help install lab lab-instructor app test notebooks exercises codegen clean
+.PHONY: help install lab lab-instructor app test tour notebooks exercises codegen clean
 
 help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
 	@echo "make lab-instructor  the same JupyterLab with nbgrader's instructor tools (menu, Validate, Create Assignment)"
 	@echo "make app         install (if needed), serve the capstone dashboard (Voila) on http://$(IP):$(PORT)/"
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
+	@echo "make tour        the slower integration checks: real-browser runs of JupyterLab and Voila, nbgrader autograde"
 	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
 	@echo "                 (or only some: make notebooks NOTEBOOKS='notebooks/03_kv_cache.ipynb')"
@@ -98,11 +99,18 @@ app: install
 # single kernel. The kernels' environment (COURSE_FAST=1 shrinks measurement loops, as when the
 # stored outputs were made by `make notebooks`) and nbval's per-cell timeout come from
 # course_lib/authoring/kernel.py, through tests/conftest.py.
+# The slower integration checks (a real browser driving JupyterLab and Voila, nbgrader's whole autograde
+# flow) are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
+TOUR_MARKERS := browser or nbgrader
+
 test: install
 	$(VENV)/bin/ruff check .
-	COURSE_FAST=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile --durations=15 \
+	COURSE_FAST=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile --durations=15 -m "not ($(TOUR_MARKERS))" \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  $(PYTEST_ARGS) tests $(NB_DIRS)
+
+tour: install
+	COURSE_FAST=1 $(PY) -m pytest --durations=10 -m "$(TOUR_MARKERS)" $(PYTEST_ARGS) tests
 
 # --- authoring ----------------------------------------------------------------------------
 
