@@ -538,6 +538,7 @@ DOCUMENTED = {
         "fixed_cost_fit": ("[0]",),             # the fitted fixed time t0 (an intercept)
         "default_hash": ("",),                  # a hash
         "relative_error": ("",),                # (predicted - measured) / measured: signed
+        "require_real": ("",),                  # a real number of either sign, by definition
     },
 }
 #: fields that are signed wherever they appear (their docstrings say so)
