@@ -49,7 +49,12 @@ def test_a100_sixty_percent_and_ttft():
     m = get_model("source-7b")
     flops = 2 * m.block_params * 1000 + 2 * m.vocab * m.hidden + 2 * m.layers * m.heads * m.head_dim * 1000 ** 2
     assert e.prefill.flops == flops
-    assert e.ttft == pytest.approx(flops / (312e12 * 0.6))
+    # the single max over the whole pass is the compute term; per operator, the lm_head (one logit row: a GEMV
+    # over V x h weights) and the embedding gather are memory-bound and add their reads to it
+    assert e.prefill.single_max_time == pytest.approx(flops / (312e12 * 0.6))
+    compute_bound = flops - 2 * m.vocab * m.hidden
+    memory_bound = (m.vocab * m.hidden + 1000 * m.hidden) * 2
+    assert e.ttft == pytest.approx(compute_bound / (312e12 * 0.6) + memory_bound / 1555e9)
     assert e.ttft == pytest.approx(2 * 7e9 * 1000 / 187.2e12, rel=0.05)
 
 
@@ -71,21 +76,24 @@ def test_total_tps_and_conventions():
 
 
 def test_exact_decode_sum_matches_brute_force_including_bound_switch():
-    # large batch on a long response: the bound switches from compute to memory as KV grows
+    # large batch on a long response: per operator, the weight products (and lm_head) are compute-bound and the
+    # K/V reads memory-bound; the step turns memory-bound once the K/V reads take longer than the products
     e = estimate("llama-3-8b", "h200", 100, 3000, batch=512)
     m, hw = e.model, e.hardware
-    ws = m.streamed_params(512) * 2
     k = m.kv_bytes_per_token("fp16")
-    ts = []
+    blocks = 2 * m.block_params * 512 / 989e12          # the products, compute-bound at batch 512
+    head = 2 * m.vocab * m.hidden * 512 / 989e12
+    emb = 512 * m.hidden * 2 / hw.bandwidth            # the embedding gather, memory-bound
+    ts, n_compute = [], 0
     for c in range(101, 100 + 3000):
-        mem = (ws + 512 * c * k) / hw.bandwidth
-        comp = 512 * (2 * (m.block_params + m.vocab * m.hidden) + 4 * m.layers * m.heads * m.head_dim * c) / 989e12
-        ts.append(max(mem, comp))
+        attn = max(512 * c * k / hw.bandwidth, 512 * 4 * m.layers * m.heads * m.head_dim * c / 989e12)
+        ts.append(blocks + head + emb + attn)
+        n_compute += blocks + head > emb + attn
+    assert max(blocks, m.block_params * 2 / hw.bandwidth) == blocks
     assert e.decode_time_sum == pytest.approx(sum(ts), rel=1e-9)
     assert e.decode_bound == "mixed"
-    assert e.decode_compute_steps == sum(1 for c in range(101, 3100)
-                                         if 512 * (2 * (m.block_params + m.vocab * m.hidden) + 4 * m.layers * m.heads
-                                                   * m.head_dim * c) / 989e12 > (ws + 512 * c * k) / hw.bandwidth)
+    assert e.decode_compute_steps == n_compute
+    assert e.tpot_first == pytest.approx(ts[0]) and e.tpot_last == pytest.approx(ts[-1])
 
 
 def test_sliding_window_caps_kv_reads():

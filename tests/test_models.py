@@ -91,3 +91,28 @@ def test_unknown_model_suggests():
         get_model("mistral-7b").scaled(layer=3)
     with pytest.raises(ValueError, match="missing required"):
         ModelSpec.from_hf_config({"hidden_size": 10})
+
+
+@pytest.mark.parametrize("name", ["gpt2-small", "llama-3-8b", "deepseek-v3"])
+@pytest.mark.parametrize("tokens", [1, 7, 100_000])
+def test_streamed_param_parts_add_up_to_streamed_params(name, tokens):
+    m = get_model(name)
+    p = m.streamed_param_parts(tokens)
+    assert p["blocks"] + p["lm_head"] + p["embedding"] == pytest.approx(m.streamed_params(tokens), rel=1e-15)
+    assert p["lm_head"] == m.vocab * m.hidden                     # read whole, tied or not
+    rows = min(tokens, m.vocab) * (2 if m.positional == "learned" else 1)
+    assert p["embedding_rows"] == rows and p["embedding"] == rows * m.hidden
+    with pytest.raises(ValueError, match="routed_tokens"):
+        m.streamed_param_parts(0)
+
+
+def test_moe_parts_split_the_routed_experts():
+    ds = get_model("deepseek-v3")
+    for tokens in (1, 512):
+        p = ds.streamed_param_parts(tokens)
+        assert p["dense_blocks"] + p["experts"] == pytest.approx(p["blocks"], rel=1e-15)
+        assert p["experts"] == ds.moe_layers * ds.experts_touched(tokens) * ds.expert_params
+    assert ds.active_expert_params == ds.moe_layers * ds.experts_per_token * ds.expert_params
+    assert ds.streamed_param_parts(1)["dense_blocks"] + ds.active_expert_params == ds.active_block_params
+    llama = get_model("llama-3-8b")
+    assert llama.active_expert_params == 0 and llama.streamed_param_parts(5)["experts"] == 0

@@ -197,7 +197,9 @@ def test_thousand_users_plan_of_issue_16():
     fp16 = continuous_batching_plan(M, H, 1000, 2048, 300, tpot_budget=0.05, **EFF)
     fp8 = continuous_batching_plan(M, H, 1000, 2048, 300, precision="fp8", cached_prefix_tokens=1536,
                                    tpot_budget=0.05, **EFF)
-    assert (fp16.gpus, fp8.gpus) == (7, 3)           # issue 16: "about 7 and about 3" (static batching: 42 and 6)
+    # issue 16: "about 7 and about 3" (static batching: 42 and 6). With the per-operator step cost (a prefill's
+    # memory-bound lm_head read is no longer hidden under its compute) fp16 needs 142 sequences per GPU: 8 GPUs.
+    assert (fp16.gpus, fp8.gpus) == (8, 3)
     assert abs(fp16.prefill_share - 0.38) < 0.01     # "prefill taking about 38% of each GPU"
     for p in (fp16, fp8):
         assert p.binds == "TPOT budget" and p.tpot <= 0.05 and p.ttft < 0.2

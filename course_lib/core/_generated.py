@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mlp_params', 'overhead_time', 'phase_time', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -79,6 +79,14 @@ def critical_batch(peak_flops, bytes_per_weight, bandwidth):
     sympy: bytes_per_weight*peak_flops/(2*bandwidth)
     """
     return ((1/2))*bytes_per_weight*peak_flops/bandwidth
+
+
+def decode_attention_flops(batch, layers, heads, attn_dim, context):
+    """The attention term of decode_flops: one query per sequence against `context` keys and values. [FLOP]
+
+    sympy: 4*attn_dim*batch*context*heads*layers
+    """
+    return 4*attn_dim*batch*context*heads*layers
 
 
 def decode_bytes(streamed_weight_bytes, batch, context, kv_bytes_per_token):
@@ -225,12 +233,28 @@ def mla_kv_values_per_token(layers, kv_rank, rope_dim):
     return layers*(kv_rank + rope_dim)
 
 
+def mla_latent_attn_dim(kv_rank, rope_dim):
+    """attn_dim of multi-head latent attention computed on the compressed latent (absorbed projections, as FlashMLA decodes): scores over kv_rank + rope_dim values, weighted sums over kv_rank, so 4 attn_dim = 2 (2 kv_rank + rope_dim) FLOPs per query-key pair per head. [values]
+
+    sympy: kv_rank + rope_dim/2
+    """
+    return kv_rank + ((1/2))*rope_dim
+
+
 def mlp_params(hidden, intermediate, gated, mlp_bias):
     """Feed-forward block: up (+ gate when gated) and down projections, optional biases. [parameters]
 
     sympy: hidden*intermediate*(gated + 2) + mlp_bias*(hidden + intermediate*(gated + 1))
     """
     return hidden*intermediate*(gated + 2) + mlp_bias*(hidden + intermediate*(gated + 1))
+
+
+def operator_time(flops, peak_flops, compute_efficiency, nbytes, bandwidth, bandwidth_efficiency):
+    """Roofline time of one operator (kernel): the slower of its compute and its memory traffic. Kernels run one after another, so a step costs the sum of its operators' times. [s]
+
+    sympy: Max(nbytes/(bandwidth*bandwidth_efficiency), flops/(compute_efficiency*peak_flops))
+    """
+    return max(nbytes/(bandwidth*bandwidth_efficiency), flops/(compute_efficiency*peak_flops))
 
 
 def overhead_time(ops, op_overhead):
@@ -242,11 +266,19 @@ def overhead_time(ops, op_overhead):
 
 
 def phase_time(flops, peak_flops, compute_efficiency, nbytes, bandwidth, bandwidth_efficiency):
-    """Roofline time of a phase: the slower of compute and memory. [s]
+    """The single-max simplification of a phase: its total FLOPs and total bytes as if one operator did them all. Never above the sum of its operators' times; equal when every operator has the same bound. [s]
 
     sympy: Max(nbytes/(bandwidth*bandwidth_efficiency), flops/(compute_efficiency*peak_flops))
     """
     return max(nbytes/(bandwidth*bandwidth_efficiency), flops/(compute_efficiency*peak_flops))
+
+
+def prefill_attention_flops(batch, layers, heads, attn_dim, new_prompt, cached):
+    """The attention term of prefill_flops: scores and weighted values, 4 d FLOPs per query-key pair per head, causal (new tokens attend to the cached ones and to the new ones before them). [FLOP]
+
+    sympy: 2*attn_dim*batch*heads*layers*(2*cached*new_prompt + new_prompt**2)
+    """
+    return 2*attn_dim*batch*heads*layers*(2*cached*new_prompt + new_prompt**2)
 
 
 def prefill_bytes(streamed_weight_bytes, batch, cached, new_prompt, kv_bytes_per_token):
@@ -397,6 +429,7 @@ ARGUMENTS = {
     'calibrated_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('ops', 'count0'), ('op_overhead', 'nonnegative'), ('view_ops', 'count0'), ('view_overhead', 'nonnegative')),
     'compute_time': (('flops', 'nonnegative'), ('peak_flops', 'positive'), ('compute_efficiency', 'positive')),
     'critical_batch': (('peak_flops', 'positive'), ('bytes_per_weight', 'positive'), ('bandwidth', 'positive')),
+    'decode_attention_flops': (('batch', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'decode_bytes': (('streamed_weight_bytes', 'positive'), ('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative')),
     'decode_flops': (('batch', 'count1'), ('block_params', 'positive'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'e2e_per_token': (('ttft', 'positive'), ('n', 'count1'), ('tpot', 'positive')),
@@ -415,9 +448,12 @@ ARGUMENTS = {
     'memory_time': (('nbytes', 'positive'), ('bandwidth', 'positive'), ('bandwidth_efficiency', 'positive')),
     'mla_attention_params': (('hidden', 'count1'), ('heads', 'count1'), ('q_rank', 'nonnegative'), ('kv_rank', 'count1'), ('rope_dim', 'count0'), ('nope_dim', 'count1'), ('v_dim', 'count1')),
     'mla_kv_values_per_token': (('layers', 'count1'), ('kv_rank', 'count1'), ('rope_dim', 'count0')),
+    'mla_latent_attn_dim': (('kv_rank', 'count1'), ('rope_dim', 'count0')),
     'mlp_params': (('hidden', 'count1'), ('intermediate', 'count1'), ('gated', 'nonnegative'), ('mlp_bias', 'nonnegative')),
+    'operator_time': (('flops', 'nonnegative'), ('peak_flops', 'positive'), ('compute_efficiency', 'positive'), ('nbytes', 'positive'), ('bandwidth', 'positive'), ('bandwidth_efficiency', 'positive')),
     'overhead_time': (('ops', 'count0'), ('op_overhead', 'nonnegative')),
     'phase_time': (('flops', 'nonnegative'), ('peak_flops', 'positive'), ('compute_efficiency', 'positive'), ('nbytes', 'positive'), ('bandwidth', 'positive'), ('bandwidth_efficiency', 'positive')),
+    'prefill_attention_flops': (('batch', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('new_prompt', 'count1'), ('cached', 'count0')),
     'prefill_bytes': (('streamed_weight_bytes', 'positive'), ('batch', 'count1'), ('cached', 'count0'), ('new_prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative')),
     'prefill_flops': (('batch', 'count1'), ('block_params', 'positive'), ('new_prompt', 'count1'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('cached', 'count0')),
     'prefill_flops_dense': (('batch', 'count1'), ('block_params', 'positive'), ('new_prompt', 'count1'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('cached', 'count0')),

@@ -4,8 +4,15 @@ Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
 Every number comes from the functions generated from ``course_lib.formulas``:
 
-* a phase takes ``max(FLOPs / (peak · compute_efficiency), bytes / (bandwidth · bandwidth_efficiency))``
-  and the result records which term won (the bound);
+* a phase (the prefill pass, or one decode step) is a sequence of operators -- the blocks' matrix products
+  with their weight reads, attention with its K/V traffic, the lm_head, the embedding gather -- and costs
+  the sum of their roofline times ``operator_time = max(FLOPs / (peak · compute_efficiency),
+  bytes / (bandwidth · bandwidth_efficiency))``; each :class:`OperatorCost` records which term won (its
+  bound). ``PhaseCost.single_max_time`` keeps the simplification that takes one max over the whole phase
+  (``phase_time``): it is lower whenever some operators are compute-bound and others memory-bound (e.g.
+  large-batch decode: compute-bound weight products, memory-bound K/V reads);
+* multi-head latent attention (DeepSeek-V3) decodes on its compressed latent: decode attention FLOPs use
+  ``ModelSpec.decode_attn_dim`` (``mla_latent_attn_dim``), prefill the heads' own widths (``attn_dim``);
 * prefill (TTFT) processes the prompt's new tokens in one pass: compute-bound for long prompts;
 * decode step j (j = 1 … n-1) attends to context P + j and streams every weight it uses once plus the
   K/V of that context: memory-bound at small batch. ``tpot`` is the mean over those n-1 steps, summed
@@ -15,8 +22,8 @@ Defaults are the physical floor (efficiencies 1.0). The source material's "60% u
 explicitly: ``estimate(..., compute_efficiency=0.6)``.
 
 What is not modelled (taught in lessons 06 and 08): kernel launch and framework overhead, attention
-kernels' efficiency, activation traffic, and the sliding window in *prefill* attention FLOPs (an upper
-bound there; decode reads are capped by the window).
+kernels' efficiency, elementwise operators and activation traffic, and the sliding window in *prefill*
+attention FLOPs (an upper bound there; decode reads are capped by the window).
 """
 from __future__ import annotations
 
@@ -108,24 +115,32 @@ def _prec(argname: str, value) -> float:
         raise TypeError(str(e).replace("precision", argname, 1)) from None
 
 
-@dataclass(frozen=True)
-class PhaseCost:
-    """FLOPs, bytes and roofline time of one phase (prefill or one decode step); every field finite and >= 0."""
+def _require_times(obj, names) -> None:
+    """Every field in ``names`` a finite float >= 0 (a float as the estimator builds them passes at once;
+    anything else goes through ``require_nonnegative`` and its error message)."""
+    for name in names:
+        v = getattr(obj, name)
+        if type(v) is float and 0 <= v <= sys.float_info.max:
+            continue
+        object.__setattr__(obj, name, require_nonnegative(name, v, maximum=sys.float_info.max))
 
+
+@dataclass(frozen=True)
+class OperatorCost:
+    """FLOPs, bytes and roofline time of one operator of a phase (a kernel, or kernels of one kind in every layer).
+
+    ``time`` is the generated ``operator_time``: the slower of ``compute_time`` and ``memory_time``.
+    """
+
+    name: str
     flops: float
     bytes: float
     compute_time: float
     memory_time: float
+    time: float
 
     def __post_init__(self):
-        for name in ("flops", "bytes", "compute_time", "memory_time"):
-            object.__setattr__(self, name, require_nonnegative(name, getattr(self, name), maximum=sys.float_info.max))
-        if self.bytes == 0:
-            raise ValueError("bytes must be > 0: every phase reads its weights")
-
-    @property
-    def time(self) -> float:
-        return max(self.compute_time, self.memory_time)
+        _require_times(self, ("flops", "bytes", "compute_time", "memory_time", "time"))
 
     @property
     def bound(self) -> str:
@@ -133,7 +148,77 @@ class PhaseCost:
 
     @property
     def intensity(self) -> float:
+        return g.arithmetic_intensity(self.flops, self.bytes) if self.bytes else math.inf
+
+
+def _operator(name, flops, nbytes, peak, eta_c, bandwidth, eta_b) -> OperatorCost:
+    flops, nbytes = float(flops), float(nbytes)   # exact integer counts, bounded by MAX_COUNT: finite floats
+    return OperatorCost(name, flops, nbytes, g.compute_time(flops, peak, eta_c),
+                        g.memory_time(nbytes, bandwidth, eta_b),
+                        g.operator_time(flops, peak, eta_c, nbytes, bandwidth, eta_b))
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """FLOPs, bytes and roofline time of one phase (prefill or one decode step); every field finite and >= 0.
+
+    ``operators`` are the phase's operators, run one after another: ``time`` is the sum of their times.
+    ``compute_time`` and ``memory_time`` are the phase's totals; ``single_max_time`` is the simplification
+    that takes the slower of the two over the whole phase (the generated ``phase_time``), as if one kernel did
+    all the work: never above ``time``, equal when every operator has the same bound. A phase built without
+    operators is one operator: its ``time`` is ``single_max_time``.
+    """
+
+    flops: float
+    bytes: float
+    compute_time: float
+    memory_time: float
+    operators: tuple[OperatorCost, ...] = ()
+
+    def __post_init__(self):
+        _require_times(self, ("flops", "bytes", "compute_time", "memory_time"))
+        if self.bytes == 0:
+            raise ValueError("bytes must be > 0: every phase reads its weights")
+        ops = tuple(self.operators)
+        if not all(isinstance(o, OperatorCost) for o in ops):
+            raise TypeError("operators must be OperatorCost instances")
+        object.__setattr__(self, "operators", ops)
+
+    @property
+    def time(self) -> float:
+        """Seconds of the phase: the sum of its operators' roofline times."""
+        if not self.operators:
+            return self.single_max_time
+        return math.fsum(o.time for o in self.operators)
+
+    @property
+    def single_max_time(self) -> float:
+        """The single-max simplification: ``phase_time`` of the totals (the times are at unit rates here)."""
+        return g.phase_time(self.compute_time, 1.0, 1.0, self.memory_time, 1.0, 1.0)
+
+    @property
+    def bound(self) -> str:
+        """'memory' when memory-bound operators take at least as long as compute-bound ones, else 'compute'."""
+        if not self.operators:
+            return "memory" if self.memory_time >= self.compute_time else "compute"
+        return _bound_of(self.operators)
+
+    @property
+    def intensity(self) -> float:
         return g.arithmetic_intensity(self.flops, self.bytes)
+
+    def operator(self, name: str) -> OperatorCost:
+        """The operator called ``name`` (one of ``[o.name for o in operators]``)."""
+        for o in self.operators:
+            if o.name == name:
+                return o
+        raise ValueError(f"name must be one of {[o.name for o in self.operators]}, got {name!r}")
+
+
+def _bound_of(ops) -> str:
+    mem = math.fsum(o.time for o in ops if o.bound == "memory")
+    comp = math.fsum(o.time for o in ops if o.bound == "compute")
+    return "memory" if mem >= comp else "compute"
 
 
 @dataclass(frozen=True)
@@ -285,30 +370,86 @@ def _windows(lo, hi, window):
     return [(lo, window, None), (window + 1, hi, window)]
 
 
-def _sum_max(mem, comp, lo, hi, window):
-    """Exact Σ max(mem(a), comp(a)) over contexts lo..hi; also returns how many steps were compute-bound."""
+def _step_work(m: ModelSpec, tokens, logit_rows, attention_flops, kv_tokens, bytes_per_weight, bytes_per_kv,
+               parts=None):
+    """(name, FLOPs, bytes) of each operator of one forward step over ``tokens`` tokens, in the order they run.
+
+    * ``matmuls``: the blocks' matrix products (QKV/O projections, dense MLPs; for a mixture of experts also its
+      shared experts and routers) with their weight reads;
+    * ``experts`` (mixture-of-experts models only): the routed experts, each token's ``experts_per_token``
+      per MoE layer, reading every distinct expert the step's tokens touch (at a few tokens per expert, memory-
+      bound while the shared weights already compute);
+    * ``attention``: ``attention_flops`` (scores and weighted values) with the K/V of ``kv_tokens`` tokens
+      (summed over sequences: read, or written for new tokens);
+    * ``lm_head``: the logits of ``logit_rows`` rows, reading the V x h matrix once;
+    * ``embedding``: the gather of one embedding row per token (no FLOPs).
+
+    Their FLOPs and bytes add up to ``prefill_flops``/``decode_flops`` and ``prefill_bytes``/``decode_bytes``.
+    Elementwise work (norms, activations, residual adds) and activation traffic are not counted.
+    ``parts``: ``m.streamed_param_parts(tokens)`` when the caller has it already.
+    """
+    p = m.streamed_param_parts(tokens) if parts is None else parts
+    if m.is_moe:
+        products = (("matmuls", g.linear_flops(p["dense_blocks"], tokens),
+                     g.weight_bytes(p["dense_blocks"], bytes_per_weight)),
+                    ("experts", g.linear_flops(m.active_expert_params, tokens),
+                     g.weight_bytes(p["experts"], bytes_per_weight)))
+    else:
+        products = (("matmuls", g.linear_flops(p["blocks"], tokens),    # a dense model uses every block weight
+                     g.weight_bytes(p["blocks"], bytes_per_weight)),)
+    return products + (
+        ("attention", attention_flops, g.kv_cache_bytes(m.kv_values_per_token, bytes_per_kv, kv_tokens, 1)),
+        ("lm_head", g.linear_flops(p["lm_head"], logit_rows), g.weight_bytes(p["lm_head"], bytes_per_weight)),
+        ("embedding", 0.0, g.weight_bytes(p["embedding"], bytes_per_weight)))
+
+
+def _sum_operators(lines, lo, hi, window):
+    """Exact Σ over contexts lo..hi of a step's time Σ_ops max(mem_op(a), comp_op(a)), every term linear in the
+    attended tokens a (the context, or the window W when clamped); ``lines`` holds each operator's
+    ((mem intercept, slope), (comp intercept, slope)). Also returns how many steps were compute-bound
+    (compute-bound operators taking longer than memory-bound ones, as :attr:`PhaseCost.bound`)."""
     total, n_compute = 0.0, 0
     for a, b, clamp in _windows(lo, hi, window):
         if clamp is not None:
-            m = mem[0] + mem[1] * clamp
-            c = comp[0] + comp[1] * clamp
-            total += max(m, c) * (b - a + 1)
-            n_compute += (b - a + 1) if c > m else 0
+            times = [(mem[0] + mem[1] * clamp, comp[0] + comp[1] * clamp) for mem, comp in lines]
+            total += math.fsum(max(t) for t in times) * (b - a + 1)
+            comp_share = math.fsum(c for m_, c in times if c > m_)
+            mem_share = math.fsum(m_ for m_, c in times if c <= m_)
+            n_compute += (b - a + 1) if comp_share > mem_share else 0
             continue
-        # split where the two lines cross
-        pieces = [(a, b)]
-        ds = mem[1] - comp[1]
-        if ds != 0:
-            x = (comp[0] - mem[0]) / ds
-            if a <= x < b:
-                k = math.floor(x)
-                pieces = [(a, k), (k + 1, b)]
-        for p, q in pieces:
+        # split where any operator's two lines cross: between the cuts every operator keeps its bound
+        cuts = set()
+        for mem, comp in lines:
+            ds = mem[1] - comp[1]
+            if ds != 0:
+                x = (comp[0] - mem[0]) / ds
+                if a <= x < b:
+                    cuts.add(math.floor(x))
+        edges = [a - 1] + sorted(cuts) + [b]
+        for p, q in ((edges[i] + 1, edges[i + 1]) for i in range(len(edges) - 1)):
             mid = (p + q) / 2
-            winner = comp if comp[0] + comp[1] * mid > mem[0] + mem[1] * mid else mem
-            total += g.linear_step_sum(winner[0], winner[1], p, q)
-            n_compute += (q - p + 1) if winner is comp else 0
+            ti = sl = di = ds_ = 0.0   # the step time and (compute share - memory share), both linear in a
+            for mem, comp in lines:
+                is_comp = comp[0] + comp[1] * mid > mem[0] + mem[1] * mid
+                w = comp if is_comp else mem
+                ti, sl = ti + w[0], sl + w[1]
+                sign = 1 if is_comp else -1
+                di, ds_ = di + sign * w[0], ds_ + sign * w[1]
+            total += g.linear_step_sum(ti, sl, p, q)
+            n_compute += _count_positive(di, ds_, p, q)
     return total, n_compute
+
+
+def _count_positive(intercept, slope, p, q) -> int:
+    """How many integers a in p..q have intercept + slope·a > 0."""
+    if slope == 0:
+        return (q - p + 1) if intercept > 0 else 0
+    r = -intercept / slope
+    if slope > 0:
+        first = max(p, math.floor(r) + 1)
+        return max(0, q - first + 1)
+    last = min(q, math.ceil(r) - 1)
+    return max(0, last - p + 1)
 
 
 def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_precision=None, batch=1,
@@ -350,28 +491,45 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     ws_prefill = m.streamed_params(B * Pn) * bw_w
     pf_flops = g.prefill_flops(B, m.active_block_params, Pn, m.vocab, m.hidden, m.layers, m.heads, attn, C)
     pf_bytes = g.prefill_bytes(ws_prefill, B, C, Pn, k_tok)
-    prefill = PhaseCost(pf_flops, pf_bytes, g.compute_time(pf_flops, peak, eta_c),
-                        g.memory_time(pf_bytes, hw.bandwidth, eta_b))
 
-    # decode: per-step costs are linear in the attended tokens a = min(context, window)
+    def op(name, f, b):
+        return _operator(name, f, b, peak, eta_c, hw.bandwidth, eta_b)
+
+    pf_work = _step_work(m, B * Pn, B, g.prefill_attention_flops(B, m.layers, m.heads, attn, Pn, C), B * (C + Pn),
+                         bw_w, b_kv)
+    prefill = PhaseCost(pf_flops, pf_bytes, g.compute_time(pf_flops, peak, eta_c),
+                        g.memory_time(pf_bytes, hw.bandwidth, eta_b), tuple(op(*w) for w in pf_work))
+
+    # decode: per-step costs are linear in the attended tokens a = min(context, window) (only attention's are
+    # not constant); the step's operators at a
     ws = m.streamed_params(B) * bw_w
+    attn_d = m.decode_attn_dim
+
+    parts = m.streamed_param_parts(B)
+
+    def step_work(a):
+        return _step_work(m, B, B, g.decode_attention_flops(B, m.layers, m.heads, attn_d, a), B * a, bw_w, b_kv,
+                          parts)
+
+    w0, w1 = step_work(0), step_work(1)
+    lines = [((g.memory_time(x[2], hw.bandwidth, eta_b), g.memory_time(y[2] - x[2], hw.bandwidth, eta_b)),
+              (g.compute_time(x[1], peak, eta_c), g.compute_time(y[1] - x[1], peak, eta_c))) for x, y in zip(w0, w1)]
 
     def step_bytes(a):
         return g.decode_bytes(ws, B, a, k_tok)
 
     def step_flops(a):
-        return g.decode_flops(B, m.active_block_params, m.vocab, m.hidden, m.layers, m.heads, attn, a)
+        return g.decode_flops(B, m.active_block_params, m.vocab, m.hidden, m.layers, m.heads, attn_d, a)
 
     def step(c):
         a = m.attended_tokens(c)
         f, b = step_flops(a), step_bytes(a)
-        return PhaseCost(f, b, g.compute_time(f, peak, eta_c), g.memory_time(b, hw.bandwidth, eta_b))
+        return PhaseCost(f, b, g.compute_time(f, peak, eta_c), g.memory_time(b, hw.bandwidth, eta_b),
+                         tuple(op(*w) for w in step_work(a)))
 
     first_c, last_c = P + 1, P + max(n - 1, 1)
     if n > 1:
-        mem = _linear(lambda a: g.memory_time(step_bytes(a), hw.bandwidth, eta_b))
-        comp = _linear(lambda a: g.compute_time(step_flops(a), peak, eta_c))
-        t_sum, n_comp = _sum_max(mem, comp, first_c, last_c, m.sliding_window)
+        t_sum, n_comp = _sum_operators(lines, first_c, last_c, m.sliding_window)
         windows = _windows(first_c, last_c, m.sliding_window)
         f_sum = sum(_segment_sum(_linear(step_flops), a, b, cl) for a, b, cl in windows)
         b_sum = sum(_segment_sum(_linear(step_bytes), a, b, cl) for a, b, cl in windows)

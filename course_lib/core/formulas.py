@@ -202,6 +202,19 @@ _f("decode_flops",
    "One decode step: 2 FLOPs per weight (matrix-vector products, lm_head included) plus attention over "
    "`context` cached tokens.", "FLOP")
 
+_f("prefill_attention_flops",
+   s.batch * 2 * s.layers * s.heads * s.attn_dim * (s.new_prompt ** 2 + 2 * s.new_prompt * s.cached),
+   (s.batch, s.layers, s.heads, s.attn_dim, s.new_prompt, s.cached),
+   "The attention term of prefill_flops: scores and weighted values, 4 d FLOPs per query-key pair per head, "
+   "causal (new tokens attend to the cached ones and to the new ones before them).", "FLOP")
+_f("decode_attention_flops", 4 * s.batch * s.layers * s.heads * s.attn_dim * s.context,
+   (s.batch, s.layers, s.heads, s.attn_dim, s.context),
+   "The attention term of decode_flops: one query per sequence against `context` keys and values.", "FLOP")
+_f("mla_latent_attn_dim", (s.kv_rank + s.rope_dim + s.kv_rank) / 2, (s.kv_rank, s.rope_dim),
+   "attn_dim of multi-head latent attention computed on the compressed latent (absorbed projections, as "
+   "FlashMLA decodes): scores over kv_rank + rope_dim values, weighted sums over kv_rank, so 4 attn_dim = "
+   "2 (2 kv_rank + rope_dim) FLOPs per query-key pair per head.", "values")
+
 _f("gemv_flops", 2 * s.rows * s.cols * s.batch, (s.rows, s.cols, s.batch),
    "A matrix-vector product y = W x (W rows x cols) for `batch` vectors: one multiply and one add per weight "
    "per vector.", "FLOP")
@@ -227,10 +240,15 @@ _f("compute_time", s.flops / (s.peak_flops * s.compute_efficiency), (s.flops, s.
    "Time if arithmetic were the only limit.", "s")
 _f("memory_time", s.nbytes / (s.bandwidth * s.bandwidth_efficiency), (s.nbytes, s.bandwidth, s.bandwidth_efficiency),
    "Time if memory traffic were the only limit.", "s")
-_f("phase_time",
+_f("operator_time",
    sp.Max(s.flops / (s.peak_flops * s.compute_efficiency), s.nbytes / (s.bandwidth * s.bandwidth_efficiency)),
    (s.flops, s.peak_flops, s.compute_efficiency, s.nbytes, s.bandwidth, s.bandwidth_efficiency),
-   "Roofline time of a phase: the slower of compute and memory.", "s")
+   "Roofline time of one operator (kernel): the slower of its compute and its memory traffic. Kernels run one "
+   "after another, so a step costs the sum of its operators' times.", "s")
+_f("phase_time", FORMULAS["operator_time"].expr,
+   (s.flops, s.peak_flops, s.compute_efficiency, s.nbytes, s.bandwidth, s.bandwidth_efficiency),
+   "The single-max simplification of a phase: its total FLOPs and total bytes as if one operator did them all. "
+   "Never above the sum of its operators' times; equal when every operator has the same bound.", "s")
 
 # --- latency -------------------------------------------------------------------------------------------------
 _f("linear_step_sum", sp.summation(s.intercept + s.slope * s.context, (s.context, s.first, s.last)),

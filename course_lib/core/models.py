@@ -126,6 +126,15 @@ class ModelSpec:
         return self.head_dim
 
     @property
+    def decode_attn_dim(self) -> float:
+        """attn_dim of a decode step: ``attn_dim``, except for MLA, whose decode kernels (FlashMLA) work on the
+        compressed latent: ``mla_latent_attn_dim`` = (2·kv_rank + rope_dim) / 2 (DeepSeek-V3: 544, i.e. 2,176
+        FLOPs per query-key pair per head, against 640 with the heads' own widths)."""
+        if self.is_mla:
+            return g.mla_latent_attn_dim(self.kv_rank, self.rope_dim)
+        return self.attn_dim
+
+    @property
     def _gated(self) -> int:
         return int(self.mlp == "gated")
 
@@ -246,14 +255,34 @@ class ModelSpec:
         Blocks (MoE: shared weights + the expected distinct experts), the full lm_head, and one
         embedding row (+ one learned position row) per token.
         """
+        p = self.streamed_param_parts(routed_tokens)
+        return g.streamed_params(p["blocks"], self.vocab, self.hidden, p["embedding_rows"])
+
+    def streamed_param_parts(self, routed_tokens: int = 1) -> dict:
+        """The terms of :meth:`streamed_params` for ``routed_tokens`` tokens processed together.
+
+        ``blocks`` (block weights read), split into ``dense_blocks`` (every block weight but the routed
+        experts: attention, dense MLPs, shared experts, routers, norms) and ``experts`` (the expected distinct
+        routed experts touched; 0 for a dense model); ``lm_head`` (V·h, read even when tied); ``embedding``
+        (parameters of the ``embedding_rows`` rows gathered).
+        """
         routed_tokens = require_count("routed_tokens", routed_tokens, minimum=1)
         if self.is_moe:
-            blocks = self._blocks(self.experts_touched(routed_tokens))
+            touched = self.experts_touched(routed_tokens)
+            blocks, dense = self._blocks(touched), self._blocks(0)
+            experts = self.moe_layers * touched * self.expert_params
         else:
-            blocks = self.block_params
+            blocks = dense = self.block_params
+            experts = 0
         # one token-embedding row per token (+ one learned-position row), never more rows than the table has
         rows = min(routed_tokens, self.vocab) * (2 if self.positional == "learned" else 1)
-        return g.streamed_params(blocks, self.vocab, self.hidden, rows)
+        return {"blocks": blocks, "dense_blocks": dense, "experts": experts, "lm_head": self.vocab * self.hidden,
+                "embedding": rows * self.hidden, "embedding_rows": rows}
+
+    @property
+    def active_expert_params(self) -> int:
+        """Routed-expert parameters one token uses (experts_per_token per MoE layer; 0 for a dense model)."""
+        return self.moe_layers * self.experts_per_token * self.expert_params if self.is_moe else 0
 
     def decode_weight_bytes(self, precision="fp16", batch: int = 1) -> float:
         """Weight bytes one decode step streams for ``batch`` sequences (KV reads not included)."""

@@ -60,7 +60,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from course_lib.core import _generated as g
-from course_lib.core.estimator import COMPUTE_DTYPE, estimate
+from course_lib.core.estimator import _step_work, COMPUTE_DTYPE, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import default_kv_precision, get_precision
@@ -159,6 +159,8 @@ class StepCost:
         set_(self, "_w_bytes", get_precision(wname).bytes)
         set_(self, "_peak", peak)
         set_(self, "_weights_cache", {})
+        set_(self, "_kv_bytes", get_precision(kvname).bytes)
+        set_(self, "_work_cache", {})
 
     def weight_read_bytes(self, tokens: int) -> float:
         """Weight bytes a step over ``tokens`` tokens streams (cached per count)."""
@@ -203,13 +205,21 @@ class StepCost:
 
     def _time(self, tokens, context_tokens_total, attention_pairs, logit_rows) -> float:
         """The step's seconds, without the checks (the simulator's inner loop)."""
-        w = self._weights_cache.get(tokens)
-        if w is None:
-            w = self.weight_read_bytes(tokens)
-        f = tokens * self._per_token + logit_rows * self._per_logit + attention_pairs * self._per_pair
-        return g.phase_time(f, self._peak, self.compute_efficiency, g.decode_bytes(w, 1, context_tokens_total,
-                                                                                   self._kv_token),
-                            self.hardware.bandwidth, self.bandwidth_efficiency)
+        # per operator, as the estimator: the step costs the sum of its operators' roofline times
+        # (the weight-reading operators depend only on the token count: cached; attention and the lm_head's rows
+        # are filled in per step)
+        work = self._work_cache.get(tokens)
+        if work is None:
+            work = self._work_cache[tokens] = _step_work(self.model, tokens, 1, 0.0, 0, self._w_bytes, self._kv_bytes)
+        peak, eta_c, bw, eta_b = self._peak, self.compute_efficiency, self.hardware.bandwidth, self.bandwidth_efficiency
+        t = 0.0
+        for name, f, b in work:
+            if name == "attention":
+                f, b = attention_pairs * self._per_pair, context_tokens_total * self._kv_token
+            elif name == "lm_head":
+                f = f * logit_rows
+            t += g.operator_time(f, peak, eta_c, b, bw, eta_b)
+        return t
 
 
 def step_cost(model, hardware, precision="fp16", kv_precision=None, compute_efficiency=1.0,
