@@ -329,10 +329,13 @@ def test_lesson_tp_link_bandwidth_is_ex09_q8():
     assert m70.layers == 80
 
 
-def test_h100_and_h200_share_the_ttft_the_lesson_claims():
+def test_h100_and_h200_nearly_share_the_ttft_the_lesson_claims():
+    """Same fp16 FLOP/s: the prefill differs only by its memory-bound operators (lm_head, embedding rows)."""
     a = D.compute(D.DashboardState(hardware="h100-sxm", prompt_tokens=2048, new_tokens=300))
     b = D.compute(D.DashboardState(hardware="h200", prompt_tokens=2048, new_tokens=300))
-    assert a.ttft == b.ttft and b.tpot < a.tpot
+    assert b.ttft < a.ttft and (a.ttft - b.ttft) / a.ttft < 0.05 and b.tpot < a.tpot
+    memory_bound = [op.name for op in a.estimate.prefill.operators if op.bound == "memory"]
+    assert memory_bound and "matmuls" not in memory_bound
 
 
 def test_the_dashboard_cell_is_ignored_by_nbval_and_stores_no_widget_state(nb_paths):
