@@ -441,6 +441,7 @@ _CACHING = {
                          user_tokens=counts(1, 200), reply_tokens=counts(0, 200), turns=counts(1, 20)),
     "cache_memory_bytes": dict(model=models(), cached_tokens=counts(), sessions=counts(1)),
     "sessions_fit": dict(model=models(), hardware=devices(), session_tokens=counts(1)),
+    "sessions_in_budget": dict(model=models(), budget_bytes=positive(0, 1e12), session_tokens=counts(1)),
     "shared_prefix_workload": dict(requests=counts(1, 50), prefixes=counts(1, 10), prefix_tokens=counts(1, 200),
                                    suffix_tokens=counts(1, 50), zipf=positive(0, 400)),
     "hit_rate_vs_budget": dict(requests=token_lists(50), budgets_bytes=st.lists(positive(0, 1e6), max_size=3),

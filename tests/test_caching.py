@@ -416,6 +416,7 @@ STRATEGIES = {
                                                   st.sampled_from([True, False, 1, "yes"])), st.just({})),
     "session_cost": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS, _TOKENS, _TOKENS, _TURNS), st.just({})),
     "cache_memory_bytes": st.tuples(st.tuples(_MODELS, _TOKENS, _any(st.integers(1, 10**6))), st.just({})),
+    "sessions_in_budget": st.tuples(st.tuples(_MODELS, _any(st.floats(0, 1e12)), _TOKENS), st.just({})),
     "sessions_fit": st.tuples(st.tuples(_MODELS, _HARDWARE, _TOKENS),
                               st.fixed_dictionaries({"reserve_bytes": _any(st.floats(0, 1e12))})),
     "shared_prefix_workload": st.tuples(st.tuples(_SMALL, _SMALL, _SMALL, _SMALL, _any(st.floats(0, 1e3)),
@@ -623,3 +624,12 @@ def test_bench_public_timing_helpers_the_measurements_use():
         bench.quartiles([])
     with pytest.raises(TypeError, match="fn"):
         bench.Stopwatch("cpu", 1).time(42)
+
+
+def test_sessions_in_budget_is_the_whole_sessions_whose_cache_fits():
+    per = caching.cache_memory_bytes("mistral-7b", 8192)
+    assert caching.sessions_in_budget("mistral-7b", 10 * per, 8192) == 10
+    assert caching.sessions_in_budget("mistral-7b", 10 * per - 1, 8192) == 9
+    assert caching.sessions_in_budget("mistral-7b", 0, 8192) == 0
+    with pytest.raises(ValueError, match="budget_bytes"):
+        caching.sessions_in_budget("mistral-7b", -1, 8192)

@@ -70,7 +70,8 @@ __all__ = [
     "break_even_hit_rate", "write_overhead_time", "ModuleReuse", "module_reuse", "MODULAR_REUSE_CAVEATS",
     "check_session", "turn_prompts", "session_prefill_tokens", "SessionCost", "session_cost", "session_derivation",
     "break_even_derivation",
-    "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget", "provider_claims",
+    "cache_memory_bytes", "sessions_fit", "sessions_in_budget", "shared_prefix_workload", "hit_rate_vs_budget",
+    "provider_claims",
     "MAX_TURNS", "MAX_MODULES", "MAX_WORKLOAD_TOKENS", "MAX_REPLAY_TOKENS",
 ]
 
@@ -473,6 +474,17 @@ def cache_memory_bytes(model, cached_tokens, sessions=1, kv_precision="fp16") ->
     t = require_count("cached_tokens", cached_tokens)
     n = require_count("sessions", sessions, minimum=1)
     return kv_cache_bytes(model, t, kv_precision, batch=n)
+
+
+def sessions_in_budget(model, budget_bytes, session_tokens, kv_precision="fp16") -> int:
+    """Whole sessions of ``session_tokens`` tokens whose cached K/V fit in a cache budget of ``budget_bytes``.
+
+    ``floor(budget_bytes / cache_memory_bytes(model, session_tokens))`` (a sliding-window model keeps at most
+    its window per session).
+    """
+    budget = require_nonnegative("budget_bytes", budget_bytes)
+    st = require_count("session_tokens", session_tokens, minimum=1)
+    return int(budget // cache_memory_bytes(model, st, 1, kv_precision))
 
 
 def sessions_fit(model, hardware, session_tokens, precision="fp16", kv_precision="fp16", reserve_bytes=0) -> int:

@@ -312,6 +312,11 @@ class Estimate:
                               self.compute_efficiency)
 
     @property
+    def source_recipe_factor(self) -> float:
+        """How many times too optimistic the source's recipe is: TPOT / ``source_recipe_tpot``."""
+        return self.tpot / self.source_recipe_tpot
+
+    @property
     def line(self) -> tuple[float, float]:
         """(b, k) of total ≈ b + k·n: k is the step time at the start context, b = ttft - k.
 

@@ -26,7 +26,7 @@ from functools import lru_cache
 import ipywidgets as widgets
 
 from course_lib.core.caching import (cache_memory_bytes, hit_rate_vs_budget, prefix_reuse, session_cost,
-                       shared_prefix_workload)
+                                     sessions_in_budget, shared_prefix_workload)
 from course_lib.core.estimator import kv_cache_bytes
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -221,7 +221,7 @@ def cache_budget_reading(model="mistral-7b", budget_gb=1.0, session_tokens=8192,
     budget = require_positive("budget_gb", budget_gb) * 1e9
     st = require_count("session_tokens", session_tokens, minimum=1)
     per_session = cache_memory_bytes(m, st, 1, kv_precision)
-    n = int(budget // per_session)
+    n = sessions_in_budget(m, budget, st, kv_precision)
     reqs = [list(r) for r in _workload(m.name)]
     (row,) = hit_rate_vs_budget(reqs, [budget], kv_cache_bytes(m, 1, kv_precision), block_tokens)
     return CacheBudgetReading(f"{n:,} sessions of {st:,} tokens ({format_bytes(per_session)} each)",

@@ -128,7 +128,7 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
         _html.row("End-to-end / n", format_time(conv.e2e_per_token),
              "another 'per-token' figure: prefill smeared over the tokens"),
         _html.row("Source recipe TPOT", format_time(e.source_recipe_tpot),
-             f"decode FLOPs / peak compute: {e.tpot / e.source_recipe_tpot:,.0f}× too optimistic"
+             f"decode FLOPs / peak compute: {e.source_recipe_factor:,.0f}× too optimistic"
              if e.decode_bound == "memory" else "decode FLOPs / peak compute"),
     ]
     notes = []
