@@ -238,6 +238,8 @@ CASES = {
     "format_quantity": call("units.format_quantity",
                             q=st.builds(lambda v: R("units.Quantity")(v, "bytes"), st.floats(0, 1e29)),
                             digits=counts(1, 20)),
+    "convention_gap_percent": call("units.convention_gap_percent", si_value=positive(0, 1e15),
+                                   source_value=positive(0, 1e15)),
     "accepted_units": call("units.accepted_units", dimension=st.sampled_from(["bytes", "time", "number", "volts"]),
                            convention=st.sampled_from(["si", "jedec"])),
     "Quantity": st.one_of(call("units.Quantity", value=positive(0, 1e20),
@@ -540,6 +542,7 @@ DOCUMENTED = {
         "default_hash": ("",),                  # a hash
         "relative_error": ("",),                # (predicted - measured) / measured: signed
         "require_real": ("",),                  # a real number of either sign, by definition
+        "convention_gap_percent": ("",),        # negative when the second reading is the smaller one
     },
 }
 #: fields that are signed wherever they appear (their docstrings say so)

@@ -327,6 +327,11 @@ class Estimate:
         k = self.tpot_first
         return self.ttft - k, k
 
+    def line_total(self, n) -> float:
+        """The linearisation's total latency to the ``n``-th token: b + k·n with (b, k) = :attr:`line`."""
+        b, k = self.line
+        return b + k * require_count("n", n, minimum=1)
+
     # --- memory --------------------------------------------------------------------------------
     @property
     def memory_needed(self) -> float:

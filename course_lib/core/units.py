@@ -81,7 +81,7 @@ __all__ = [
     "parse_bandwidth", "format_bandwidth",
     "parse_time", "format_time",
     "parse_flops", "format_flops",
-    "parse_flop_rate", "format_flop_rate",
+    "parse_flop_rate", "format_flop_rate", "convention_gap_percent",
     "parse_quantity", "format_quantity", "accepted_units",
 ]
 
@@ -677,3 +677,13 @@ def accepted_units(dimension: str, convention: str = "si") -> list[str]:
     conv = _convention(convention)
     sym, words = _TABLES[(dim, conv if (dim, conv) in _TABLES else "si")]
     return [k for k in sym if k] + list(words)
+
+
+def convention_gap_percent(si_value, source_value) -> float:
+    """How much larger (in %) the 1024-based reading of a label is than its SI reading: lesson 01's unit trap.
+
+    ``source_value / si_value - 1`` in percent: "14 GB" read with 1024-based prefixes is 7.37 % more bytes.
+    """
+    si = require_nonnegative("si_value", si_value)
+    source = require_nonnegative("source_value", source_value)
+    return (source / si - 1) * 100 if si else 0.0

@@ -116,8 +116,9 @@ def plot_total_vs_tokens(model="llama-2-7b", hardware="rtx-4090", prompt_tokens:
                          f"prompt of {P:,} tokens", "generated tokens n (tokens)", "total latency (s)")
     ax.plot(ns, totals, label="exact: TTFT + sum of the n - 1 decode steps")
     if show_line:
-        b, k = estimate(m, hw, P, 1, precision=prec).line
-        ax.plot(ns, [b + k * n for n in ns], linestyle="--",
+        first = estimate(m, hw, P, 1, precision=prec)
+        k = first.line[1]
+        ax.plot(ns, [first.line_total(n) for n in ns], linestyle="--",
                 label=f"line b + k·n (k = first step, {format_time(k)})")
     for label, n in marks.items():
         t = estimate(m, hw, P, n, precision=prec).total

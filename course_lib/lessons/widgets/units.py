@@ -119,7 +119,7 @@ def convert(text, convention: str = "si") -> Readings:
         text, conv, dimension, value, **readings,
         ambiguous_label=_LEADING_NUMBER.sub("", text).strip(), other_convention=other, other_value=other_value,
         other_si=fmt(other_value, "si", DIGITS),
-        difference_percent=(source_value / si_value - 1) * 100 if si_value else 0.0,
+        difference_percent=units.convention_gap_percent(si_value, source_value),
     )
 
 
