@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from course_lib.core import _generated as g
-from course_lib.core.estimator import Estimate, estimate
+from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
@@ -502,18 +502,7 @@ def best_batch(state: DashboardState, ttft_budget: float | None = None, tpot_bud
     def ok(b):
         return meets_budget(compute(state.replace(batch=b)), ttft_budget, tpot_budget)
 
-    if not ok(1):
-        return 0
-    lo, hi = 1, limit                   # ok(lo) holds; find the largest such batch
-    if ok(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _largest_passing(ok, limit)
 
 
 def what_binds(state: DashboardState, ttft_budget: float | None = None, tpot_budget: float | None = None,

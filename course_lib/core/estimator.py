@@ -380,6 +380,23 @@ def _windows(lo, hi, window):
     return [(lo, window, None), (window + 1, hi, window)]
 
 
+def _largest_passing(ok, limit: int) -> int:
+    """The largest n in 1..``limit`` with ``ok(n)``, 0 if ``ok(1)`` fails, for an ``ok`` that holds on a prefix
+    1..n (batch sizes and sequences in flight, whose times and memory never fall as they grow): bisection."""
+    if not ok(1):
+        return 0
+    lo, hi = 1, limit                   # ok(lo) holds; find the largest such n
+    if ok(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _step_work(m: ModelSpec, tokens, logit_rows, attention_flops, kv_tokens, bytes_per_weight, bytes_per_kv,
                parts=None):
     """(name, FLOPs, bytes) of each operator of one forward step over ``tokens`` tokens, in the order they run.

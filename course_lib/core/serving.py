@@ -60,7 +60,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from course_lib.core import _generated as g
-from course_lib.core.estimator import _step_work, COMPUTE_DTYPE, estimate
+from course_lib.core.estimator import _largest_passing, _step_work, COMPUTE_DTYPE, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import default_kv_precision, get_precision
@@ -861,19 +861,7 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
         return out
 
     # TPOT, TTFT and memory never fall as C grows: the C that pass form a prefix 1..C (bisection)
-    if broken(1):
-        best = 0
-    elif not broken(cap_c):
-        best = cap_c
-    else:
-        lo, hi = 1, cap_c
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if broken(mid):
-                hi = mid
-            else:
-                lo = mid
-        best = lo
+    best = _largest_passing(lambda c: not broken(c), cap_c)
     binds = "sequence limit" if best == cap_c else " and ".join(broken(best + 1))
     c = max(best, 1)
     t_dec, tpot, ttft = numbers_at(c)
