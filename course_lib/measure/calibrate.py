@@ -35,7 +35,7 @@ from course_lib.measure.device import FALLBACK_LLC_BYTES, device_name, last_leve
 from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult, measure_attention_products,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
                                        measure_op_overhead, measure_score_passes)
-from course_lib.measure.timing import CLOCKS, progress_bar, thread_count, thread_policy_for
+from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
@@ -401,11 +401,6 @@ def probe_jobs(specs: Mapping[str, ModelSpec], prompts: Iterable[int], ttft_spec
             + [("scores", j) for j in scores] + [("attention", j) for j in attention])
 
 
-def _policy_text(threads, dev) -> str:
-    policy = thread_policy_for(threads, dev)
-    return policy.description if policy is not None else ""
-
-
 def calibrate(threads: int | None = None, fast: bool = False, models=None, prompt_lengths=None,
               ttft_model=None, device=None, progress: bool = True, clock: str = "wall",
               cached_prefills=(), rotate_gemm: bool = False) -> Calibration:
@@ -433,7 +428,8 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
         raise TypeError(f"rotate_gemm must be True or False, got {rotate_gemm!r}")
     pairs = _cached_pairs(cached_prefills)
     dev = resolve_device(device)
-    nthreads = thread_count(threads, dev)
+    policy = thread_policy_for(threads, dev)            # None on a GPU
+    nthreads = None if policy is None else policy.threads
     clock = check_clock(clock, dev, nthreads)
     specs = model_specs(models, fast)
     prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
@@ -453,4 +449,4 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
                        gemm=res["gemm"], kv=res["kv"], seconds=time.perf_counter() - t0,
                        cold_ops=[(x, t_op, t_view) for x, (t_op, t_view) in res["cold"].items()], clock=clock,
                        scores=res["scores"], gemm_rotated=rotate_gemm, attention=res["attention"],
-                       thread_policy=_policy_text(threads, dev))
+                       thread_policy="" if policy is None else policy.description)

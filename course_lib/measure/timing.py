@@ -118,10 +118,8 @@ def thread_count(threads: int | None, device=None) -> int | None:
 
     None on a GPU (the thread count does not apply).
     """
-    dev = resolve_device(device)
-    if dev.type != "cpu":
-        return None
-    return default_threads() if threads is None else require_count("threads", threads, minimum=1)
+    policy = thread_policy_for(threads, resolve_device(device))
+    return None if policy is None else policy.threads
 
 
 class Threads:
