@@ -117,7 +117,7 @@ tour: install
 NOTEBOOKS ?=
 
 notebooks: install
-	$(PY) -m course_lib.authoring.run_notebooks $(if $(FULL),--full,) $(NOTEBOOKS)
+	$(PY) -m course_lib.authoring.run_notebooks $(if $(FULL),--full --record tests/fixtures/recordings/stored,) $(NOTEBOOKS)
 
 exercises: install
 	$(PY) -m course_lib.authoring.exgen

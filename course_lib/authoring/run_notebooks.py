@@ -27,6 +27,7 @@ Serves no lesson: an authoring tool.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -143,9 +144,21 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds allowed per cell (default {kernel.CELL_TIMEOUT_S})")
     parser.add_argument("--full", action="store_true",
                         help="learner-size measurements (COURSE_FAST=0) instead of the test suite's fast mode")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--record", type=Path, metavar="DIR",
+                       help="also record every lesson measurement into DIR (course_lib.measure.record), so that "
+                            "the stored outputs and the recording come from the same run")
+    where.add_argument("--replay", type=Path, metavar="DIR",
+                       help="take the lessons' measurements from the recording in DIR instead of measuring")
     args = parser.parse_args(argv)
     if args.timeout < 1:
         parser.error("--timeout must be at least 1 second")
+    if args.replay is not None and not args.replay.is_dir():
+        parser.error(f"--replay: {args.replay} is not a folder of recordings")
+    if args.record is not None or args.replay is not None:
+        from course_lib.measure.record import ENV
+        kind, folder = ("record", args.record) if args.record is not None else ("replay", args.replay)
+        os.environ[ENV] = f"{kind}:{folder.resolve()}"     # the kernels inherit it (kernel.launch_env)
 
     paths = args.paths or [REPO_ROOT / d for d in DEFAULT_DIRS if (REPO_ROOT / d).is_dir()]
     notebooks = find_notebooks(paths)

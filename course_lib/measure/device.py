@@ -34,7 +34,14 @@ FALLBACK_LLC_BYTES = 256 * 2**20
 
 
 def fast_mode() -> bool:
-    """True when ``COURSE_FAST=1`` (tiny sizes and repeats, for tests and stored notebook outputs)."""
+    """True when ``COURSE_FAST=1`` (tiny sizes and repeats, for tests and stored notebook outputs).
+
+    While a recorded lesson run is replayed (:mod:`course_lib.measure.record`), the mode it was recorded in.
+    """
+    from course_lib.measure.record import recorded_fast_mode
+    recorded = recorded_fast_mode()
+    if recorded is not None:
+        return recorded
     return os.environ.get("COURSE_FAST", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
