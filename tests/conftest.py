@@ -39,8 +39,9 @@ from repo import ROOT as REPO_ROOT  # noqa: E402
 # The measurement lessons (05-08) take their measurements from the recorded run their stored outputs were
 # made from (course_lib.measure.record; `make notebooks FULL=1` records it), so nbval executes them against
 # that machine's numbers, whatever machine runs the suite. A test that wants live measurements unsets it.
+# Only the notebook kernels replay (course_kernel.patch_nbval below): the tests' own process measures live.
 RECORDING = REPO_ROOT / "tests" / "fixtures" / "recordings" / "stored"
-os.environ.setdefault("COURSE_MEASUREMENTS", f"replay:{RECORDING}")
+os.environ.pop("COURSE_MEASUREMENTS", None)
 
 # Notebooks under tests/ (fixtures for other tests) are data, never nbval subjects.
 collect_ignore_glob = ["*.ipynb", "**/*.ipynb"]
@@ -71,7 +72,7 @@ else:
 # --- nbval kernels ----------------------------------------------------------------------------------
 from course_lib.authoring import kernel as course_kernel  # noqa: E402  (after the environment is set)
 
-course_kernel.patch_nbval()
+course_kernel.patch_nbval(measurements=f"replay:{RECORDING}")
 
 
 def pytest_configure(config):
@@ -79,6 +80,9 @@ def pytest_configure(config):
     given = any(str(arg).startswith("--nbval-cell-timeout") for arg in config.invocation_params.args)
     if hasattr(config.option, "nbval_cell_timeout") and not given:
         config.option.nbval_cell_timeout = course_kernel.NBVAL_CELL_TIMEOUT_S
+    # markers of `make tour`'s classroom checks (tests/test_hub.py, tests/test_binder.py)
+    config.addinivalue_line("markers", "classroom: starts a JupyterHub classroom (make tour)")
+    config.addinivalue_line("markers", "binder: resolves the Binder environment with pip (make tour)")
 
 
 #: MIME types nbval must not compare, on top of its own list (PNG, JPEG, widget views).

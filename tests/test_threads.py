@@ -255,3 +255,34 @@ def test_interleave_alternates_the_cases():
 def test_interleave_refuses_bad_input(cases, rounds, error, match):
     with pytest.raises(error, match=match):
         interleave(cases, rounds)
+
+
+def test_a_noisy_probe_is_timed_again_with_fewer_threads_and_the_result_says_so(monkeypatch):
+    """The probes go through steady_timeit: a noisy first attempt (2 threads) is retried with 1 thread and a
+    longer block, and the GEMV row records the thread count of the attempt kept."""
+    import torch
+
+    from course_lib.measure import probes, steady, timing
+
+    seen = []
+
+    def fake_timeit(calls, device=None, repeats=None, min_block=None, clock=None):
+        seen.append((torch.get_num_threads(), min_block))
+        per_call = [1e-3, 1e-3, 5e-3, 1e-3, 9e-3] if len(seen) == 1 else [1e-3] * 5
+        q1, med, q3 = timing.quartiles(per_call)
+        return timing.Timing(med, q1, q3, min(per_call), len(per_call), 1, tuple(per_call))
+
+    monkeypatch.setattr(timing, "timeit", fake_timeit)
+    monkeypatch.setattr(steady, "probe_attempts", lambda: 3)
+    row = probes.measure_gemv([(64, 64)], ["fp32"], threads=2, device="cpu", progress=False, repeats=5,
+                              min_block=1e-3)[0]
+    assert [n for n, _ in seen] == [2, 1] and seen[1][1] == 4 * seen[0][1]
+    assert row.threads == 1 and row.seconds == 1e-3
+
+
+def test_fast_mode_probes_make_one_attempt(monkeypatch):
+    from course_lib.measure import steady
+    monkeypatch.setenv("COURSE_FAST", "1")
+    assert steady.probe_attempts() == 1
+    monkeypatch.setenv("COURSE_FAST", "0")
+    assert steady.probe_attempts() == 3

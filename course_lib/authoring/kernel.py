@@ -58,18 +58,25 @@ GRADE_CELL_TIMEOUT_S = 60
 STARTUP_TIMEOUT_S = 60
 
 
-def kernel_env(*, fast: bool | None = True, backend: str = INLINE_BACKEND) -> dict[str, str]:
+def kernel_env(*, fast: bool | None = True, backend: str = INLINE_BACKEND,
+               measurements: str | None = None) -> dict[str, str]:
     """The variables every notebook kernel gets on top of the environment it inherits.
 
     ``fast``: True sets ``COURSE_FAST=1`` and ``OMP_NUM_THREADS=1`` (the stored outputs and the tests),
     False ``COURSE_FAST=0`` (learner-size measurements), None leaves ``COURSE_FAST`` as the caller's environment has it.
     ``backend``: the ``MPLBACKEND`` value, :data:`INLINE_BACKEND` unless figures are not wanted.
+    ``measurements``: ``COURSE_MEASUREMENTS`` for the kernel only ('record:DIR' or 'replay:DIR',
+    :mod:`course_lib.measure.record`): the test suite replays the recorded lesson runs in the kernels without
+    changing what its own process measures.
     """
     if fast is not None and not isinstance(fast, bool):
         raise TypeError(f"fast must be True, False or None, got {fast!r}")
     if not isinstance(backend, str) or not backend:
         raise TypeError(f"backend must be a non-empty str (a matplotlib backend), got {backend!r}")
     env = {"MPLBACKEND": backend, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    if measurements is not None:
+        from course_lib.measure.record import ENV
+        env[ENV] = measurements
     if fast is not None:
         env["COURSE_FAST"] = "1" if fast else "0"
     if fast:

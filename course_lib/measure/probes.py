@@ -27,6 +27,11 @@ available, smaller in fast mode) and at :data:`MAX_BUFFERS` buffers; where eithe
 set within 4 × the LLC the result says so: ``beyond_cache`` is False and ``cache_reason`` says why,
 in a sentence a lesson can print.
 
+**Noisy timings are retried** (:func:`course_lib.measure.steady.steady_timeit`): when a probe's repeats disagree
+(the verdict of :func:`course_lib.core.quality.timing_verdict` is noisy or contended), it is timed again with
+fewer threads and longer blocks, up to :func:`course_lib.measure.steady.probe_attempts` attempts (one under
+``COURSE_FAST=1``); the result's ``threads`` is the count of the attempt kept.
+
 Bytes and FLOP per call are counted exactly: a GEMV reads the matrix (m·k elements) and the vector
 (k) and writes the result (m); it does 2·m·k FLOP. A copy reads and writes its buffer: both are
 counted (read + write), as GPU vendors and the course's H200 measurement do.
@@ -49,6 +54,7 @@ import torch
 from course_lib.core.validation import require_choice, require_count, require_positive
 from course_lib.measure.device import (FALLBACK_LLC_BYTES, fast_mode, last_level_cache_bytes, memory_budget,
                                        memory_budget_note, resolve_device)
+from course_lib.measure.steady import steady_timeit
 from course_lib.measure.timing import (Spread, Threads, clock_function, progress_bar, quartiles, repeat_settings,
                                        sync, thread_count, timeit)
 
@@ -425,6 +431,11 @@ def _dtypes(dtypes, dev) -> list[str]:
     return names
 
 
+def _cpu(threads: int | None, dev) -> int | None:
+    """The thread count a retry may lower: the CPU's; None on a GPU (its kernels ignore CPU threads)."""
+    return threads if dev.type == "cpu" else None
+
+
 def _random(shape, gen, dtype, dev) -> torch.Tensor:
     """Seeded standard-normal values of ``shape`` in ``dtype`` on ``dev`` (drawn on the CPU: one stream)."""
     return torch.randn(*shape, generator=gen).to(device=dev, dtype=dtype)
@@ -442,13 +453,13 @@ def _gemv_one(m, k, dtype, dev, rotate, llc, repeats, min_block, threads, budget
     y = torch.empty(m, device=dev, dtype=tdt)
     calls = [(lambda W=W: torch.mv(W, x, out=y)) for W in weights]
     with torch.inference_mode():
-        t = timeit(calls, dev, repeats, min_block, clock)
+        t = steady_timeit(calls, dev, repeats, min_block, clock, _cpu(threads, dev))
     del weights, calls
     return GemvResult(m=m, k=k, dtype=dtype, device=dev.type, element_bytes=esize,
                       bytes=(m * k + k + m) * esize, flops=2 * m * k,
                       seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, min_seconds=t.minimum,
                       repeats=t.repeats, number=t.number, rotate=bool(rotate), buffers=plan.buffers,
-                      working_set_bytes=plan.working_set_bytes, llc_bytes=llc, threads=threads,
+                      working_set_bytes=plan.working_set_bytes, llc_bytes=llc, threads=t.threads or threads,
                       budget_bytes=budget, cache_reason=plan.cache_reason)
 
 
@@ -547,13 +558,14 @@ def measure_copy_bandwidth(buffer_bytes: int | None = None, repeats: int | None 
     with Threads(nthreads), torch.inference_mode():
         src = torch.ones(n, dtype=torch.float32, device=dev)
         dst = torch.empty_like(src)
-        t = timeit([lambda: dst.copy_(src)], dev, repeats, min_block, clock)
+        t = steady_timeit([lambda: dst.copy_(src)], dev, repeats, min_block, clock, _cpu(nthreads, dev))
     nbytes = n * 4
     capped = nbytes < wanted and 2 * wanted > budget
     _, why = cache_verdict(2 * nbytes, llc, budget_bytes=budget if capped else None, budget_note=note)
     return CopyResult(buffer_bytes=nbytes, bytes=2 * nbytes, counted="read+write", seconds=t.median,
-                      q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, device=dev.type, threads=nthreads,
-                      llc_bytes=llc, budget_bytes=budget, working_set_bytes=2 * nbytes, cache_reason=why)
+                      q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, device=dev.type,
+                      threads=t.threads or nthreads, llc_bytes=llc, budget_bytes=budget,
+                      working_set_bytes=2 * nbytes, cache_reason=why)
 
 
 @dataclass(frozen=True)
@@ -614,9 +626,9 @@ def measure_matmul_flops(n: int | None = None, dtype: str = "fp32", repeats: int
         a = torch.randn(n, n, generator=gen).to(device=dev, dtype=tdt)
         b = torch.randn(n, n, generator=gen).to(device=dev, dtype=tdt)
         c = torch.empty(n, n, device=dev, dtype=tdt)
-        t = timeit([lambda: torch.mm(a, b, out=c)], dev, repeats, min_block, clock)
+        t = steady_timeit([lambda: torch.mm(a, b, out=c)], dev, repeats, min_block, clock, _cpu(nthreads, dev))
     return MatmulResult(n=n, dtype=dtype, flops=2 * n**3, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3,
-                        repeats=repeats, device=dev.type, threads=nthreads)
+                        repeats=repeats, device=dev.type, threads=t.threads or nthreads)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -937,13 +949,13 @@ def measure_linear(tokens: int, m: int, k: int, dtype: str = "fp32", repeats: in
         weights = rotated_copies((torch.randn(m, k, generator=gen) * 0.02).to(device=dev, dtype=tdt), plan.buffers)
         x = _random((1, tokens, k), gen, tdt, dev)
         calls = [(lambda W=W: F.linear(x, W)) for W in weights]
-        t = timeit(calls, dev, repeats, min_block, clock)
+        t = steady_timeit(calls, dev, repeats, min_block, clock, _cpu(nthreads, dev))
         del weights, calls
     return LinearResult(tokens=tokens, m=m, k=k, dtype=dtype, device=dev.type,
                         bytes=(m * k + tokens * k + tokens * m) * esize, flops=2 * tokens * m * k,
                         seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats, buffers=plan.buffers,
-                        threads=nthreads, rotate=rotate, working_set_bytes=plan.working_set_bytes, llc_bytes=llc,
-                        budget_bytes=budget, cache_reason=plan.cache_reason)
+                        threads=t.threads or nthreads, rotate=rotate, working_set_bytes=plan.working_set_bytes,
+                        llc_bytes=llc, budget_bytes=budget, cache_reason=plan.cache_reason)
 
 
 @dataclass(frozen=True)
@@ -1011,11 +1023,11 @@ def measure_kv_read(kv_heads: int = 8, group: int = 4, head_dim: int = 128, cont
             return ((q @ kv[0].transpose(-1, -2)) * scale).softmax(-1) @ kv[1]
 
         calls = [(lambda kv=kv: attend(kv)) for kv in kvs]
-        t = timeit(calls, dev, repeats, min_block, clock)
+        t = steady_timeit(calls, dev, repeats, min_block, clock, _cpu(nthreads, dev))
         del kvs, calls
     return KVReadResult(kv_heads=kvh, group=grp, head_dim=d, context=c, dtype=dtype, device=dev.type,
                         bytes=kv_bytes, seconds=t.median, q1_seconds=t.q1, q3_seconds=t.q3, repeats=repeats,
-                        buffers=plan.buffers, threads=nthreads, working_set_bytes=plan.working_set_bytes,
+                        buffers=plan.buffers, threads=t.threads or nthreads, working_set_bytes=plan.working_set_bytes,
                         llc_bytes=llc, budget_bytes=budget, cache_reason=plan.cache_reason)
 
 

@@ -34,7 +34,7 @@ from course_lib.core.quality import THRESHOLDS, Thresholds, TimingVerdict, read_
 from course_lib.core.validation import require_count, require_positive
 from course_lib.measure.threads import fewer_threads, proc_stat
 
-__all__ = ["Attempt", "SteadyTiming", "steady", "interleave"]
+__all__ = ["Attempt", "SteadyTiming", "steady", "interleave", "steady_timeit", "probe_attempts"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,36 @@ def interleave(cases: Mapping[str, Callable[[], float]], rounds: int) -> dict[st
         for name, fn in cases.items():
             out[name].append(_seconds(f"cases[{name!r}]()", fn()))
     return out
+
+
+def probe_attempts() -> int:
+    """Attempts a probe makes (:func:`steady_timeit`): 3 for a learner's run, 1 under ``COURSE_FAST=1`` (the test
+    suite and the stored fast outputs time tiny sizes on purpose, two notebooks at a time: their verdicts are
+    reported, not retried)."""
+    from course_lib.measure.device import fast_mode
+    return 1 if fast_mode() else 3
+
+
+def steady_timeit(calls, device, repeats, min_block, clock, threads: int | None, *, max_attempts: int | None = None):
+    """:func:`course_lib.measure.timing.timeit` under :func:`steady`'s rule: a noisy or contended attempt is
+    timed again with fewer threads and longer blocks. Returns the kept attempt's ``Timing`` with its
+    ``threads`` and ``attempts`` filled in. ``threads`` None: the count in force (a GPU, or the caller's)."""
+    from dataclasses import replace
+
+    from course_lib.measure.timing import Threads, repeat_settings, timeit
+
+    repeats, min_block = repeat_settings(repeats, min_block)
+    kept = {}
+
+    def run(n_threads, block):
+        if n_threads is None:
+            t = timeit(calls, device, repeats, block, clock)
+        else:
+            with Threads(n_threads):
+                t = timeit(calls, device, repeats, block, clock)
+        kept["t"] = t
+        return list(t.times)
+
+    s = steady(run, threads=threads, min_block=min_block,
+               max_attempts=probe_attempts() if max_attempts is None else max_attempts)
+    return replace(kept["t"], threads=s.threads, attempts=len(s.attempts))

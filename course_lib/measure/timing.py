@@ -188,6 +188,9 @@ class Timing:
     minimum: float
     repeats: int
     number: int
+    times: tuple = ()           # per-call seconds of each timed block, in the order they ran
+    threads: int | None = None  # the CPU threads of the attempt kept (course_lib.measure.steady.steady_timeit)
+    attempts: int = 1           # attempts made (more than 1: a noisy attempt was retried)
 
 
 def quartiles(times: Sequence[float]) -> tuple[float, float, float]:
@@ -228,7 +231,7 @@ def timeit(calls: Sequence[Callable], device=None, repeats: int | None = None, m
         per_call.append(time_block(calls, number, counter, dev, clock) / number)
         counter += number
     q1, median, q3 = quartiles(per_call)
-    return Timing(median, q1, q3, min(per_call), repeats, number)
+    return Timing(median, q1, q3, min(per_call), repeats, number, tuple(per_call))
 
 
 class Spread:

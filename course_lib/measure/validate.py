@@ -12,7 +12,11 @@ TTFT (:mod:`course_lib.measure.predict`), then measures them on TinyLM models of
     python -m course_lib.validate --threads 4 --device cpu
     python -m course_lib.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
     python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers
-                                                 # generate() (course_lib.measure.engines.hf); exit 3: noisy
+                                                 # generate() (course_lib.measure.engines.hf)
+
+Exit status: 0 when every measured point was reliable; 3 (:data:`NOISY_EXIT`) when any was noisy or
+contended (the report says how many and why: its errors then mix the model's error with the machine's
+noise, and the last line does not judge the model); 2 for bad arguments.
 
 On a machine shared with other busy programs, wall-clock timings with several threads are
 dominated by the others: every small parallel op waits for a thread the OS has descheduled. The
@@ -41,6 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from course_lib.core.quality import timing_verdict
 from course_lib.core.validation import require_count, require_counts
 from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_MODELS, FAST_PROMPTS, TTFT_PROMPTS,
                                           VALIDATION_MODELS, Calibration, calibrate, check_clock, dense_spec,
@@ -52,7 +57,7 @@ from course_lib.measure.predict import (DECODE_COUNT_CONTEXT, REUSE_PATHS, Predi
 from course_lib.measure.probes import measure_attention_products, measure_score_passes
 from course_lib.measure.timing import progress_bar, thread_count
 
-__all__ = ["LAST_LINE_RE", "COLUMNS", "Point", "ValidationReport", "run", "main",
+__all__ = ["LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "Point", "ValidationReport", "run", "main",
            # the names of the calibrated model, offered here as before the split (see the docstring)
            "VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "Calibration", "calibrate", "weight_matrices", "stream_between_ops", "DECODE_COUNT_CONTEXT",
@@ -77,6 +82,8 @@ class Point:
     uncalibrated: float
     runs: int
     prediction: Prediction
+    verdict: str = "reliable"        # course_lib.core.quality.timing_verdict of the measurement
+    reason: str = ""
 
     @property
     def error(self) -> float:
@@ -89,7 +96,10 @@ class Point:
 
 
 COLUMNS = ("phase", "model", "weights (GB)", "context/prompt", "predicted (ms)", "measured (ms)", "error %",
-           "spread %", "uncalibrated (ms)", "uncal. error %")
+           "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
+#: exit status of ``python -m course_lib.validate`` when a measured point was not reliable (noisy or contended):
+#: its errors then mix the model's error with the machine's noise (0: all reliable; 2: bad arguments)
+NOISY_EXIT = 3
 
 
 @dataclass
@@ -118,12 +128,34 @@ class ValidationReport:
     def decode_max_abs_error(self) -> float:
         return max((abs(p.error) for p in self.decode), default=math.nan)
 
+    @property
+    def noisy_points(self) -> int:
+        """Points whose measurement was not judged reliable (:func:`course_lib.core.quality.timing_verdict`)."""
+        return sum(p.verdict != "reliable" for p in self.points)
+
+    @property
+    def noisy_decode_points(self) -> int:
+        return sum(p.verdict != "reliable" for p in self.decode)
+
+    def quality_line(self) -> str:
+        """One sentence: were the measurements reliable, and if not, what the errors then mean."""
+        if not self.noisy_points:
+            return f"measurements: all {len(self.points)} points reliable"
+        worst = [p for p in self.points if p.verdict != "reliable"]
+        why = worst[0].reason or worst[0].verdict
+        return (f"measurements: {self.noisy_points} of {len(self.points)} points not reliable "
+                f"({self.noisy_decode_points} of {len(self.decode)} decode points; e.g. {worst[0].model} "
+                f"{worst[0].kind.upper()} @ {worst[0].tokens}: {why}): their errors mix the model's error with "
+                f"the machine's noise, so the last line does not judge the model; close other programs and run "
+                f"again, or use --threads 1 --clock process (exit status {NOISY_EXIT})")
+
     def rows(self) -> list[tuple]:
         out = []
         for p in self.points:
             out.append(("TPOT" if p.kind == "tpot" else "TTFT", p.model, f"{p.weights_bytes / 1e9:.3f}",
                         str(p.tokens), f"{p.predicted * 1e3:.3f}", f"{p.measured * 1e3:.3f}", f"{p.error * 100:+.1f}",
-                        f"{p.spread * 100:.1f}", f"{p.uncalibrated * 1e3:.3f}", f"{p.uncalibrated_error * 100:+.1f}"))
+                        f"{p.spread * 100:.1f}", p.verdict, f"{p.uncalibrated * 1e3:.3f}",
+                        f"{p.uncalibrated_error * 100:+.1f}"))
         return out
 
     def table(self) -> str:
@@ -152,6 +184,7 @@ class ValidationReport:
                  f"max {max(unc, default=math.nan):.3f}",
                  f"TTFT: max |error| {max(ttft, default=math.nan):.3f} (reported, not in the target)",
                  f"total {self.seconds:.1f} s",
+                 self.quality_line(),
                  self.last_line()]
         return "\n".join(lines)
 
@@ -189,6 +222,12 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     return ValidationReport(calibration, points, load_average(), time.perf_counter() - t0)
 
 
+def _judged(timing, repeats: int):
+    """The verdict of one measured point, from its median, quartiles and number of repeats."""
+    return timing_verdict({"seconds": timing.seconds, "q1_seconds": timing.q1_seconds,
+                           "q3_seconds": timing.q3_seconds, "repeats": repeats})
+
+
 def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration, progress, clock):
     from course_lib.measure.tinylm import TinyLM
     steps = decode_runs
@@ -208,15 +247,18 @@ def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthre
                     p2 = predict_tpot(s, t.last_context, calibration)
                     pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
                     unc = (p1.uncalibrated + p2.uncalibrated) / 2
-                    points.append(Point("tpot", s.name, wbytes, c, pred, t.seconds, t.spread, unc, t.steps, p1))
+                    v = _judged(t, t.steps)
+                    points.append(Point("tpot", s.name, wbytes, c, pred, t.seconds, t.spread, unc, t.steps, p1,
+                                        v.verdict, v.reason))
                     bar.update()
             else:
                 for p in prompts:
                     bar.set_postfix_str(f"{s.name} TTFT @ {p}")
                     t = measure_prefill(lm, [p], repeats=ttft_runs, threads=nthreads, clock=clock)[0]
                     pr = predict_ttft(s, p, calibration)
+                    v = _judged(t, t.repeats)
                     points.append(Point("ttft", s.name, wbytes, p, pr.seconds, t.seconds, t.spread, pr.uncalibrated,
-                                        t.repeats, pr))
+                                        t.repeats, pr, v.verdict, v.reason))
                     bar.update()
             del lm
     return points
@@ -226,7 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course_lib.validate",
                                  description="Calibrate from microbenchmarks, then predict and measure TinyLM "
                                              "TPOT/TTFT. Last line: decode_geomean_abs_error=… "
-                                             "decode_max_abs_error=…")
+                                             "decode_max_abs_error=…",
+                                 epilog=f"exit status: 0 when every measured point was reliable, {NOISY_EXIT} when "
+                                        f"any was noisy or contended (the report says how many and why), 2 for "
+                                        f"bad arguments")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all physical cores)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--fast", action="store_true", help="tiny models and contexts: a few seconds")
@@ -251,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(rep.report())
-    return 0
+    return NOISY_EXIT if rep.noisy_points else 0
 
 
 def _engine_main(a) -> int:
