@@ -273,7 +273,7 @@ def test_speculative_verification_is_cheap_at_small_batch_not_at_large():
     (dict(prompt_tokens=[]), "prompt_tokens"),
     (dict(max_batch=0), "max_batch"),
     (dict(kv_memory_fraction=1.5), "kv_memory_fraction"),
-    (dict(kv_memory_fraction=0.2), "kv_memory_fraction"),
+    (dict(kv_memory_fraction=0.18), "kv_memory_fraction"),   # 0.18 x 80 GiB < the 16 GB of weights
     (dict(cached_prefix_tokens=100), "cached_prefix_tokens"),
     (dict(arrival_rate=None), "arrival_rate"),
     (dict(arrival_rate=None, arrivals=[1.0, 0.5]), "arrivals"),
@@ -319,3 +319,59 @@ def test_plan_bad_input():
     with pytest.raises(ValueError, match="users"):
         continuous_batching_plan(M, H, 0, 100, 10)
     assert isinstance(step_cost(M, H), StepCost)
+
+
+# --------------------------------------------------------------------------------------------------
+# One-token answers, static batching, paged KV, Little's law, disaggregation (lesson 10)
+# --------------------------------------------------------------------------------------------------
+def test_one_token_answers_are_left_out_of_tpot_never_nan():
+    import math
+
+    r = simulate(M, H, 5.0, 100, 1, 40, 0)
+    s = r.summary()
+    assert s["tpot_excluded"] == 40 and s["tpot_mean"] is None
+    assert all(s[f"tpot_p{q}"] is None for q in (50, 90, 99))
+    assert not any(isinstance(v, float) and math.isnan(v) for v in s.values())
+    mixed = simulate(M, H, 5.0, 100, [1, 8], 40, 0).summary()
+    assert 0 < mixed["tpot_excluded"] < 40 and mixed["tpot_p50"] > 0
+
+
+def test_static_batching_is_the_estimators_waves_and_continuous_beats_it():
+    from course_lib.core.serving import static_batching
+
+    answers = [20, 300, 80, 150, 40, 60]
+    st = static_batching(M, H, 256, answers, 3, **EFF)
+    e1, e2 = estimate(M, H, 256, 300, batch=3, **EFF), estimate(M, H, 256, 150, batch=3, **EFF)
+    assert rel(st.duration, e1.total + e2.total) < 1e-12 and st.waves == 2
+    assert st.slot_use == pytest.approx(sum(answers) / (3 * 300 + 3 * 150))
+    cont = simulate(M, H, None, 256, answers, arrivals=[0.0] * 6, max_batch=3, token_budget=4096, **EFF)
+    assert cont.duration < st.duration           # a freed slot is refilled at the next step
+
+
+def test_kv_pool_is_the_simulators_and_slots_round_down_to_blocks():
+    from course_lib.core.serving import kv_pool, kv_slots, paged_utilisation, reserved_utilisation
+
+    p = kv_pool(M, H, block_tokens=16, kv_memory_fraction=0.5)
+    r = simulate(M, H, None, 100, 4, arrivals=[0.0], kv_memory_fraction=0.5)
+    assert r.kv_blocks == p.blocks and p.token_slots == 16 * p.blocks
+    assert kv_slots(1000, 10, 16) == 96 and kv_slots(1000, 10) == 100
+    assert paged_utilisation([16, 17], 16) == pytest.approx(33 / 48)
+    assert reserved_utilisation([16, 17], 64) == pytest.approx(33 / 128)
+    with pytest.raises(ValueError, match="reserve_tokens"):
+        reserved_utilisation([100], 64)
+    with pytest.raises(ValueError, match="block_tokens"):
+        kv_pool(M, H, block_tokens=0)
+
+
+def test_littles_law_and_the_kv_transfer_are_the_generated_formulas():
+    from course_lib.core.serving import kv_transfer, littles_law
+
+    assert littles_law(12.0, 2.5) == 30.0
+    with pytest.raises(ValueError, match="arrival_rate"):
+        littles_law(0, 1.0)
+    t = kv_transfer(M, H, 2048, 300, 50e9)
+    assert t.bytes == 2048 * 131072 and rel(t.seconds, t.bytes / 50e9) < 1e-12
+    with pytest.raises(ValueError, match="link_bandwidth"):
+        kv_transfer(M, H, 2048, 300, 0)
+    with pytest.raises(ValueError, match="max_positions"):
+        kv_transfer(M, H, 8000, 300, 50e9)

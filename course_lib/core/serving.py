@@ -1,6 +1,6 @@
 """Serving many users: an iteration-level scheduler simulated step by step, and its steady state (lesson 10).
 
-Lessons: none
+Lessons: 10
 
 Three pieces, all torch-free and pure Python:
 
@@ -21,7 +21,13 @@ Three pieces, all torch-free and pure Python:
 
 Also :func:`speculative_tokens_per_step`, the expected tokens one verification step of speculative
 decoding yields, ``(1 - a^(k+1)) / (1 - a)``, and :func:`speculative_decoding`, which prices the
-verification as a ``(k + 1)``-token step with the same step cost.
+verification as a ``(k + 1)``-token step with the same step cost; :func:`static_batching` (the naive
+baseline: waves of ``batch`` requests, each padded to its longest answer); :func:`kv_pool` (the paged KV
+memory: blocks beside the weights), :func:`kv_slots`, :func:`paged_utilisation` and
+:func:`reserved_utilisation` (how much of the allocated KV memory holds tokens); :func:`littles_law`;
+:func:`kv_transfer` (prefill/decode disaggregation: the K/V of a prompt sent over a link); and
+:func:`published_kv_slots`, the vLLM paper's Table 1 held against :func:`kv_slots`
+(``course_lib/data/serving_measurements.json``).
 
 The scheduler, in one step (times in seconds, sizes in tokens):
 
@@ -60,6 +66,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from course_lib.core import _generated as g
+from course_lib.core.data import load_catalog
 from course_lib.core.estimator import _largest_passing, _step_work, COMPUTE_DTYPE, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
@@ -68,7 +75,10 @@ from course_lib.core.validation import require_count, require_fraction, require_
 
 __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_cost", "RequestRecord",
            "ServingResult", "simulate", "percentile", "ServingPlan", "continuous_batching_plan",
-           "speculative_tokens_per_step", "SpeculativeStep", "speculative_decoding"]
+           "speculative_tokens_per_step", "SpeculativeStep", "speculative_decoding", "StaticBatching",
+           "static_batching", "KVPool", "kv_pool", "kv_slots", "paged_utilisation", "reserved_utilisation",
+           "littles_law", "KVTransfer", "kv_transfer", "serving_measurements", "KVSlotsCheck",
+           "published_kv_slots", "SweepPoint", "rate_sweep"]
 
 #: The most requests one simulation takes.
 MAX_REQUESTS = 10**6
@@ -435,20 +445,35 @@ class ServingResult:
         """Sequences per step, weighted by the steps' times."""
         return self.batch_time / self.busy_time if self.busy_time else 0.0
 
-    def percentiles(self, metric: str, qs=(50, 90, 99)) -> dict[int, float]:
+    @property
+    def tpot_excluded(self) -> int:
+        """Requests left out of every TPOT figure: one-token answers, whose TPOT is undefined (no second token)."""
+        return sum(1 for r in self.records if r.tpot is None)
+
+    def percentiles(self, metric: str, qs=(50, 90, 99)) -> dict[int, float | None]:
+        """``{q: value}`` for each percentile ``q`` of ``metric`` ('ttft', 'tpot', 'e2e' or 'wait'), in seconds.
+
+        TPOT is undefined for a one-token answer: such requests are left out (:attr:`tpot_excluded` counts
+        them), and when every answer has one token the TPOT percentiles are ``None``, never NaN.
+        """
         if metric not in ("ttft", "tpot", "e2e", "wait"):
             raise ValueError(f"metric must be one of 'ttft', 'tpot', 'e2e', 'wait', got {metric!r}")
         values = getattr(self, metric)
-        return {q: percentile(values, q) if values else math.nan for q in qs}
+        return {q: percentile(values, q) if values else None for q in qs}
 
     def summary(self) -> dict:
-        """Plain numbers: p50/p90/p99 of TTFT, TPOT and end-to-end latency, throughput, mean batch, ..."""
+        """Plain numbers: p50/p90/p99 of TTFT, TPOT and end-to-end latency, throughput, mean batch, ...
+
+        ``tpot_excluded`` says how many one-token answers the TPOT figures leave out (their TPOT is
+        undefined); with no answer of two tokens or more, the TPOT figures are ``None`` (never NaN).
+        """
         out = {"requests": len(self.records), "duration": self.duration, "steps": self.steps}
         for metric in ("ttft", "tpot", "e2e"):
             for q, v in self.percentiles(metric).items():
                 out[f"{metric}_p{q}"] = v
         tp = self.tpot
-        out.update(ttft_mean=sum(self.ttft) / len(self.records), tpot_mean=sum(tp) / len(tp) if tp else math.nan,
+        out.update(ttft_mean=sum(self.ttft) / len(self.records), tpot_mean=sum(tp) / len(tp) if tp else None,
+                   tpot_excluded=self.tpot_excluded,
                    wait_mean=sum(self.wait) / len(self.records), throughput=self.throughput,
                    request_throughput=self.request_throughput, mean_batch=self.mean_batch,
                    max_batch=self.max_batch_seen, preemptions=self.preemptions, utilisation=self.utilisation,
@@ -533,17 +558,9 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     fast = cost._time if isinstance(cost, StepCost) else None
 
     # --- the paged KV pool ------------------------------------------------------------------------
-    if hw.capacity is None:
-        raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog: the KV pool is unknown")
-    block_bytes = block_tokens * kv_tok
-    prefix_blocks = -(-k_prefix // block_tokens)
-    pool = frac * hw.capacity - w_bytes - prefix_blocks * block_bytes
-    total_blocks = max(0, math.floor(pool / block_bytes))
+    pool = _pool(m, hw, w_bytes, kv_tok, block_tokens, frac, k_prefix)
+    total_blocks = pool.blocks
     need_longest = -(-(longest - 1 - k_prefix) // block_tokens)
-    if frac * hw.capacity <= w_bytes:
-        raise ValueError(f"the weights ({w_bytes / 1e9:.3g} GB) do not fit in kv_memory_fraction x capacity "
-                         f"({frac:g} x {hw.capacity / 1e9:g} GB) of {hw.name}: the simulator serves from one "
-                         f"device (tensor parallelism is not modelled); use a smaller precision or model")
     if total_blocks < need_longest:
         raise ValueError(f"kv_memory_fraction x capacity ({frac:g} x {hw.capacity / 1e9:g} GB) leaves "
                          f"{total_blocks:,} KV blocks of {block_tokens} tokens beside the weights "
@@ -875,12 +892,7 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
 # --------------------------------------------------------------------------------------------------
 # Speculative decoding
 # --------------------------------------------------------------------------------------------------
-# For core/formulas.py (the lead moves it there; sympy is not imported by this module):
-#   a, k = sp.symbols("a k", nonnegative=True)
-#   speculative_tokens_per_step = (1 - a**(k + 1)) / (1 - a)
-#   # the expected tokens one verification of k drafted tokens yields, each accepted with probability a
-#   # independently until the first rejection (which still yields the target model's own token);
-#   # sum_{i=0}^{k} a**i, whose limit at a = 1 is k + 1.
+# The formula is core/formulas.py's speculative_tokens_per_step (generated into _generated).
 def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
     """Expected tokens one verification step yields: ``(1 - a^(k+1)) / (1 - a)`` (``k + 1`` at ``a = 1``).
 
@@ -892,8 +904,8 @@ def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
     a = require_fraction("acceptance", acceptance, allow_zero=True)
     k = require_count("draft_tokens", draft_tokens, maximum=10**6)
     if a == 1:
-        return float(k + 1)
-    return (1 - a ** (k + 1)) / (1 - a)
+        return float(k + 1)                   # the limit of the closed form (a removable singularity)
+    return g.speculative_tokens_per_step(a, k)
 
 
 @dataclass(frozen=True)
@@ -951,3 +963,281 @@ def speculative_decoding(model, hardware, batch, context, draft_tokens, acceptan
     return SpeculativeStep(batch=B, context=c, draft_tokens=k, acceptance=a, tokens_per_step=tokens,
                            plain_step=plain, verify_step=verify, draft_time=k * t_draft, time_per_token=per_token,
                            speedup=plain / per_token, verify_bound=bound)
+
+
+# --------------------------------------------------------------------------------------------------
+# The naive baseline: static batching
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticBatching:
+    """Requests served in waves of ``batch`` (every request present at time 0; seconds, tokens).
+
+    Each wave prefills its prompts together and decodes until its longest answer is done: a
+    finished sequence keeps its slot (padding) until the wave ends, and the next wave waits.
+    ``useful_tokens`` are the answers' tokens; ``slot_tokens`` the tokens the slots could have
+    produced (batch x the longest answer, per wave); ``slot_use`` their ratio.
+    """
+
+    requests: int
+    batch: int
+    waves: int
+    duration: float
+    useful_tokens: int
+    slot_tokens: int
+    throughput: float             # useful output tokens per second
+    slot_use: float
+    mean_e2e: float               # a request finishes when its wave ends
+
+
+def static_batching(model, hardware, prompt_tokens, output_tokens, batch, *, precision="fp16", kv_precision=None,
+                    compute_efficiency=1.0, bandwidth_efficiency=1.0) -> StaticBatching:
+    """The static-batch baseline for the answers ``output_tokens`` (a list, in arrival order), all present at 0.
+
+    Waves of ``batch`` requests in order; a wave lasts the estimator's ``total`` for its longest answer
+    (``estimate(prompt_tokens, max(n), batch=len(wave))``). This is lesson 09's plan, served back to back.
+    """
+    outs = [require_count("output_tokens", n, minimum=1) for n in _as_list("output_tokens", output_tokens)]
+    P = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    B = require_count("batch", batch, minimum=1, maximum=10**6)
+    if len(outs) > MAX_REQUESTS:
+        raise SimulationTooLarge(f"output_tokens holds {len(outs):,} answers; at most {MAX_REQUESTS:,} are accepted")
+    kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
+              bandwidth_efficiency=bandwidth_efficiency)
+    t, finish_sum, slots, cache = 0.0, 0.0, 0, {}
+    waves = 0
+    for i in range(0, len(outs), B):
+        wave = outs[i:i + B]
+        key = (len(wave), max(wave))
+        if key not in cache:
+            cache[key] = estimate(model, hardware, P, key[1], batch=key[0], **kw).total
+        t += cache[key]
+        finish_sum += t * len(wave)
+        slots += key[0] * key[1]
+        waves += 1
+    useful = sum(outs)
+    return StaticBatching(requests=len(outs), batch=B, waves=waves, duration=t, useful_tokens=useful,
+                          slot_tokens=slots, throughput=useful / t, slot_use=useful / slots,
+                          mean_e2e=finish_sum / len(outs))
+
+
+def _as_list(name, values) -> list:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range)):
+        raise TypeError(f"{name} must be a list of token counts, got {type(values).__name__}")
+    if not values:
+        raise ValueError(f"{name} must hold at least one token count")
+    return list(values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Paged KV memory
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KVPool:
+    """The paged KV pool of one device: ``kv_memory_fraction`` of its capacity less the weights (bytes).
+
+    ``blocks`` blocks of ``block_tokens`` tokens each (``block_bytes``); ``token_slots`` = blocks x
+    block_tokens, the tokens of K/V the pool holds at once (beside a shared prefix of
+    ``prefix_blocks`` blocks, held once).
+    """
+
+    capacity: float
+    memory_fraction: float
+    weights_bytes: float
+    kv_bytes_per_token: float
+    block_tokens: int
+    block_bytes: float
+    prefix_blocks: int
+    pool_bytes: float
+    blocks: int
+    token_slots: int
+
+
+def _pool(m, hw, w_bytes, kv_tok, block_tokens, frac, k_prefix) -> KVPool:
+    if hw.capacity is None:
+        raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog: the KV pool is unknown")
+    if frac * hw.capacity <= w_bytes:
+        raise ValueError(f"the weights ({w_bytes / 1e9:.3g} GB) do not fit in kv_memory_fraction x capacity "
+                         f"({frac:g} x {hw.capacity / 1e9:g} GB) of {hw.name}: the simulator serves from one "
+                         f"device (tensor parallelism is not modelled); use a smaller precision or model")
+    block_bytes = block_tokens * kv_tok
+    prefix_blocks = -(-k_prefix // block_tokens)
+    pool = frac * hw.capacity - w_bytes - prefix_blocks * block_bytes
+    blocks = max(0, math.floor(pool / block_bytes))
+    return KVPool(capacity=hw.capacity, memory_fraction=frac, weights_bytes=w_bytes, kv_bytes_per_token=kv_tok,
+                  block_tokens=block_tokens, block_bytes=block_bytes, prefix_blocks=prefix_blocks,
+                  pool_bytes=max(0.0, pool), blocks=blocks, token_slots=blocks * block_tokens)
+
+
+def kv_pool(model, hardware, *, precision="fp16", kv_precision=None, block_tokens=16, kv_memory_fraction=0.9,
+            cached_prefix_tokens=0) -> KVPool:
+    """The KV pool :func:`simulate` serves from (vLLM's ``gpu_memory_utilization`` and block size)."""
+    m, hw = get_model(model), get_hardware(hardware)
+    wname, kvname = _precisions(precision, kv_precision)
+    bt = require_count("block_tokens", block_tokens, minimum=1, maximum=10**6)
+    frac = require_fraction("kv_memory_fraction", kv_memory_fraction)
+    k = require_count("cached_prefix_tokens", cached_prefix_tokens)
+    return _pool(m, hw, m.weight_bytes(wname), m.kv_bytes_per_token(kvname), bt, frac, k)
+
+
+def kv_slots(kv_memory_bytes, kv_bytes_per_token, block_tokens=1) -> int:
+    """Token slots a KV memory of ``kv_memory_bytes`` holds: whole blocks of ``block_tokens`` tokens."""
+    mem = require_nonnegative("kv_memory_bytes", kv_memory_bytes)
+    per = require_positive("kv_bytes_per_token", kv_bytes_per_token)
+    bt = require_count("block_tokens", block_tokens, minimum=1, maximum=10**6)
+    return math.floor(mem / (per * bt)) * bt
+
+
+def paged_utilisation(lengths, block_tokens) -> float:
+    """Fraction of the allocated KV slots that hold tokens when each sequence gets whole blocks.
+
+    Each sequence of ``t`` tokens holds ``ceil(t / b)`` blocks: at most ``b - 1`` slots of its last
+    block are empty (internal fragmentation), and no block is reserved ahead.
+    """
+    ts = [require_count("lengths", x, minimum=1) for x in _as_list("lengths", lengths)]
+    b = require_count("block_tokens", block_tokens, minimum=1, maximum=10**6)
+    return sum(ts) / sum(-(-x // b) * b for x in ts)
+
+
+def reserved_utilisation(lengths, reserve_tokens) -> float:
+    """Fraction of the KV memory that holds tokens when every sequence reserves ``reserve_tokens`` slots up front.
+
+    The pre-paging scheme: a contiguous chunk for the longest possible sequence per request, whatever
+    its final length (the vLLM paper's 'reserved' and 'internal fragmentation' waste).
+    """
+    ts = [require_count("lengths", x, minimum=1) for x in _as_list("lengths", lengths)]
+    r = require_count("reserve_tokens", reserve_tokens, minimum=1)
+    if max(ts) > r:
+        raise ValueError(f"reserve_tokens ({r:,}) must be at least the longest sequence ({max(ts):,})")
+    return sum(ts) / (len(ts) * r)
+
+
+# --------------------------------------------------------------------------------------------------
+# Little's law and disaggregation
+# --------------------------------------------------------------------------------------------------
+def littles_law(arrival_rate, time_in_system) -> float:
+    """Mean requests in the system, ``L = lambda W`` (requests/s times seconds): the generated ``littles_law``."""
+    lam = require_positive("arrival_rate", arrival_rate)
+    w = require_nonnegative("time_in_system", time_in_system)
+    return g.littles_law(lam, w)
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """Prefill/decode disaggregation: the K/V of one prompt sent from the prefill GPU to the decode GPU.
+
+    ``bytes`` over ``link_bandwidth`` (bytes/s) takes ``seconds``; ``ttft`` is the prefill alone
+    (the estimator's, batch 1) and ``tpot`` one decode step of ``decode_batch`` sequences at the
+    prompt's length: the transfer adds to the TTFT once, and a decode GPU receiving a prompt for
+    every finishing sequence must take ``decode_batch / (output_tokens - 1)`` of them per step.
+    """
+
+    prompt_tokens: int
+    bytes: float
+    link_bandwidth: float
+    seconds: float
+    ttft: float
+    tpot: float
+    share_of_ttft: float
+    transfers_per_step: float
+    link_busy_fraction: float     # transfers_per_step x seconds / tpot: the link's load on the decode side
+
+
+def kv_transfer(model, hardware, prompt_tokens, output_tokens, link_bandwidth, *, decode_batch=1, precision="fp16",
+                kv_precision=None, compute_efficiency=1.0, bandwidth_efficiency=1.0) -> KVTransfer:
+    """Price the K/V transfer of prefill/decode disaggregation from the link (the generated ``kv_transfer_time``)."""
+    m, hw = get_model(model), get_hardware(hardware)
+    P = require_count("prompt_tokens", prompt_tokens, minimum=1)
+    n = require_count("output_tokens", output_tokens, minimum=2)
+    if m.max_positions is not None and P + n > m.max_positions:
+        raise ValueError(f"prompt_tokens + output_tokens must be at most the model's context ({m.name}: "
+                         f"max_positions = {m.max_positions:,}), got {P + n:,}")
+    bw = require_positive("link_bandwidth", link_bandwidth)
+    B = require_count("decode_batch", decode_batch, minimum=1, maximum=10**6)
+    wname, kvname = _precisions(precision, kv_precision)
+    kv_tok = m.kv_bytes_per_token(kvname)
+    secs = g.kv_transfer_time(P, kv_tok, bw)
+    kw = dict(precision=wname, kv_precision=kvname, compute_efficiency=compute_efficiency,
+              bandwidth_efficiency=bandwidth_efficiency)
+    ttft = estimate(m, hw, P, n, **kw).ttft
+    tpot = estimate(m, hw, P, n, batch=B, **kw).tpot
+    per_step = B / (n - 1)
+    return KVTransfer(prompt_tokens=P, bytes=P * kv_tok, link_bandwidth=bw, seconds=secs, ttft=ttft, tpot=tpot,
+                      share_of_ttft=secs / ttft, transfers_per_step=per_step, link_busy_fraction=per_step * secs / tpot)
+
+
+# --------------------------------------------------------------------------------------------------
+# Published measurements
+# --------------------------------------------------------------------------------------------------
+def serving_measurements() -> dict:
+    """``course_lib/data/serving_measurements.json`` (a fresh copy): the transcribed serving figures and sources."""
+    return load_catalog("serving_measurements", copy=True)
+
+
+@dataclass(frozen=True)
+class KVSlotsCheck:
+    """One row of the vLLM paper's Table 1 held against :func:`kv_slots` (bytes, token slots).
+
+    ``predicted_decimal`` reads the paper's 'GB' as 1e9 bytes, ``predicted_binary`` as 2**30;
+    ``efficiency_*`` = predicted / published. ``bytes_per_slot`` is what the paper's two numbers
+    imply (its memory, read as GiB, over its slots). ``predicted_*`` are None where the model's
+    bytes per token are not known from a source.
+    """
+
+    model: str
+    gpus: str
+    kv_memory_gb: float
+    published_slots: float
+    bytes_per_token: float | None
+    predicted_decimal: int | None
+    predicted_binary: int | None
+    efficiency_decimal: float | None
+    efficiency_binary: float | None
+    bytes_per_slot: float
+    where: str
+
+
+def published_kv_slots() -> list[KVSlotsCheck]:
+    """The vLLM paper's Table 1, each row's KV slots predicted from its KV memory and the bytes per token.
+
+    The bytes per token come from the paper itself (OPT-13B, section 3: 2 x 5120 x 40 x 2); the
+    other rows' architectures are not in the paper, so only their implied bytes per slot are shown.
+    """
+    data = load_catalog("serving_measurements")
+    per_token = {row["model"]: math.prod(row["factors"].values()) for row in data["kv_per_token"]}
+    table = data["kv_slots"]
+    out = []
+    for row in table["rows"]:
+        mem = row["kv_cache_memory_gb"]
+        slots = row["max_kv_slots_k"] * 1000
+        b = per_token.get(row["model"])
+        dec = kv_slots(mem * 1e9, b) if b else None
+        bina = kv_slots(mem * 2**30, b) if b else None
+        out.append(KVSlotsCheck(model=row["model"], gpus=row["gpus"], kv_memory_gb=mem, published_slots=slots,
+                                bytes_per_token=b, predicted_decimal=dec, predicted_binary=bina,
+                                efficiency_decimal=g.efficiency(dec, slots) if b else None,
+                                efficiency_binary=g.efficiency(bina, slots) if b else None,
+                                bytes_per_slot=mem * 2**30 / slots, where=table["where"]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Sweeps for the lesson's curves
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepPoint:
+    """One request rate of :func:`rate_sweep`: the rate offered and the simulation's summary there."""
+
+    rate: float
+    summary: dict
+
+
+def rate_sweep(model, hardware, rates, prompt_tokens, output_tokens, requests, seed=0, *, progress=None,
+               **kwargs) -> list[SweepPoint]:
+    """:func:`simulate` at each of ``rates`` (requests/s) with the same seed (common random numbers).
+
+    ``progress`` wraps the rates for a progress bar (e.g. ``tqdm``); other keywords go to :func:`simulate`.
+    """
+    rs = [require_positive("rates", r) for r in _as_list("rates", rates)]
+    it = progress(rs) if progress is not None else rs
+    return [SweepPoint(r, simulate(model, hardware, r, prompt_tokens, output_tokens, requests, seed,
+                                   **kwargs).summary()) for r in it]
