@@ -34,7 +34,8 @@ help:
 	@echo "make lab-instructor  the same JupyterLab with nbgrader's instructor tools (menu, Validate, Create Assignment)"
 	@echo "make app         install (if needed), serve the capstone dashboard (Voila) on http://$(IP):$(PORT)/"
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
-	@echo "make tour        the slower integration checks: real-browser runs of JupyterLab and Voila, nbgrader autograde"
+	@echo "make tour        the slower integration checks: real-browser runs of JupyterLab and Voila, nbgrader autograde,"
+	@echo "                 a JupyterHub classroom (tests/test_hub.py), the Binder environment (tests/test_binder.py)"
 	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
 	@echo "                 (or only some: make notebooks NOTEBOOKS='notebooks/03_kv_cache.ipynb')"
@@ -80,6 +81,8 @@ lab lab-instructor: install
 
 # App mode: app/dashboard.ipynb served by Voila as a web page of outputs and widgets, no code
 # (app/voila.json: strip_sources and friends). Voila runs in app/ so that it reads that file.
+# --template=course is app/share/jupyter/voila/templates/course (Voila finds templates on JUPYTER_PATH):
+# Voila's lab template without its CDN stylesheets, so that the app loads nothing from the internet.
 # Voila, unlike JupyterLab, needs no --allow-root. Listens on 127.0.0.1 unless told otherwise:
 #     make app PORT=8867            another port
 #     make app IP=0.0.0.0           reachable from other machines (no password: Voila runs no code
@@ -90,7 +93,8 @@ IP         ?= 127.0.0.1
 VOILA_ARGS ?=
 
 app: install
-	cd app && "$(CURDIR)/$(VENV)/bin/voila" dashboard.ipynb --Voila.ip=$(IP) --Voila.port=$(PORT) $(VOILA_ARGS)
+	cd app && JUPYTER_PATH="$(CURDIR)/app/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
+	  "$(CURDIR)/$(VENV)/bin/voila" dashboard.ipynb --template=course --Voila.ip=$(IP) --Voila.port=$(PORT) $(VOILA_ARGS)
 
 # --- checks -------------------------------------------------------------------------------
 
@@ -100,8 +104,9 @@ app: install
 # stored outputs were made by `make notebooks`) and nbval's per-cell timeout come from
 # course_lib/authoring/kernel.py, through tests/conftest.py.
 # The slower integration checks (a real browser driving JupyterLab and Voila, nbgrader's whole autograde
-# flow) are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
-TOUR_MARKERS := browser or nbgrader
+# flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip)
+# are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
+TOUR_MARKERS := browser or nbgrader or classroom or binder
 
 test: install
 	$(VENV)/bin/ruff check .
