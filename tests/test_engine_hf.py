@@ -17,6 +17,7 @@ pytest.importorskip("transformers", reason="the engines extra (transformers) is 
 
 import sympy as sp  # noqa: E402
 
+from course_lib.core import formulas, numeric  # noqa: E402
 from course_lib.measure import calibrate, probes, validate  # noqa: E402
 from course_lib.measure.engines import hf  # noqa: E402
 
@@ -168,15 +169,16 @@ def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch
     assert tiny["num_attention_heads"] // tiny["num_key_value_heads"] == 2    # Qwen3-0.6B's grouping 16/8
 
 
-def test_formulas_match_their_numeric_functions():
-    rnd = random.Random(1)
-    for expr, args, fn in ((hf.ENGINE_DECODE_TIME, hf.ENGINE_DECODE_ARGS, hf.engine_decode_time),
-                           (hf.ENGINE_PREFILL_TIME, hf.ENGINE_PREFILL_ARGS, hf.engine_prefill_time)):
-        f = sp.lambdify(args, expr)
+def test_the_engine_formulas_are_the_core_formulas():
+    """The prediction evaluates core/formulas.py's engine formulas (generated code), not a copy of its own."""
+    for name in ("engine_decode_time", "engine_prefill_time"):
+        f = formulas.FORMULAS[name]
+        fn = sp.lambdify(f.args, f.expr)
+        rnd = random.Random(1)
         for _ in range(5):
-            vals = [rnd.uniform(0.5, 5e3) for _ in args]
-            assert math.isclose(f(*vals), fn(*vals), rel_tol=1e-12)
-        assert set(expr.free_symbols) == set(args)
+            vals = {a.name: (rnd.randint(1, 5000) if a.is_integer else rnd.uniform(0.5, 5e3)) for a in f.args}
+            assert math.isclose(fn(*vals.values()), getattr(numeric, name)(**vals), rel_tol=1e-12)
+    assert not hasattr(hf, "ENGINE_DECODE_TIME") and "sympy" not in hf.__dict__
 
 
 def _calibration(gemv_bw=10e9, copy_bw=8e9, kv_bw=5e9, flops=1e11, gemm=None, cold_ops=()):

@@ -45,6 +45,8 @@ def test_generated_equals_sympy_on_random_inputs(data):
             vals[formulas.S.measured_b] = vals[formulas.S.measured_a] + vals[formulas.S.measured_b]
         if name == "cache_break_even_hit_rate":  # defined where a hit is faster than a miss
             vals[formulas.S.ttft_miss] = vals[formulas.S.ttft_hit] + vals[formulas.S.ttft_miss]
+        if name == "speculative_tokens_per_step":  # the closed form's removable singularity at acceptance = 1
+            vals[formulas.S.acceptance] = vals[formulas.S.acceptance] / 2
         want = float(f.expr.subs(vals).evalf(30))
         got = getattr(g, name)(*[vals[a] for a in f.args])
         assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), name

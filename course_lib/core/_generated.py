@@ -6,7 +6,39 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'square_matmul_bytes', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+
+
+def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """A ring all-gather of a message_bytes result: G - 1 steps, each GPU receiving the (G - 1)/G of the result it does not hold. [s]
+
+    sympy: base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
+    """
+    return base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
+
+
+def allreduce_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """A ring all-reduce with its latency (the alpha-beta model NCCL's tuner uses): a start-up cost, 2 (G - 1) steps of hop_latency each (a reduce-scatter, then an all-gather), and 2 (G - 1)/G of the message through each GPU's link. At small messages the latency terms dominate. [s]
+
+    sympy: base_latency + hop_latency*(2*devices - 2) + message_bytes*(2*devices - 2)/(devices*link_bandwidth)
+    """
+    return base_latency + hop_latency*(2*devices - 2) + message_bytes*(2*devices - 2)/(devices*link_bandwidth)
+
+
+def allreduce_tree_time(tree_depth, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). [s]
+
+    sympy: base_latency + 2*hop_latency*tree_depth + 2*message_bytes/link_bandwidth
+    """
+    return base_latency + 2*hop_latency*tree_depth + 2*message_bytes/link_bandwidth
+
+
+def alltoall_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """An all-to-all in which each GPU sends message_bytes in all, 1/G to every GPU (itself included): G - 1 exchanges, (G - 1)/G of the message leaving through its link (expert parallelism's dispatch and combine). Same cost as a ring all-gather of the same bytes. [s]
+
+    sympy: base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
+    """
+    return base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
 
 
 def arithmetic_intensity(flops, nbytes):
@@ -121,6 +153,22 @@ def efficiency(predicted_time, measured_time):
     return predicted_time/measured_time
 
 
+def engine_decode_time(weights_time, kv_time, context, kv_bytes_per_token, vocab, copy_bandwidth, step_fixed, step_per_layer, layers, cold_factor):
+    """A decode step of transformers' generate(): the calibrated weights and K/V terms, the dynamic cache's concatenation of all K/V, the fp32 logits' copy and argmax, and the engine's probed per-step cost. [s]
+
+    sympy: cold_factor*(layers*step_per_layer + step_fixed) + 2*context*kv_bytes_per_token/copy_bandwidth + kv_time + weights_time + 12*vocab/copy_bandwidth
+    """
+    return cold_factor*(layers*step_per_layer + step_fixed) + 2*context*kv_bytes_per_token/copy_bandwidth + kv_time + weights_time + 12*vocab/copy_bandwidth
+
+
+def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_bytes_per_token, vocab, copy_bandwidth, prefill_fixed, prefill_per_layer, layers, cold_factor):
+    """The prefill of transformers' generate(): block GEMMs at P rows, causal attention products, the lm_head on the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, and the engine's probed per-prefill cost. [s]
+
+    sympy: attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
+    """
+    return attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
+
+
 def expected_experts(experts, experts_per_token, routed_tokens):
     """Expected number of distinct experts touched when routed_tokens tokens each pick experts_per_token of experts (uniform routing): each expert is missed by one token with probability 1 - k/E. [experts]
 
@@ -185,6 +233,14 @@ def kv_read_time(batch, context, kv_bytes_per_token, kv_bandwidth):
     return batch*context*kv_bytes_per_token/kv_bandwidth
 
 
+def kv_transfer_time(prompt, kv_bytes_per_token, link_bandwidth):
+    """Seconds to send the K/V of a P-token prompt from a prefill GPU to a decode GPU over a link of link_bandwidth (prefill/decode disaggregation; latency per message not counted). [s]
+
+    sympy: kv_bytes_per_token*prompt/link_bandwidth
+    """
+    return kv_bytes_per_token*prompt/link_bandwidth
+
+
 def kv_values_per_token(layers, kv_heads, head_dim):
     """Values cached per token: K and V (the 2), for every layer and KV head, head_dim each. [values]
 
@@ -207,6 +263,14 @@ def linear_step_sum(intercept, slope, first, last):
     sympy: intercept*(-first + last + 1) + slope*(-first**2/2 + first/2 + last**2/2 + last/2)
     """
     return intercept*(-first + last + 1) + slope*(-(1/2)*first**2 + ((1/2))*first + ((1/2))*last**2 + ((1/2))*last)
+
+
+def littles_law(arrival_rate, time_in_system):
+    """Little's law: the mean number of requests in a system equals the arrival rate times the mean time each spends in it (any queue in a steady state, measured from empty to empty). [requests]
+
+    sympy: arrival_rate*time_in_system
+    """
+    return arrival_rate*time_in_system
 
 
 def memory_time(nbytes, bandwidth, bandwidth_efficiency):
@@ -361,12 +425,28 @@ def sessions_that_fit(capacity, weights_bytes, kv_bytes_per_token, session_token
     return floor((capacity - weights_bytes)/(kv_bytes_per_token*session_tokens))
 
 
+def speculative_tokens_per_step(acceptance, draft_tokens):
+    """Expected tokens one verification step of speculative decoding yields: k drafted tokens, each accepted with probability alpha until the first rejection, plus the target model's own token (the sum of alpha**i for i = 0..k; its limit at alpha = 1 is k + 1). [tokens]
+
+    sympy: (1 - acceptance**(draft_tokens + 1))/(1 - acceptance)
+    """
+    return (1 - acceptance**(draft_tokens + 1))/(1 - acceptance)
+
+
 def square_matmul_bytes(rows, bytes_per_element):
     """Bytes an m x m by m x m matrix product must move at least: read A and B, write C. [B]
 
     sympy: 3*bytes_per_element*rows**2
     """
     return 3*bytes_per_element*rows**2
+
+
+def steady_state_tpot(decode_step_time, sequences, prefill_time, decode_steps):
+    """Continuous batching in its steady state: with C sequences in flight per GPU, each sequence's n - 1 decode steps (decode_steps) also carry the C prefills of the sequences that replace the finished ones. [s]
+
+    sympy: decode_step_time + prefill_time*sequences/decode_steps
+    """
+    return decode_step_time + prefill_time*sequences/decode_steps
 
 
 def step_time_with_overhead(roofline_time, ops, op_overhead):
@@ -420,6 +500,10 @@ def weight_bytes(params, bytes_per_weight):
 #: Each formula's arguments with the kind its sympy symbol declares (used by course_lib.core.numeric
 #: to check arguments): count1 (integer >= 1), count0 (integer >= 0), positive, nonnegative, real.
 ARGUMENTS = {
+    'allgather_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
+    'allreduce_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
+    'allreduce_tree_time': (('tree_depth', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
+    'alltoall_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'arithmetic_intensity': (('flops', 'nonnegative'), ('nbytes', 'positive')),
     'attention_params': (('hidden', 'count1'), ('heads', 'count1'), ('kv_heads', 'count1'), ('head_dim', 'count1'), ('qkv_bias', 'nonnegative'), ('o_bias', 'nonnegative')),
     'attention_scores_bytes': (('heads', 'count1'), ('new_prompt', 'count1'), ('bytes_per_element', 'positive')),
@@ -434,6 +518,8 @@ ARGUMENTS = {
     'decode_flops': (('batch', 'count1'), ('block_params', 'positive'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'e2e_per_token': (('ttft', 'positive'), ('n', 'count1'), ('tpot', 'positive')),
     'efficiency': (('predicted_time', 'positive'), ('measured_time', 'positive')),
+    'engine_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('step_fixed', 'nonnegative'), ('step_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
+    'engine_prefill_time': (('linear_time', 'nonnegative'), ('attention_time', 'nonnegative'), ('lm_head_time', 'nonnegative'), ('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('prefill_fixed', 'nonnegative'), ('prefill_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
     'expected_experts': (('experts', 'count1'), ('experts_per_token', 'count1'), ('routed_tokens', 'count1')),
     'expected_ttft': (('hit_rate', 'nonnegative'), ('ttft_hit', 'positive'), ('ttft_miss', 'positive')),
     'fixed_cost_fit_fixed_time': (('predicted_a', 'positive'), ('predicted_b', 'positive'), ('measured_a', 'positive'), ('measured_b', 'positive')),
@@ -442,9 +528,11 @@ ARGUMENTS = {
     'gemv_flops': (('rows', 'count1'), ('cols', 'count1'), ('batch', 'count1')),
     'kv_cache_bytes': (('kv_values', 'positive'), ('bytes_per_kv', 'positive'), ('tokens', 'count0'), ('batch', 'count1')),
     'kv_read_time': (('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('kv_bandwidth', 'positive')),
+    'kv_transfer_time': (('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('link_bandwidth', 'positive')),
     'kv_values_per_token': (('layers', 'count1'), ('kv_heads', 'count1'), ('head_dim', 'count1')),
     'linear_flops': (('params', 'positive'), ('tokens', 'count0')),
     'linear_step_sum': (('intercept', 'real'), ('slope', 'real'), ('first', 'count0'), ('last', 'count0')),
+    'littles_law': (('arrival_rate', 'positive'), ('time_in_system', 'nonnegative')),
     'memory_time': (('nbytes', 'positive'), ('bandwidth', 'positive'), ('bandwidth_efficiency', 'positive')),
     'mla_attention_params': (('hidden', 'count1'), ('heads', 'count1'), ('q_rank', 'nonnegative'), ('kv_rank', 'count1'), ('rope_dim', 'count0'), ('nope_dim', 'count1'), ('v_dim', 'count1')),
     'mla_kv_values_per_token': (('layers', 'count1'), ('kv_rank', 'count1'), ('rope_dim', 'count0')),
@@ -464,7 +552,9 @@ ARGUMENTS = {
     'session_prefill_tokens_cached': (('system_tokens', 'count0'), ('user_tokens', 'count0'), ('reply_tokens', 'count0'), ('turns', 'count1')),
     'session_prefill_tokens_nocache': (('system_tokens', 'count0'), ('user_tokens', 'count0'), ('reply_tokens', 'count0'), ('turns', 'count1')),
     'sessions_that_fit': (('capacity', 'positive'), ('weights_bytes', 'nonnegative'), ('kv_bytes_per_token', 'nonnegative'), ('session_tokens', 'count1')),
+    'speculative_tokens_per_step': (('acceptance', 'nonnegative'), ('draft_tokens', 'count0')),
     'square_matmul_bytes': (('rows', 'count1'), ('bytes_per_element', 'positive')),
+    'steady_state_tpot': (('decode_step_time', 'nonnegative'), ('sequences', 'count1'), ('prefill_time', 'nonnegative'), ('decode_steps', 'count1')),
     'step_time_with_overhead': (('roofline_time', 'nonnegative'), ('ops', 'count0'), ('op_overhead', 'nonnegative')),
     'streamed_params': (('block_params', 'positive'), ('vocab', 'count1'), ('hidden', 'count1'), ('routed_tokens', 'count1')),
     'tokens_per_second': (('n', 'count1'), ('ttft', 'positive'), ('tpot', 'positive')),

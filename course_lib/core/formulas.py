@@ -1,6 +1,6 @@
 """Every formula of the course, once, as a sympy expression.
 
-Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 
 This module is the single source of truth. ``python -m course_lib.core.codegen`` (``make codegen``) turns
 each expression into a plain-Python function in ``course_lib/core/_generated.py``; the estimator and the
@@ -119,12 +119,34 @@ class S:
     devices = _sym("devices", r"G", integer=True, positive=True)
     message_bytes = _sym("message_bytes", r"m", **_nn)
     link_bandwidth = _sym("link_bandwidth", r"\beta_{link}", **_pos)
+    base_latency = _sym("base_latency", r"\alpha_0", **_nn)       # a collective's fixed start-up cost
+    hop_latency = _sym("hop_latency", r"\alpha", **_nn)           # latency of each step (hop) of a collective
+    tree_depth = _sym("tree_depth", r"d", integer=True, positive=True)   # ceil(log2 G) levels of a binary tree
+    sequences = _sym("sequences", r"C", integer=True, positive=True)     # sequences in flight per GPU
+    decode_step_time = _sym("decode_step_time", r"t_{dec}", **_nn)
+    prefill_time = _sym("prefill_time", r"t_{pf}", **_nn)
+    decode_steps = _sym("decode_steps", r"(n - 1)", integer=True, positive=True)   # n - 1 for n new tokens
+    # lesson 10: serving many users
+    arrival_rate = _sym("arrival_rate", r"\lambda", **_pos)
+    time_in_system = _sym("time_in_system", r"W", **_nn)
+    acceptance = _sym("acceptance", r"\alpha", **_nn)
+    draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
     # the calibrated decode model (course_lib.validate)
     kv_bandwidth = _sym("kv_bandwidth", r"\beta_{kv}", **_pos)
     weights_time = _sym("weights_time", r"t_W", **_nn)
     kv_time = _sym("kv_time", r"t_{KV}", **_nn)
     view_ops = _sym("view_ops", r"n_{view}", integer=True, nonnegative=True)
     view_overhead = _sym("view_overhead", r"t_{view}", **_nn)
+    # a real engine (Hugging Face transformers generate(), course_lib.measure.engines.hf; lesson 08)
+    copy_bandwidth = _sym("copy_bandwidth", r"\beta_{copy}", **_pos)
+    step_fixed = _sym("step_fixed", r"t_{step}", **_nn)
+    step_per_layer = _sym("step_per_layer", r"t_{layer}", **_nn)
+    prefill_fixed = _sym("prefill_fixed", r"t_{pf,0}", **_nn)
+    prefill_per_layer = _sym("prefill_per_layer", r"t_{pf,layer}", **_nn)
+    cold_factor = _sym("cold_factor", r"\chi", **_pos)
+    linear_time = _sym("linear_time", r"t_{lin}", **_nn)
+    attention_time = _sym("attention_time", r"t_{att}", **_nn)
+    lm_head_time = _sym("lm_head_time", r"t_{head}", **_nn)
 
 
 @dataclass(frozen=True)
@@ -303,6 +325,46 @@ _f("ring_allreduce_time", 2 * (s.devices - 1) / s.devices * s.message_bytes / s.
    (s.devices, s.message_bytes, s.link_bandwidth),
    "Bandwidth term of a ring all-reduce of message_bytes over `devices` GPUs: each sends and receives "
    "2 (G - 1)/G of the message (per-hop latency not counted).", "s")
+_f("allreduce_ring_time",
+   s.base_latency + 2 * (s.devices - 1) * s.hop_latency + FORMULAS["ring_allreduce_time"].expr,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A ring all-reduce with its latency (the alpha-beta model NCCL's tuner uses): a start-up cost, 2 (G - 1) "
+   "steps of hop_latency each (a reduce-scatter, then an all-gather), and 2 (G - 1)/G of the message through "
+   "each GPU's link. At small messages the latency terms dominate.", "s")
+_f("allreduce_tree_time", s.base_latency + 2 * s.tree_depth * s.hop_latency + 2 * s.message_bytes / s.link_bandwidth,
+   (s.tree_depth, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), "
+   "pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its "
+   "bus bandwidth).", "s")
+_f("allgather_ring_time",
+   s.base_latency + (s.devices - 1) * s.hop_latency + (s.devices - 1) / s.devices * s.message_bytes / s.link_bandwidth,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A ring all-gather of a message_bytes result: G - 1 steps, each GPU receiving the (G - 1)/G of the result it "
+   "does not hold.", "s")
+_f("alltoall_time", FORMULAS["allgather_ring_time"].expr,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "An all-to-all in which each GPU sends message_bytes in all, 1/G to every GPU (itself included): G - 1 "
+   "exchanges, (G - 1)/G of the message leaving through its link (expert parallelism's dispatch and combine). "
+   "Same cost as a ring all-gather of the same bytes.", "s")
+_f("steady_state_tpot", s.decode_step_time + s.sequences * s.prefill_time / s.decode_steps,
+   (s.decode_step_time, s.sequences, s.prefill_time, s.decode_steps),
+   "Continuous batching in its steady state: with C sequences in flight per GPU, each sequence's n - 1 decode "
+   "steps (decode_steps) also carry the C prefills of the sequences that replace the finished ones.", "s")
+
+
+# --- serving many users (lesson 10) -------------------------------------------------------------------------------
+_f("littles_law", s.arrival_rate * s.time_in_system, (s.arrival_rate, s.time_in_system),
+   "Little's law: the mean number of requests in a system equals the arrival rate times the mean time each "
+   "spends in it (any queue in a steady state, measured from empty to empty).", "requests")
+_f("speculative_tokens_per_step", (1 - s.acceptance ** (s.draft_tokens + 1)) / (1 - s.acceptance),
+   (s.acceptance, s.draft_tokens),
+   "Expected tokens one verification step of speculative decoding yields: k drafted tokens, each accepted with "
+   "probability alpha until the first rejection, plus the target model's own token (the sum of alpha**i for "
+   "i = 0..k; its limit at alpha = 1 is k + 1).", "tokens")
+_f("kv_transfer_time", s.prompt * s.kv_bytes_per_token / s.link_bandwidth,
+   (s.prompt, s.kv_bytes_per_token, s.link_bandwidth),
+   "Seconds to send the K/V of a P-token prompt from a prefill GPU to a decode GPU over a link of "
+   "link_bandwidth (prefill/decode disaggregation; latency per message not counted).", "s")
 
 
 # --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
@@ -321,6 +383,28 @@ _f("prefill_flops_dense",
    (s.batch, s.block_params, s.new_prompt, s.vocab, s.hidden, s.layers, s.heads, s.attn_dim, s.cached),
    "Prefill FLOPs as a simple implementation spends them: logits at every prompt position (not just the last) "
    "and a score for every query-key pair, masked rather than skipped (twice the causal attention count).", "FLOP")
+
+
+# --- a real engine: Hugging Face transformers generate() (course_lib.measure.engines.hf, lesson 08) --------------
+# Both add the engine's own work to the course's calibrated terms: its dynamic cache concatenates every layer's
+# K/V each step (read the old cache, write the new: 2 c k_tok bytes), the logits are copied and reduced in fp32
+# (3 passes over 4 V bytes), and the engine's fixed per-step cost (Python and dispatch: t_step + L t_layer) is
+# probed on tiny copies of the architecture, scaled by the cold/hot op-cost ratio chi of the calibration.
+_f("engine_decode_time",
+   s.weights_time + s.kv_time + 2 * s.context * s.kv_bytes_per_token / s.copy_bandwidth
+   + 3 * 4 * s.vocab / s.copy_bandwidth + s.cold_factor * (s.step_fixed + s.layers * s.step_per_layer),
+   (s.weights_time, s.kv_time, s.context, s.kv_bytes_per_token, s.vocab, s.copy_bandwidth, s.step_fixed,
+    s.step_per_layer, s.layers, s.cold_factor),
+   "A decode step of transformers' generate(): the calibrated weights and K/V terms, the dynamic cache's "
+   "concatenation of all K/V, the fp32 logits' copy and argmax, and the engine's probed per-step cost.", "s")
+_f("engine_prefill_time",
+   s.linear_time + s.attention_time + s.lm_head_time + 2 * s.prompt * s.kv_bytes_per_token / s.copy_bandwidth
+   + 3 * 4 * s.vocab / s.copy_bandwidth + s.cold_factor * (s.prefill_fixed + s.layers * s.prefill_per_layer),
+   (s.linear_time, s.attention_time, s.lm_head_time, s.prompt, s.kv_bytes_per_token, s.vocab, s.copy_bandwidth,
+    s.prefill_fixed, s.prefill_per_layer, s.layers, s.cold_factor),
+   "The prefill of transformers' generate(): block GEMMs at P rows, causal attention products, the lm_head on "
+   "the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, and the "
+   "engine's probed per-prefill cost.", "s")
 
 
 # --- roofline points, attention traffic and efficiency (lessons 06 and 08) --------------------------------------

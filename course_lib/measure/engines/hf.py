@@ -35,8 +35,9 @@ its spread and the verdict of :func:`course_lib.core.quality.timing_verdict` (wi
 interval where ``/proc/stat`` reports it). The CPU threads follow
 :func:`course_lib.measure.threads.host_thread_policy`.
 
-**The prediction** (formulas ``engine_decode_time`` and ``engine_prefill_time`` below; to move to
-``core/formulas.py``) uses probes only, never the model it predicts:
+**The prediction** (formulas ``engine_decode_time`` and ``engine_prefill_time`` of
+:mod:`course_lib.core.formulas`, evaluated through :mod:`course_lib.core.numeric`) uses probes only,
+never the model it predicts:
 
 * the course's calibrated terms (:mod:`course_lib.measure.calibrate`, :mod:`course_lib.measure.predict`):
   weights at the GEMV bandwidth of each matrix shape, the K/V read at the attention probe's rate
@@ -74,10 +75,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import sympy as sp
 import torch
 
 from course_lib.core import data
+from course_lib.core import numeric
 from course_lib.core.estimator import estimate
 from course_lib.core.models import ModelSpec
 from course_lib.core.quality import read_cpu_steal, summarize_verdicts, timing_verdict
@@ -94,8 +95,8 @@ __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW
            "FAST_NEW_TOKENS", "PROBE_LAYERS", "ModelTooLarge", "transformers_available", "require_transformers",
            "engine_configs", "load_config", "check_config", "spec_of", "count_parameters", "available_memory_bytes",
            "check_fits", "tiny_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
-           "measure_engine", "EngineOverhead", "probe_engine_overhead", "ENGINE_DECODE_TIME", "ENGINE_DECODE_ARGS",
-           "ENGINE_PREFILL_TIME", "ENGINE_PREFILL_ARGS", "engine_decode_time", "engine_prefill_time", "cold_factor",
+           "measure_engine", "EngineOverhead", "probe_engine_overhead",
+           "cold_factor",
            "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "EnginePoint", "EngineReport", "run",
            "LAST_LINE_RE", "COLUMNS", "NOISY_EXIT"]
 
@@ -575,44 +576,6 @@ def probe_engine_overhead(config, *, layers: tuple[int, int] = PROBE_LAYERS, pro
     return EngineOverhead(cfg["model_type"], (a, b), sf, sp_, pf, pp, timings, tuple(clamped), nthreads)
 
 
-# --------------------------------------------------------------------------------------------------
-# The prediction: formulas
-# --------------------------------------------------------------------------------------------------
-# formula: move to core/formulas.py
-_s = sp.symbols("weights_time kv_time context kv_bytes_per_token vocab copy_bandwidth step_fixed step_per_layer "
-                "layers cold_factor", positive=True)
-(_wt, _kvt, _ctx, _kvb, _V, _bw, _fix, _per, _L, _cold) = _s
-#: a decode step of the engine: the course's weights and K/V terms, the dynamic cache's concatenation (every
-#: layer's K/V read and written again), the fp32 copy and argmax of the logits, and the engine's per-step cost
-#: (probed on tiny copies, scaled by the cold/hot op-cost ratio)
-ENGINE_DECODE_TIME = (_wt + _kvt + 2 * _ctx * _kvb / _bw + 3 * 4 * _V / _bw + _cold * (_fix + _L * _per))
-ENGINE_DECODE_ARGS = _s
-
-# formula: move to core/formulas.py
-_p = sp.symbols("linear_time attention_time lm_head_time prompt kv_bytes_per_token vocab copy_bandwidth "
-                "prefill_fixed prefill_per_layer layers cold_factor", positive=True)
-(_lin, _att, _head, _P, _kvb2, _V2, _bw2, _pfix, _pper, _L2, _cold2) = _p
-#: a prefill of the engine: block GEMMs at P rows, causal attention products, the lm_head on the last position
-#: only, the prompt's K/V written into the cache, the logits' copy and argmax, and the engine's per-prefill cost
-ENGINE_PREFILL_TIME = (_lin + _att + _head + 2 * _P * _kvb2 / _bw2 + 3 * 4 * _V2 / _bw2
-                       + _cold2 * (_pfix + _L2 * _pper))
-ENGINE_PREFILL_ARGS = _p
-
-
-def engine_decode_time(weights_time, kv_time, context, kv_bytes_per_token, vocab, copy_bandwidth, step_fixed,
-                       step_per_layer, layers, cold_factor):
-    """Numeric :data:`ENGINE_DECODE_TIME` (seconds)."""
-    return (weights_time + kv_time + 2 * context * kv_bytes_per_token / copy_bandwidth
-            + 3 * 4 * vocab / copy_bandwidth + cold_factor * (step_fixed + layers * step_per_layer))
-
-
-def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_bytes_per_token, vocab,
-                        copy_bandwidth, prefill_fixed, prefill_per_layer, layers, cold_factor):
-    """Numeric :data:`ENGINE_PREFILL_TIME` (seconds)."""
-    return (linear_time + attention_time + lm_head_time + 2 * prompt * kv_bytes_per_token / copy_bandwidth
-            + 3 * 4 * vocab / copy_bandwidth + cold_factor * (prefill_fixed + layers * prefill_per_layer))
-
-
 def cold_factor(spec: ModelSpec, calibration: Calibration) -> float:
     """Cold/hot op-cost ratio at one layer's weight stream (``Calibration.op_costs``); 1 without cold probes."""
     hot = calibration.op_costs(0)[0]
@@ -670,7 +633,7 @@ def predict_engine_tpot(spec: ModelSpec, prompt: int, new_tokens: int, calibrati
     args = dict(weights_time=weights_time, kv_time=kv_time, context=a, kv_bytes_per_token=k_tok,
                 vocab=spec.vocab, copy_bandwidth=bw, step_fixed=overhead.step_fixed,
                 step_per_layer=overhead.step_per_layer, layers=spec.layers, cold_factor=cold)
-    total = engine_decode_time(**args)
+    total = numeric.engine_decode_time(**args)
     terms = {"weights": weights_time, "kv": kv_time, "cache_concat": 2 * a * k_tok / bw,
              "logits": 12 * spec.vocab / bw, "engine": cold * overhead.step(spec.layers)}
     assert math.isclose(sum(terms.values()), total, rel_tol=1e-9)
@@ -701,7 +664,7 @@ def predict_engine_ttft(spec: ModelSpec, prompt: int, calibration: Calibration,
     args = dict(linear_time=linear, attention_time=attention, lm_head_time=lm_head, prompt=p, kv_bytes_per_token=k_tok,
                 vocab=spec.vocab, copy_bandwidth=bw, prefill_fixed=overhead.prefill_fixed,
                 prefill_per_layer=overhead.prefill_per_layer, layers=spec.layers, cold_factor=cold)
-    total = engine_prefill_time(**args)
+    total = numeric.engine_prefill_time(**args)
     terms = {"linear": linear, "attention": attention, "lm_head": lm_head, "cache_write": 2 * p * k_tok / bw,
              "logits": 12 * spec.vocab / bw,
              "engine": cold * (overhead.prefill_fixed + spec.layers * overhead.prefill_per_layer)}
