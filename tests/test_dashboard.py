@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.core import _generated as g
@@ -137,8 +137,9 @@ def test_tensor_parallel_is_g_devices_plus_ring_allreduces():
     e = estimate("llama-2-70b", quad, 2000, 300, batch=8)
     assert (r.estimate.ttft, r.estimate.tpot) == (e.ttft, e.tpot)
     m = get_model("llama-2-70b")
-    per_step = 2 * m.layers * g.ring_allreduce_time(4, 8 * m.hidden * 2, link)
-    per_prefill = 2 * m.layers * g.ring_allreduce_time(4, 8 * 2000 * m.hidden * 2, link)
+    ring = D.COLLECTIVE_LATENCIES["ring"]
+    per_step = 2 * m.layers * g.allreduce_ring_time(4, 8 * m.hidden * 2, link, ring.base, ring.hop)
+    per_prefill = 2 * m.layers * g.allreduce_ring_time(4, 8 * 2000 * m.hidden * 2, link, ring.base, ring.hop)
     assert r.allreduce_decode == pytest.approx(per_step, rel=1e-12)
     assert r.allreduce_prefill == pytest.approx(per_prefill, rel=1e-12)
     assert r.tpot == e.tpot + r.allreduce_decode and r.ttft == e.ttft + r.allreduce_prefill
@@ -153,8 +154,12 @@ def test_tensor_parallel_is_g_devices_plus_ring_allreduces():
 
 def test_allreduce_helper():
     assert D.allreduce_time_per_pass(32, 16, 4096, 1, 2, None) == 0.0
+    bandwidth_only = 2 * 32 * (16 * 4096 * 2) * 2 * (2 - 1) / 2 / 100e9
+    assert D.allreduce_time_per_pass(32, 16, 4096, 2, 2, 100e9, base_latency=0, hop_latency=0) == pytest.approx(
+        bandwidth_only, rel=1e-12)
+    ring = D.COLLECTIVE_LATENCIES["ring"]
     assert D.allreduce_time_per_pass(32, 16, 4096, 2, 2, 100e9) == pytest.approx(
-        2 * 32 * (16 * 4096 * 2) * 2 * (2 - 1) / 2 / 100e9, rel=1e-12)
+        bandwidth_only + 2 * 32 * (ring.base + 2 * (2 - 1) * ring.hop), rel=1e-12)
     with pytest.raises(ValueError, match="link_bandwidth"):
         D.allreduce_time_per_pass(32, 16, 4096, 2, 2, None)
     assert D.activation_bytes("fp32") == 4 and D.activation_bytes("fp16") == D.activation_bytes("fp8") == 2
@@ -250,7 +255,12 @@ def test_state_normalises_names():
     ({"tensor_parallel": 0}, ValueError, "tensor_parallel"),
     ({"tensor_parallel": 2}, ValueError, "interconnect_bandwidth"),
     ({"tensor_parallel": 3, "interconnect_bandwidth": 1e11}, ValueError, "tensor_parallel"),
-    ({"model": "deepseek-v3", "tensor_parallel": 8, "interconnect_bandwidth": 1e11}, ValueError, "latent"),
+    ({"model": "deepseek-v3", "tensor_parallel": 3, "interconnect_bandwidth": 1e11}, ValueError, "tensor_parallel"),
+    ({"expert_parallel": True}, ValueError, "expert_parallel"),
+    ({"model": "deepseek-v3", "expert_parallel": 1}, TypeError, "expert_parallel"),
+    ({"collective_algorithm": "butterfly"}, ValueError, "collective_algorithm"),
+    ({"collective_hop_latency": -1e-6}, ValueError, "collective_hop_latency"),
+    ({"collective_base_latency": "6 us"}, TypeError, "collective_base_latency"),
     ({"interconnect_bandwidth": -1.0}, ValueError, "interconnect_bandwidth"),
     ({"machine": "my laptop"}, TypeError, "machine"),
 ])
@@ -291,6 +301,7 @@ def _best_batch_by_scan(state, ttft_budget, tpot_budget, limit):
     return best
 
 
+@settings(deadline=None)   # a full scan of up to 256 batches per example: not a timing test
 @given(st.sampled_from(SETTINGS[:4]), st.floats(0.01, 3.0), st.floats(0.002, 0.08))
 def test_best_batch_equals_a_full_scan(overrides, ttft_budget, tpot_budget):
     s = D.DashboardState(**overrides)
@@ -324,3 +335,162 @@ def test_what_binds_names_the_limit_the_next_batch_breaks():
     b = D.best_batch(short, 100.0, 0.012)
     r = D.compute(short.replace(batch=b + 1))
     assert r.tpot > 0.012 and r.ttft <= 100.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Collectives with their latency (issue 15)
+# --------------------------------------------------------------------------------------------------
+def test_collective_latencies_are_nccls_with_their_source():
+    ring, tree = D.COLLECTIVE_LATENCIES["ring"], D.COLLECTIVE_LATENCIES["tree"]
+    assert (ring.base, ring.hop, tree.base, tree.hop) == (6.6e-6, 0.6e-6, 6.8e-6, 0.6e-6)
+    for c in (ring, tree):
+        assert "github.com/NVIDIA/nccl" in c.source and "tuning.cc" in c.source
+    assert D.collective_latency() == (ring.base, ring.hop)
+    assert D.collective_latency("tree", hop_latency=0) == (tree.base, 0.0)
+
+
+def test_collective_time_is_latency_times_steps_plus_bytes_over_bandwidth():
+    a0, a, m, beta = 5e-6, 1e-6, 1e6, 100e9
+    for G in (2, 3, 4, 8):
+        ring = D.collective_time("all-reduce", G, m, beta, base_latency=a0, hop_latency=a)
+        assert ring == pytest.approx(a0 + 2 * (G - 1) * a + 2 * (G - 1) / G * m / beta, rel=1e-12)
+        tree = D.collective_time("all-reduce", G, m, beta, algorithm="tree", base_latency=a0, hop_latency=a)
+        assert tree == pytest.approx(a0 + 2 * math.ceil(math.log2(G)) * a + 2 * m / beta, rel=1e-12)
+        gather = D.collective_time("all-gather", G, m, beta, base_latency=a0, hop_latency=a)
+        assert gather == pytest.approx(a0 + (G - 1) * a + (G - 1) / G * m / beta, rel=1e-12)
+        assert D.collective_time("all-to-all", G, m, beta, base_latency=a0, hop_latency=a) == gather
+        # the bandwidth-only formula is the zero-latency case
+        assert D.collective_time("all-reduce", G, m, beta, base_latency=0, hop_latency=0) == pytest.approx(
+            g.ring_allreduce_time(G, m, beta), rel=1e-12)
+    assert D.collective_time("all-reduce", 1, m, None) == 0.0
+    # the tree takes fewer steps than the ring from 4 GPUs on: at tiny messages it is faster
+    assert D.collective_time("all-reduce", 8, 1e3, beta, algorithm="tree") < D.collective_time("all-reduce", 8, 1e3,
+                                                                                                beta)
+    with pytest.raises(ValueError, match="collective"):
+        D.collective_time("broadcast", 2, m, beta)
+    with pytest.raises(ValueError, match="link_bandwidth"):
+        D.collective_time("all-gather", 2, m, None)
+
+
+def test_lesson09_finding_latency_alone_exceeds_the_budget_at_8_gpus():
+    """Issue 15: 8 GPUs, batch 32 (0.5 MB messages): 160 all-reduces of several µs each exceed 10 % of the step."""
+    m = get_model("llama-3-70b")
+    s = D.DashboardState(model="llama-3-70b", batch=32, prompt_tokens=2048, new_tokens=300, tensor_parallel=8,
+                         interconnect_bandwidth=1e30)
+    r = D.compute(s)
+    assert 2 * m.layers == 160 and 0.5e6 < 32 * m.hidden * 2 < 0.6e6
+    budget = 0.1 * r.estimate.tpot
+    assert 0.55e-3 < budget < 0.65e-3
+    each = r.allreduce_decode / 160                       # an infinitely fast link: the latency alone
+    assert 10e-6 < each < 20e-6 and r.allreduce_decode > 3 * budget
+    # the bandwidth-only model asks for about 243 GB/s and misses the latency altogether
+    need = D.allreduce_time_per_pass(m.layers, 32, m.hidden, 8, 2, 1.0, base_latency=0, hop_latency=0) / budget
+    assert 240e9 < need < 246e9
+
+
+def test_mla_tensor_parallel_replicates_the_latent_cache():
+    s = D.DashboardState(model="deepseek-v3", hardware="h200", precision="fp8", batch=16, prompt_tokens=2048,
+                         new_tokens=300, tensor_parallel=8, interconnect_bandwidth=450e9)
+    r = D.compute(s)
+    assert r.kv_replicated and r.kv_per_gpu == r.estimate.kv_bytes
+    assert r.weights_per_gpu == pytest.approx(r.estimate.weights_bytes / 8, rel=1e-12)
+    assert r.kv_replicated_decode > 0 and r.tpot == pytest.approx(
+        r.estimate.tpot + r.communication_decode + r.kv_replicated_decode, rel=1e-12)
+    # a GQA model's cache is split: nothing replicated
+    s70 = D.DashboardState(model="llama-3-70b", tensor_parallel=8, interconnect_bandwidth=450e9)
+    assert not D.compute(s70).kv_replicated and D.compute(s70).kv_replicated_decode == 0
+    assert "latent KV cache" in D.dashboard_view(s).bounds_text
+
+
+def test_expert_parallelism_prices_dispatch_and_combine():
+    kw = dict(model="deepseek-v3", hardware="h200", precision="fp8", batch=16, prompt_tokens=1024, new_tokens=64,
+              tensor_parallel=8, interconnect_bandwidth=450e9)
+    tp, ep = D.compute(D.DashboardState(**kw)), D.compute(D.DashboardState(**kw, expert_parallel=True))
+    m = get_model("deepseek-v3")
+    assert tp.alltoall_decode == 0 and ep.alltoall_decode > 0
+    ring = D.COLLECTIVE_LATENCIES["ring"]
+    one = g.alltoall_time(8, 16 * m.experts_per_token * m.hidden * 2 / 8, 450e9, ring.base, ring.hop)
+    assert ep.alltoall_decode == pytest.approx(2 * m.moe_layers * one, rel=1e-12)
+    # the MoE layers' MLP all-reduce is gone: only the attention ones and the dense layers' MLP ones remain
+    assert ep.allreduce_decode == pytest.approx(tp.allreduce_decode * (2 * m.layers - m.moe_layers) / (2 * m.layers),
+                                                rel=1e-12)
+    assert D.alltoall_time_per_pass(m.moe_layers, 16, m.hidden, m.experts_per_token, 1, 2, None) == 0.0
+    assert "all-to-alls" in D.dashboard_view(D.DashboardState(**kw, expert_parallel=True)).bounds_text
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans: static (the naive baseline) and continuous batching (issue 16)
+# --------------------------------------------------------------------------------------------------
+_EFF = dict(compute_efficiency=0.747, bandwidth_efficiency=0.546)
+
+
+@pytest.mark.parametrize("hardware, precision, cached", [("h100-sxm", "fp16", 0), ("h100-sxm", "fp8", 1536),
+                                                         ("l40s", "fp16", 0), ("a100-80gb", "fp8", 1536)])
+def test_continuous_plan_on_one_gpu_is_the_serving_steady_state(hardware, precision, cached):
+    from course_lib.core import serving
+
+    s = D.DashboardState(hardware=hardware, precision=precision, prompt_tokens=2048, new_tokens=300,
+                         cached_prefix_tokens=cached, **_EFF)
+    ours = D.continuous_plan(s, 1000, tpot_budget=0.05, ttft_budget=1.0)
+    theirs = serving.continuous_batching_plan("llama-3-8b", hardware, 1000, 2048, 300, precision=precision,
+                                              cached_prefix_tokens=cached, tpot_budget=0.05, ttft_budget=1.0, **_EFF)
+    assert (ours.sequences, ours.gpus, ours.binds) == (theirs.sequences_per_gpu, theirs.gpus, theirs.binds)
+    for f in ("tpot", "ttft", "prefill_share", "tokens_per_s_per_gpu", "memory_needed", "memory_limit"):
+        assert getattr(ours, f) == pytest.approx(getattr(theirs, f), rel=1e-12), f
+    assert ours.tpot <= 0.05 and ours.state.batch == ours.sequences
+
+
+def test_the_static_plan_overstates_the_gpus():
+    """Issue 16's finding, as the course now computes it: 1,000 users, the lesson's efficiencies."""
+    base = D.DashboardState(prompt_tokens=2048, new_tokens=300, **_EFF)
+    naive = D.static_plan(base, 1000, 1.0, 0.05)
+    cont = D.continuous_plan(base, 1000, 0.05, 1.0)
+    best = base.replace(precision="fp8", cached_prefix_tokens=1536)
+    assert naive.binds == "TTFT budget" and cont.binds == "TPOT budget"
+    assert cont.gpus < naive.gpus / 3 and cont.ttft < 1.0
+    assert D.continuous_plan(best, 1000, 0.05, 1.0).gpus < D.static_plan(best, 1000, 1.0, 0.05).gpus
+    assert naive.gpus == math.ceil(1000 / naive.batch) and naive.result.state.batch == naive.batch
+
+
+def test_continuous_plan_with_tensor_and_expert_parallelism():
+    s = D.DashboardState(model="deepseek-v3", hardware="h200", precision="fp8", prompt_tokens=2048, new_tokens=300,
+                         tensor_parallel=8, interconnect_bandwidth=450e9, expert_parallel=True, **_EFF)
+    p = D.continuous_plan(s, 1000, 0.05, 1.0)
+    assert p.sequences >= 1 and p.gpus == p.replicas * 8 and p.replicas == math.ceil(1000 / p.sequences)
+    r = D.compute(s.replace(batch=p.sequences))
+    assert p.decode_step == r.tpot and p.tpot == pytest.approx(
+        g.steady_state_tpot(r.tpot, p.sequences, p.prefill_time, 299), rel=1e-12)
+    assert p.memory_needed <= p.memory_limit
+    with pytest.raises(ValueError, match="tensor parallelism"):
+        D.simulate_plan(p)
+
+
+def test_simulate_plan_runs_the_serving_simulator_at_the_plans_load():
+    s = D.DashboardState(precision="fp8", prompt_tokens=512, new_tokens=32, cached_prefix_tokens=256, **_EFF)
+    p = D.continuous_plan(s, 200, 0.05)
+    res = D.simulate_plan(p, requests=300, seed=1)
+    assert len(res.records) == 300 and res.max_batch_seen <= p.sequences
+    # Little's law at the load of users / GPUs sequences in flight, priced in the steady state at that load
+    n_in = math.ceil(200 / p.gpus)
+    t_dec = D.compute(p.state.replace(batch=n_in)).tpot
+    tpot = g.steady_state_tpot(t_dec, n_in, p.prefill_time, 31)
+    rate = (200 / p.gpus) / g.total_latency(p.prefill_time + t_dec, 32, tpot)
+    assert res.arrival_rate == pytest.approx(rate, rel=0.25)          # 300 Poisson arrivals: a few % of noise
+    with pytest.raises(TypeError, match="plan"):
+        D.simulate_plan(s)
+
+
+def test_plans_reject_bad_input():
+    s = D.DashboardState()
+    with pytest.raises(ValueError, match="users"):
+        D.continuous_plan(s, 0)
+    with pytest.raises(ValueError, match="new_tokens"):
+        D.continuous_plan(s.replace(new_tokens=1), 10)
+    with pytest.raises(ValueError, match="tpot_budget"):
+        D.continuous_plan(s, 10, tpot_budget=0)
+    with pytest.raises(ValueError, match="kv_memory_fraction"):
+        D.continuous_plan(s, 10, kv_memory_fraction=1.5)
+    with pytest.raises(ValueError, match="users"):
+        D.static_plan(s, -1)
+    with pytest.raises(TypeError, match="state"):
+        D.continuous_plan("llama-3-8b", 10)

@@ -6,12 +6,12 @@ Objectives (as numbered in the lesson):
   and which bound (memory or compute) holds in prefill and in decode;
 * O2 check the memory one GPU needs (the weights plus the KV cache of every sequence at its final
   length) and find the largest batch that fits;
-* O3 find the largest batch that meets a latency budget (a small planning function) and read the
-  latency–throughput curve;
+* O3 find the largest batch that meets a latency budget (a small planning function, the static-batch
+  baseline) and plan with continuous batching (sequences in flight per GPU, the steady-state TPOT);
 * O4 choose hardware, precision and prefix caching and defend the choice with numbers (which resource
   sets which budget);
-* O5 split a model over several GPUs with tensor parallelism: memory per GPU and the all-reduce cost
-  from the link bandwidth.
+* O5 split a model over several GPUs with tensor (and expert) parallelism: memory per GPU and the
+  cost of the collectives, their latency and the link bandwidth.
 
 Every expected value is computed here from ``course_lib`` (the estimator, the dashboard's functions
 and the generated formulas), never typed in. Feedback never states an expected value.
@@ -30,12 +30,12 @@ from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import units
-from course_lib.core.capstone import DashboardState, best_batch, compute, max_batch_that_fits
+from course_lib.core.capstone import COLLECTIVE_LATENCIES, DashboardState, best_batch, compute, max_batch_that_fits
 from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 
-__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "largest_batch_reference",
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "largest_batch_reference",
            "allreduce_per_step", "allreduce_expression", "BATCH_LIMIT"]
 
 SET = "ex09"
@@ -50,16 +50,17 @@ def largest_batch_reference(model, hardware, prompt_tokens, new_tokens, ttft_bud
     return best_batch(state, ttft_budget, tpot_budget, limit=BATCH_LIMIT)
 
 
-def allreduce_per_step(L, G, B, h, b, beta):
-    """Seconds of one decode step's all-reduces: 2 per layer of B·h values of b bytes over G GPUs."""
-    return 2 * L * g.ring_allreduce_time(G, B * h * b, beta)
+def allreduce_per_step(L, G, B, h, b, beta, alpha0, alpha):
+    """Seconds of one decode step's all-reduces: 2 per layer of B·h values of b bytes over G GPUs, each paying
+    its start-up latency alpha0 and 2 (G - 1) steps of alpha (a ring)."""
+    return 2 * L * g.allreduce_ring_time(G, B * h * b, beta, alpha0, alpha)
 
 
 def allreduce_expression():
-    """:func:`allreduce_per_step` in the exercise's sympy symbols L, G, B, h, b, beta."""
+    """:func:`allreduce_per_step` in the exercise's sympy symbols L, G, B, h, b, beta, alpha0, alpha."""
     import sympy as sp
 
-    return allreduce_per_step(*sp.symbols("L G B h b beta", positive=True))
+    return allreduce_per_step(*sp.symbols("L G B h b beta alpha0 alpha", positive=True))
 
 
 _L3 = get_model("llama-3-8b")
@@ -151,11 +152,13 @@ q3 = NumericQuestion(
                                                    "take their share first."),
         Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_SEQ * _L3.heads // _L3.kv_heads)),
                 "That caches K/V for every query head; only the KV heads are cached (grouped-query attention)."),
-        Mistake(math.floor((_L40S.capacity * 1.024 ** 3 - _L3.weight_bytes()) / _SEQ),
-                "That reads the capacity as binary GiB. The course's catalog stores the vendor's figure counted "
-                "in GB of 1e9 bytes (`capacity` is already in bytes): use it as it is. The memory chips may hold "
-                "a little more (HBM parts sold as '80 GB' hold 80 GiB); the course leaves that as headroom, which "
-                "a real server keeps back anyway for activations and the runtime."),
+        Mistake(math.floor((_L40S.capacity_marketing_gb * 2 ** 30 - _L3.weight_bytes()) / _SEQ),
+                "That reads the box's 48 GB as binary GiB (48 x 2^30 bytes). The card reports less: `capacity` is "
+                "the memory the driver reports (nvidia-smi), already in bytes: use it as it is. What it leaves "
+                "beside the caches is headroom a real server keeps back anyway for activations and the runtime."),
+        Mistake(math.floor((_L40S.capacity_marketing_gb * 1e9 - _L3.weight_bytes()) / _SEQ),
+                "That takes the box's 48 GB as 48e9 bytes. The catalog's `capacity` is what the driver reports "
+                "(a little more here): use it as it is."),
         Mistake(math.floor((_L40S.capacity - _L3.weight_bytes()) / (_KV1 * _P)),
                 "That sizes each cache for the prompt only; the answers' tokens are cached too."),
         Mistake((_L40S.capacity - _L3.weight_bytes()) / _SEQ,
@@ -298,67 +301,137 @@ q7 = ExpressionQuestion(
     id="q7", set=SET, points=2,
     objective="O5 split a model over several GPUs with tensor parallelism",
     prompt=("Tensor parallelism over G GPUs adds two all-reduces per layer to every decode step, each of the "
-            "activations of the batch: B x h values of b bytes. A ring all-reduce moves 2 (G - 1) / G of the "
-            "message through each GPU's link of bandwidth beta. Give the all-reduce time of one decode step of an "
-            "L-layer model as a sympy expression of `L, G, B, h, b, beta = sympy.symbols('L G B h b beta', "
+            "activations of the batch: B x h values of b bytes. A ring all-reduce pays a start-up latency alpha0, "
+            "then 2 (G - 1) steps of latency alpha each, and moves 2 (G - 1) / G of the message through each GPU's "
+            "link of bandwidth beta. Give the all-reduce time of one decode step of an L-layer model as a sympy "
+            "expression of `L, G, B, h, b, beta, alpha0, alpha = sympy.symbols('L G B h b beta alpha0 alpha', "
             "positive=True)`."),
     expected=allreduce_expression(),
-    symbols=["L", "G", "B", "h", "b", "beta"],
+    symbols=["L", "G", "B", "h", "b", "beta", "alpha0", "alpha"],
     mistakes=[
-        Mistake("L*2*(G - 1)/G*B*h*b/beta", "That is one all-reduce per layer: there are two, one after the "
-                                            "attention and one after the MLP."),
-        Mistake("2*L*B*h*b/beta", "That sends the message once: a ring all-reduce moves 2 (G - 1) / G of it "
-                                  "through each link (a reduce-scatter, then an all-gather)."),
-        Mistake("2*2*(G - 1)/G*B*h*b/beta", "That is one layer: every layer does its own two all-reduces."),
-        Mistake("2*L*2*(G - 1)*B*h*b/beta", "That sends 2 (G - 1) whole messages: in a ring each GPU passes on "
-                                            "2 (G - 1) chunks of 1/G of the message each."),
+        Mistake("2*L*2*(G - 1)/G*B*h*b/beta",
+                "That is the bandwidth term alone. Every all-reduce also pays its latency, alpha0 + 2 (G - 1) alpha: "
+                "at a decode step's small messages it is most of the time."),
+        Mistake("alpha0 + 2*(G - 1)*alpha + 2*L*2*(G - 1)/G*B*h*b/beta",
+                "That pays the latency once per step. Each of the 2 L all-reduces is its own collective and pays "
+                "its own start-up and steps."),
+        Mistake("2*L*(alpha0 + (G - 1)*alpha + 2*(G - 1)/G*B*h*b/beta)",
+                "A ring all-reduce takes 2 (G - 1) steps, not G - 1: a reduce-scatter, then an all-gather."),
+        Mistake("L*(alpha0 + 2*(G - 1)*alpha + 2*(G - 1)/G*B*h*b/beta)",
+                "That is one all-reduce per layer: there are two, one after the attention and one after the MLP."),
+        Mistake("2*L*(alpha0 + 2*(G - 1)*alpha + B*h*b/beta)",
+                "That sends the message once: a ring all-reduce moves 2 (G - 1) / G of it through each link (a "
+                "reduce-scatter, then an all-gather)."),
     ],
-    hints=["One ring all-reduce of M bytes takes M x 2 (G - 1) / (G x beta) "
-           "(`formulas.equation('ring_allreduce_time')`).",
+    hints=["One ring all-reduce of M bytes takes alpha0 + 2 (G - 1) alpha + M x 2 (G - 1) / (G x beta) "
+           "(`formulas.equation('allreduce_ring_time')`).",
            "M = B h b; two per layer; L layers."],
-    solution=("$2L \\cdot \\frac{2(G-1)}{G} \\cdot \\frac{B h b}{\\beta}$: "
-              "`2 * L * ring_allreduce_time(G, B*h*b, beta)`."),
+    solution=("$2L \\left(\\alpha_0 + 2(G-1)\\alpha + \\frac{2(G-1)}{G} \\cdot \\frac{B h b}{\\beta}\\right)$: "
+              "`2 * L * allreduce_ring_time(G, B*h*b, beta, alpha0, alpha)`."),
 )
 
-# --- O5 multi-step: the break-even link bandwidth ---------------------------------------------------------------------
+# --- O5 multi-step: the all-reduce time of a decode step, from a datasheet ------------------------------------------
 _L70 = get_model("llama-3-70b")
-_Q8_G, _Q8_B, _Q8_SHARE = 4, 32, 0.1
+_Q8_G, _Q8_B = 8, 32
+_NVLINK = _H100.scale_up                                      # the catalog's NVLink entry of the H100 SXM
+_Q8_BOTH = _NVLINK.bidirectional_bandwidth                    # the datasheet's headline: both directions added
+_Q8_LINK = _NVLINK.per_direction_bandwidth
+_RING = COLLECTIVE_LATENCIES["ring"]
+_Q8_MSG = _Q8_B * _L70.hidden * 2                             # one all-reduce: batch x hidden fp16 values
 _Q8_STATE = DashboardState(model="llama-3-70b", hardware="h100-sxm", batch=_Q8_B, prompt_tokens=_P, new_tokens=_N,
-                           tensor_parallel=_Q8_G, interconnect_bandwidth=1.0)
-_Q8_SPLIT = compute(_Q8_STATE).estimate.tpot           # the split decode step, without the all-reduces
-_Q8_BYTES_PER_LINK_BW = allreduce_per_step(_L70.layers, _Q8_G, _Q8_B, _L70.hidden, 2, 1.0)   # seconds x bytes/s
-_Q8 = _Q8_BYTES_PER_LINK_BW / (_Q8_SHARE * _Q8_SPLIT)
+                           tensor_parallel=_Q8_G, interconnect_bandwidth=_Q8_LINK)
+_Q8_R = compute(_Q8_STATE)
+_Q8 = _Q8_R.allreduce_decode                                  # seconds per decode step
+
+
+def _q8(msg=_Q8_MSG, link=_Q8_LINK, base=_RING.base, hop=_RING.hop, per_layer=2, steps=None, ring=True):
+    steps = 2 * (_Q8_G - 1) if steps is None else steps
+    factor = 2 * (_Q8_G - 1) / _Q8_G if ring else 1
+    return per_layer * _L70.layers * (base + steps * hop + factor * msg / link) * 1e3
+
+
+assert abs(_q8() - _Q8 * 1e3) <= 1e-9 * _Q8 * 1e3
 q8 = NumericQuestion(
     id="q8", set=SET, points=2,
     objective="O5 split a model over several GPUs with tensor parallelism",
-    prompt=(f"Multi-step: Llama-3-70B in fp16 split over {_Q8_G} H100 SXM GPUs, a batch of {_Q8_B} chats "
-            f"({_P:,} + {_N} tokens). (a) The mean decode step of the split work without communication: "
-            f"`compute(DashboardState(model='llama-3-70b', hardware='h100-sxm', batch={_Q8_B}, prompt_tokens={_P}, "
-            f"new_tokens={_N}, tensor_parallel={_Q8_G}, interconnect_bandwidth=1.0)).estimate.tpot`. (b) The bytes "
-            f"per GPU link of one step's all-reduces (2 per layer of batch x hidden fp16 values, ring factor "
-            f"2 (G - 1) / G). (c) How much link bandwidth per GPU and direction, in GB/s, keeps the all-reduces at "
-            f"{_Q8_SHARE:.0%} of (a)?"),
-    expected=_Q8 / 1e9, unit="GB/s", dimension="bandwidth", rel_tol=0.005,
-    detect=[d.gb_vs_gib(), d.bits_vs_bytes(),
-            d.forgot_batch(_Q8_B, feedback="That moves the activations of one sequence: a step all-reduces the "
-                                           "activations of every sequence of the batch."),
-            d.ratio(_Q8_G / (2 * (_Q8_G - 1)), "That leaves out the ring factor 2 (G - 1) / G: each GPU sends and "
-                                               "receives that fraction of the message.", name="ring_factor")],
+    prompt=(f"Multi-step: Llama-3-70B in fp16 split over {_Q8_G} H100 SXM GPUs, a decode step of a batch of {_Q8_B} "
+            f"chats. The datasheet quotes NVLink at {units.format_bandwidth(_Q8_BOTH)} "
+            f"(`get_hardware('h100-sxm').scale_up.bidirectional_bandwidth`, both directions added). NCCL's cost "
+            f"model gives a ring all-reduce over NVLink a start-up latency of "
+            f"{units.format_time(_RING.base)} and {units.format_time(_RING.hop)} per step "
+            f"(`course_lib.core.capstone.COLLECTIVE_LATENCIES['ring']`). (a) The bytes of one all-reduce (batch x "
+            f"hidden fp16 values). (b) The time of one ring all-reduce: start-up + 2 (G - 1) steps + 2 (G - 1) / G of "
+            f"the message at the link's bandwidth in one direction. (c) The all-reduce time of the whole decode step "
+            f"(two per layer), in ms."),
+    expected=_Q8 * 1e3, unit="ms", dimension="time", rel_tol=0.005,
+    detect=[d.ms_vs_s()],
     mistakes=[
-        Mistake(_Q8 / 2 / 1e9, "That is one all-reduce per layer; there are two (after attention and after the MLP)."),
-        Mistake(_Q8 * 2 / 1e9, "That is twice the answer: either both link directions added (a link's bandwidth "
-                               "is quoted per direction, and each direction carries its own share), or 4-byte "
-                               "values (the activations travel in fp16, 2 bytes)."),
-        Mistake(_Q8 / _L70.layers / 1e9, "That is one layer's all-reduces; every one of the layers has two."),
+        Mistake(_q8(link=_Q8_BOTH),
+                "That uses the datasheet's figure with both directions added. A ring sends and receives at the same "
+                "time: each direction carries its own share at half the headline, the per-direction bandwidth "
+                "(`scale_up.per_direction_bandwidth`)."),
+        Mistake(_q8(msg=2 * _Q8_MSG),
+                "That sends 4-byte values: the activations travel in fp16, 2 bytes each."),
+        Mistake(_q8(base=0, hop=0),
+                "That is the bandwidth term alone: every all-reduce also pays its start-up and its 2 (G - 1) steps, "
+                "which at a decode step's small messages cost more than the bytes."),
+        Mistake(_q8(per_layer=1),
+                "That is one all-reduce per layer; there are two (after attention and after the MLP)."),
+        Mistake(_q8(steps=_Q8_G - 1),
+                "A ring all-reduce takes 2 (G - 1) steps, not G - 1: a reduce-scatter, then an all-gather."),
+        Mistake(_q8(ring=False),
+                "That sends the whole message once; a ring moves 2 (G - 1) / G of it through each link."),
+        Mistake((_q8(base=0, hop=0) / 1e3 + _RING.base + 2 * (_Q8_G - 1) * _RING.hop) * 1e3,
+                "That pays the latency once per step: each of the all-reduces pays its own."),
     ],
-    hints=[f"Bytes per link per step = 2 x {_L70.layers} layers x 2 (G - 1) / G x {_Q8_B} x {_L70.hidden} x 2.",
-           f"Link bandwidth = those bytes / ({_Q8_SHARE} x the step time of (a)); / 1e9 for GB/s."],
-    solution=(f"(a) {units.format_time(_Q8_SPLIT, digits=4)}. (b) "
-              f"{units.format_bytes(_Q8_BYTES_PER_LINK_BW, digits=4)} per link per step. (c) "
-              f"{units.format_bytes(_Q8_BYTES_PER_LINK_BW, digits=4)} / {units.format_time(_Q8_SHARE * _Q8_SPLIT)} "
-              f"= {units.format_bandwidth(_Q8, digits=4)}. Per-hop latency, which the formula leaves out, adds to it."),
+    hints=[f"Message = {_Q8_B} x {_L70.hidden} x 2 bytes; per-direction bandwidth = the headline / 2.",
+           f"One all-reduce = alpha0 + 2 x ({_Q8_G} - 1) x alpha + 2 x ({_Q8_G} - 1) / {_Q8_G} x message / bandwidth; "
+           f"x 2 per layer x {_L70.layers} layers."],
+    solution=(f"(a) {units.format_bytes(_Q8_MSG, digits=4)}. (b) {units.format_time(_RING.base)} + "
+              f"{2 * (_Q8_G - 1)} x {units.format_time(_RING.hop)} + "
+              f"{units.format_time(2 * (_Q8_G - 1) / _Q8_G * _Q8_MSG / _Q8_LINK, digits=3)} = "
+              f"{units.format_time(_Q8 / (2 * _L70.layers), digits=4)}. (c) x {2 * _L70.layers}: "
+              f"{units.format_time(_Q8, digits=4)} per step (`compute(...).allreduce_decode`), against a split step "
+              f"of {units.format_time(_Q8_R.estimate.tpot, digits=3)}: the latency, not the link's bandwidth, is "
+              f"most of it."),
+)
+
+# --- O3: continuous batching, the steady state ------------------------------------------------------------------------
+_Q9_C = 64
+_Q9_PF = estimate(_L3, _H100, _P, _N, batch=1).ttft
+_Q9_DEC = estimate(_L3, _H100, _P, _N, batch=_Q9_C).tpot
+_Q9 = g.steady_state_tpot(_Q9_DEC, _Q9_C, _Q9_PF, _N - 1)
+q9 = NumericQuestion(
+    id="q9", set=SET, points=2,
+    objective="O3 find the largest batch that meets a latency budget and plan with continuous batching",
+    prompt=(f"Multi-step: a continuously batching server runs Llama-3-8B in fp16 on an H100 SXM (efficiencies 1), "
+            f"chats of {_P:,} + {_N} tokens, {_Q9_C} sequences in flight. When one finishes, a new one is admitted "
+            f"and its prompt is prefilled between the decode steps. (a) The prefill of one request: "
+            f"`estimate('llama-3-8b', 'h100-sxm', {_P}, {_N}).ttft`. (b) The mean decode step of {_Q9_C} sequences: "
+            f"`estimate(..., batch={_Q9_C}).tpot`. (c) In the steady state each sequence's {_N - 1} decode steps "
+            f"also carry the {_Q9_C} prefills that replace the sequences finishing meanwhile: what TPOT does each "
+            f"user see, in ms?"),
+    expected=_Q9 * 1e3, unit="ms", dimension="time", rel_tol=0.005,
+    detect=[d.ms_vs_s()],
+    mistakes=[
+        Mistake(_Q9_DEC * 1e3, "That is the decode step alone: the prefills of the newcomers run on the same GPU "
+                               "and every user waits for them too."),
+        Mistake((_Q9_DEC + _Q9_PF / (_N - 1)) * 1e3,
+                f"That spreads one prefill over a sequence's life; while it decodes, all {_Q9_C} sequences are "
+                f"replaced once: {_Q9_C} prefills."),
+        Mistake((_Q9_DEC + _Q9_PF) * 1e3, "That puts a whole prefill into every decode step; the newcomers' prefills "
+                                          "are spread over the n - 1 steps of a sequence's life."),
+        Mistake((_Q9_DEC + _Q9_C * _Q9_PF) * 1e3,
+                "That puts all the prefills into each step; they are spread over the n - 1 steps of a "
+                "sequence's life."),
+    ],
+    hints=["TPOT = t_decode(C) + C x t_prefill / (n - 1) (`formulas.equation('steady_state_tpot')`).",
+           f"n - 1 = {_N - 1} decode steps per answer."],
+    solution=(f"{units.format_time(_Q9_DEC, digits=4)} + {_Q9_C} x {units.format_time(_Q9_PF, digits=4)} / {_N - 1} = "
+              f"{units.format_time(_Q9, digits=4)} (`steady_state_tpot`; `course_lib.core.capstone.continuous_plan` "
+              f"finds the largest C within a TPOT budget)."),
 )
 
 numbers_only(q5, "return a number, not text")  # its result is a plain number: text is a mistake
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9]

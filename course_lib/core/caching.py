@@ -1,6 +1,6 @@
 """Lesson 07's model of first-token optimisation: prefix caching, prompt (module) caching, session caching.
 
-Lessons: 07, 09
+Lessons: 07
 
 Serves lesson 07 (``notebooks/07_first_token_optimisation.ipynb``), its widgets and plots
 (``course_lib.lessons.widgets.caching``, ``course_lib.lessons.plots.caching``) and exercise set 07.
@@ -424,8 +424,11 @@ def session_derivation() -> dict:
     Returns ``per_turn_nocache`` (S + t u + (t-1) r), ``per_turn_cached`` (S + u at t = 1, then
     u + min(r, 1): the new message and the previous reply's last, never-fed token), their sums over
     t = 1..T by ``sympy.summation`` (``sum_nocache``, ``sum_cached``), ``saved`` (their difference,
-    factored) and ``matches``: whether the sums equal the formulas ``session_prefill_tokens_nocache`` /
-    ``_cached`` of ``course_lib.core.formulas``.
+    factored), the same written to be read (``sum_cached_readable`` = S + T u + (T - 1) min(1, r);
+    ``saved_readable`` = (T - 1)(S + T (u + r) / 2 - min(1, r)); ``saved_with_replies``: that with r >= 1,
+    where min(1, r) = 1), ``pending`` (min(1, r): the previous reply's last token, none when replies are
+    empty) and ``matches``: whether the sums equal the formulas ``session_prefill_tokens_nocache`` /
+    ``_cached`` of ``course_lib.core.formulas`` and the readable forms equal the sums.
     """
     import sympy as sp
 
@@ -439,10 +442,19 @@ def session_derivation() -> dict:
     per_c = s.user_tokens + sp.Min(s.reply_tokens, 1)
     sum_c = sp.expand(s.system_tokens + s.user_tokens + sp.summation(per_c, (s.turn, 2, s.turns)))
     saved = sp.factor(sp.expand(sum_nc - sum_c))
+    pending = sp.Min(1, s.reply_tokens)
+    # the same two results written to be read: (T - 1) turns each skip the system prompt and, on average, half
+    # of the conversation so far, less the one pending token that a cached turn still prefills
+    sum_c_read = sp.Add(s.system_tokens, s.turns * s.user_tokens, sp.Mul(s.turns - 1, pending, evaluate=False),
+                        evaluate=False)
+    saved_read = sp.Mul(s.turns - 1, s.system_tokens + s.turns * (s.user_tokens + s.reply_tokens) / 2 - pending,
+                        evaluate=False)
     matches = (sp.simplify(sum_nc - formulas.expr("session_prefill_tokens_nocache")) == 0
-               and sp.simplify(sum_c - formulas.expr("session_prefill_tokens_cached")) == 0)
+               and sp.simplify(sum_c - formulas.expr("session_prefill_tokens_cached")) == 0
+               and sp.simplify(saved_read - saved) == 0 and sp.simplify(sum_c_read - sum_c) == 0)
     return {"per_turn_nocache": per_nc, "per_turn_cached": per_c, "sum_nocache": sum_nc,
-            "sum_cached": sum_c, "saved": saved, "matches": bool(matches)}
+            "sum_cached": sum_c, "saved": saved, "sum_cached_readable": sum_c_read, "saved_readable": saved_read,
+            "saved_with_replies": saved_read.subs(pending, 1), "pending": pending, "matches": bool(matches)}
 
 
 def break_even_derivation() -> dict:

@@ -14,16 +14,36 @@ The widget (``course_lib.widgets.capstone``) only wires controls to these plain 
 label shows exactly :func:`tpot_text`, the TTFT label exactly :func:`ttft_text`, and the figure
 (``course_lib.plots.capstone``) plots :func:`latency_throughput_curve`.
 
-Tensor parallelism over ``G`` GPUs (Megatron-style) splits every weight matrix and the KV heads over
+Tensor parallelism over ``G`` GPUs (Megatron-style) splits every weight matrix and the attention heads over
 the GPUs: each GPU stores and reads ``1/G`` of the weights and of the KV cache and does ``1/G`` of the
 FLOPs, so a phase takes the time of the same work on one device with ``G`` times the bandwidth and the
 peak FLOP/s. What it adds are two all-reduces per layer (after attention and after the MLP) of the
 activations of every token processed in that pass (``batch × hidden`` values in a decode step,
-``batch × new prompt tokens × hidden`` in prefill), priced with the course's ring all-reduce formula
-``ring_allreduce_time(G, message_bytes, link_bandwidth)`` (bandwidth term only; per-hop latency not
-counted). The link bandwidth is an input: the hardware catalog holds no interconnect figures, so
-``tensor_parallel > 1`` requires ``interconnect_bandwidth`` (bytes/s, per GPU and direction).
-The activations travel in 16-bit (fp32 when the weights compute in fp32/tf32).
+``batch × new prompt tokens × hidden`` in prefill). Each is priced with its latency:
+``allreduce_ring_time(G, m, β, α0, α) = α0 + 2(G - 1)·α + 2(G - 1)/G · m/β`` (or the tree's
+``α0 + 2⌈log2 G⌉·α + 2m/β``, ``collective_algorithm="tree"``). The start-up latencies default to NCCL's own
+cost model (:data:`COLLECTIVE_LATENCIES`, NVLink, LL protocol: the one NCCL picks for small messages);
+``collective_base_latency``/``collective_hop_latency`` override them (0 and 0: the bandwidth term alone).
+At small batch the latency dominates: 160 all-reduces per step at about 15 µs each on 8 GPUs.
+The link bandwidth is an input: ``tensor_parallel > 1`` requires ``interconnect_bandwidth``
+(bytes/s, per GPU and direction). The activations travel in 16-bit (fp32 when the weights compute in fp32/tf32).
+
+Multi-head latent attention (DeepSeek-V2/V3) splits its heads over the GPUs, but its latent KV cache is one
+vector per token shared by every head: each GPU holds and reads all of it (replicated), so the KV memory
+per GPU and the attention's K/V reads do not shrink with ``G``. A mixture of experts with
+``expert_parallel=True`` places ``1/G`` of the routed experts on each GPU (expert parallelism) instead of
+splitting every expert: its MoE layers replace the MLP all-reduce with two all-to-alls, the dispatch of each
+token's hidden state to its ``k`` experts and the combine of their outputs
+(``alltoall_time(G, T·k·h·b / G, ...)`` each, ``T·k·h·b`` bytes over all GPUs; the shared experts' partial sums
+travel with the combine).
+
+Static against continuous batching. :func:`compute` prices a *static* batch: B requests start together, one
+pass prefills every prompt, the answers decode in lock-step. :func:`static_plan` finds the largest such batch
+within the budgets: the naive baseline. Servers batch continuously: :func:`continuous_plan` is the steady
+state (``steady_state_tpot = t_decode(C) + C · t_prefill / (n - 1)`` with ``C`` sequences in flight per group of
+``tensor_parallel`` GPUs, the same model as :func:`course_lib.core.serving.continuous_batching_plan`, which it
+equals on one GPU, plus the collectives of tensor and expert parallelism), and :func:`simulate_plan` runs
+:func:`course_lib.core.serving.simulate` at the plan's load for its p50/p99.
 
 Nothing here imports torch, ipywidgets or matplotlib. The ``"this-machine"`` device is a spec measured
 with :func:`course_lib.bench.this_machine` and passed in ``DashboardState.machine``; it is never
@@ -42,11 +62,14 @@ from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
-                                        require_positive)
+                                        require_nonnegative, require_positive)
 
-__all__ = ["THIS_MACHINE", "NOT_AVAILABLE", "TENSOR_PARALLEL_CHOICES", "DashboardState", "DashboardResult",
+__all__ = ["THIS_MACHINE", "NOT_AVAILABLE", "TENSOR_PARALLEL_CHOICES", "COLLECTIVE_ALGORITHMS", "COLLECTIVES",
+           "CollectiveLatency", "COLLECTIVE_LATENCIES", "DashboardState", "DashboardResult",
            "DashboardView", "CurvePoint", "hardware_choices", "resolve_hardware", "activation_bytes",
-           "allreduce_time_per_pass", "compute", "tpot_text", "ttft_text", "tps_text", "memory_text",
+           "collective_latency", "collective_time", "allreduce_time_per_pass", "alltoall_time_per_pass",
+           "StaticPlan", "static_plan", "ContinuousPlan", "continuous_plan", "simulate_plan", "compute",
+           "tpot_text", "ttft_text", "tps_text", "memory_text",
            "dashboard_view", "latency_throughput_curve", "default_batches", "max_batch_that_fits",
            "state_from_controls", "parse_interconnect", "describe", "meets_budget", "best_batch", "what_binds"]
 
@@ -58,6 +81,35 @@ NOT_AVAILABLE = "n/a"
 
 #: GPU counts the widget offers for tensor parallelism.
 TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8)
+
+
+#: All-reduce algorithms the planner prices (``DashboardState.collective_algorithm``).
+COLLECTIVE_ALGORITHMS = ("ring", "tree")
+
+#: Collectives :func:`collective_time` prices.
+COLLECTIVES = ("all-reduce", "all-gather", "all-to-all")
+
+_NCCL_SOURCE = ("NCCL's cost model, src/graph/tuning.cc (github.com/NVIDIA/nccl, commit 5067397c, NCCL 2.30): "
+                "baseLatencies[{algo}][LL] = {base} us and hwLatencies[NVLINK][{algo}][LL] = {hop} us; NCCL prices "
+                "a collective as baseLat + nsteps x hwLat + bytes / bandwidth, with nsteps = 2 (G - 1) for a ring "
+                "all-reduce and G - 1 for an all-gather. LL is the protocol it picks for small messages.")
+
+
+@dataclass(frozen=True)
+class CollectiveLatency:
+    """The start-up latency of a collective (``base``, once) and of each of its steps (``hop``), in seconds."""
+
+    algorithm: str
+    base: float
+    hop: float
+    source: str
+
+
+#: NCCL's own latency figures for NVLink (LL protocol), the planner's defaults.
+COLLECTIVE_LATENCIES = {
+    "ring": CollectiveLatency("ring", 6.6e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Ring", base=6.6, hop=0.6)),
+    "tree": CollectiveLatency("tree", 6.8e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Tree", base=6.8, hop=0.6)),
+}
 
 
 def hardware_choices() -> list[str]:
@@ -74,8 +126,11 @@ class DashboardState:
     (``None``: the estimator's rule, same as the weights or fp16 for integer formats). Times per
     request: ``prompt_tokens`` in, ``new_tokens`` out, the first ``cached_prefix_tokens`` of the prompt
     already cached. ``tensor_parallel`` GPUs hold one copy of the model; ``interconnect_bandwidth``
-    (bytes/s per GPU and direction) is required when it is above 1. Bad values raise one ValueError/TypeError
-    naming the field.
+    (bytes/s per GPU and direction) is required when it is above 1. ``expert_parallel`` (MoE models only)
+    spreads the routed experts over those GPUs; ``collective_algorithm`` (``"ring"`` or ``"tree"``) and the
+    latencies ``collective_base_latency``/``collective_hop_latency`` (seconds; ``None``: NCCL's figures in
+    :data:`COLLECTIVE_LATENCIES`) price the collectives. Bad values raise one ValueError/TypeError naming
+    the field.
     """
 
     model: str = "llama-3-8b"
@@ -91,6 +146,10 @@ class DashboardState:
     tensor_parallel: int = 1
     interconnect_bandwidth: float | None = None
     machine: HardwareSpec | None = field(default=None, repr=False, hash=False)
+    expert_parallel: bool = False
+    collective_algorithm: str = "ring"
+    collective_base_latency: float | None = None
+    collective_hop_latency: float | None = None
 
     def __post_init__(self):
         m = get_model(require_choice("model", self.model, list_models()))
@@ -122,11 +181,20 @@ class DashboardState:
         if self.interconnect_bandwidth is not None:
             set_(self, "interconnect_bandwidth", require_positive("interconnect_bandwidth",
                                                                   self.interconnect_bandwidth))
+        if not isinstance(self.expert_parallel, bool):
+            raise TypeError(f"expert_parallel must be True or False, got {type(self.expert_parallel).__name__}")
+        if self.expert_parallel and not m.is_moe:
+            raise ValueError(f"expert_parallel=True needs a mixture-of-experts model; {m.name} has no experts")
+        if self.expert_parallel and m.experts % tp:
+            raise ValueError(f"tensor_parallel must divide the routed experts ({m.experts}) under expert "
+                             f"parallelism so that each GPU holds as many; got {tp}")
+        set_(self, "collective_algorithm", require_choice("collective_algorithm", self.collective_algorithm,
+                                                          COLLECTIVE_ALGORITHMS))
+        for name in ("collective_base_latency", "collective_hop_latency"):
+            if getattr(self, name) is not None:
+                set_(self, name, require_nonnegative(name, getattr(self, name), maximum=1.0))
         if tp > 1:
-            if m.is_mla:
-                raise ValueError(f"tensor_parallel > 1 is not modelled for {m.name}: its latent KV cache "
-                                 f"(multi-head latent attention) is not split by heads; use tensor_parallel=1")
-            if m.heads % tp or m.kv_heads % tp:
+            if m.heads % tp or (not m.is_mla and m.kv_heads % tp):
                 raise ValueError(f"tensor_parallel must divide the model's attention heads ({m.heads}) and KV heads "
                                  f"({m.kv_heads}) so that each GPU holds whole heads; got {tp}")
             if self.interconnect_bandwidth is None:
@@ -181,25 +249,82 @@ def activation_bytes(compute_dtype: str) -> float:
     return get_precision("fp32").bytes if compute_dtype in ("fp32", "tf32") else get_precision("fp16").bytes
 
 
+def collective_latency(algorithm: str = "ring", base_latency: float | None = None,
+                       hop_latency: float | None = None) -> tuple[float, float]:
+    """``(base, hop)`` seconds of a collective: the given ones, else NCCL's NVLink figures for ``algorithm``."""
+    algorithm = require_choice("algorithm", algorithm, COLLECTIVE_ALGORITHMS)
+    d = COLLECTIVE_LATENCIES[algorithm]
+    base = d.base if base_latency is None else require_nonnegative("base_latency", base_latency, maximum=1.0)
+    hop = d.hop if hop_latency is None else require_nonnegative("hop_latency", hop_latency, maximum=1.0)
+    return base, hop
+
+
+def collective_time(collective: str, devices: int, message_bytes: float, link_bandwidth: float | None, *,
+                    algorithm: str = "ring", base_latency: float | None = None,
+                    hop_latency: float | None = None) -> float:
+    """Seconds of one collective over ``devices`` GPUs (0 on one GPU), latency included.
+
+    ``"all-reduce"``: ``allreduce_ring_time`` (or ``allreduce_tree_time`` with ``algorithm="tree"``, over
+    ``ceil(log2 devices)`` levels) of a ``message_bytes`` message; ``"all-gather"``: ``allgather_ring_time`` of a
+    ``message_bytes`` result; ``"all-to-all"``: ``alltoall_time``, each GPU sending ``message_bytes`` in all.
+    Latencies: :func:`collective_latency`. ``link_bandwidth``: bytes/s per GPU and direction.
+    """
+    collective = require_choice("collective", collective, COLLECTIVES)
+    devices = require_count("devices", devices, minimum=1)
+    message_bytes = require_nonnegative("message_bytes", message_bytes)
+    base, hop = collective_latency(algorithm, base_latency, hop_latency)
+    if devices == 1:
+        return 0.0
+    if link_bandwidth is None:
+        raise ValueError("link_bandwidth is required for devices > 1")
+    link = require_positive("link_bandwidth", link_bandwidth)
+    if collective == "all-reduce":
+        if algorithm == "tree":
+            return g.allreduce_tree_time((devices - 1).bit_length(), message_bytes, link, base, hop)
+        return g.allreduce_ring_time(devices, message_bytes, link, base, hop)
+    if collective == "all-gather":
+        return g.allgather_ring_time(devices, message_bytes, link, base, hop)
+    return g.alltoall_time(devices, message_bytes, link, base, hop)
+
+
 def allreduce_time_per_pass(layers: int, tokens: int, hidden: int, devices: int, value_bytes: float,
-                            link_bandwidth: float | None) -> float:
+                            link_bandwidth: float | None, *, algorithm: str = "ring",
+                            base_latency: float | None = None, hop_latency: float | None = None) -> float:
     """Seconds of the all-reduces of one forward pass over ``tokens`` tokens (all sequences together).
 
-    Two ring all-reduces per layer of ``tokens × hidden`` activations of ``value_bytes`` each:
-    ``2 · layers · ring_allreduce_time(devices, tokens · hidden · value_bytes, link_bandwidth)``.
-    0 on a single GPU.
+    Two all-reduces per layer of ``tokens × hidden`` activations of ``value_bytes`` each:
+    ``2 · layers · collective_time("all-reduce", devices, tokens · hidden · value_bytes, ...)``, latency
+    included (NCCL's figures unless given; ``base_latency=0, hop_latency=0`` leaves the bandwidth term
+    alone, ``2 · layers · ring_allreduce_time(...)``). 0 on a single GPU.
     """
     layers = require_count("layers", layers, minimum=1)
     tokens = require_count("tokens", tokens, minimum=1)
     hidden = require_count("hidden", hidden, minimum=1)
     devices = require_count("devices", devices, minimum=1)
     value_bytes = require_positive("value_bytes", value_bytes)
-    if devices == 1:
+    return 2 * layers * collective_time("all-reduce", devices, tokens * hidden * value_bytes, link_bandwidth,
+                                        algorithm=algorithm, base_latency=base_latency, hop_latency=hop_latency)
+
+
+def alltoall_time_per_pass(moe_layers: int, tokens: int, hidden: int, experts_per_token: int, devices: int,
+                           value_bytes: float, link_bandwidth: float | None, *, base_latency: float | None = None,
+                           hop_latency: float | None = None) -> float:
+    """Seconds of expert parallelism's all-to-alls in one pass: a dispatch and a combine per MoE layer.
+
+    Each moves ``tokens × experts_per_token × hidden × value_bytes`` bytes over all the GPUs, each GPU sending
+    its ``1/devices`` share: ``2 · moe_layers · alltoall_time(devices, that / devices, ...)``. 0 on one GPU.
+    """
+    moe_layers = require_count("moe_layers", moe_layers)
+    tokens = require_count("tokens", tokens, minimum=1)
+    hidden = require_count("hidden", hidden, minimum=1)
+    k = require_count("experts_per_token", experts_per_token, minimum=1)
+    devices = require_count("devices", devices, minimum=1)
+    value_bytes = require_positive("value_bytes", value_bytes)
+    if moe_layers == 0:
         return 0.0
-    if link_bandwidth is None:
-        raise ValueError("link_bandwidth is required for devices > 1")
-    link = require_positive("link_bandwidth", link_bandwidth)
-    return 2 * layers * g.ring_allreduce_time(devices, tokens * hidden * value_bytes, link)
+    per_gpu = tokens * k * hidden * value_bytes / devices
+    return 2 * moe_layers * collective_time("all-to-all", devices, per_gpu, link_bandwidth,
+                                            base_latency=base_latency, hop_latency=hop_latency)
 
 
 @dataclass(frozen=True)
@@ -208,7 +333,9 @@ class DashboardResult:
 
     ``estimate`` is the estimator's result for the split work (on one GPU: exactly
     ``course_lib.estimate(...)`` of the state); ``ttft``/``tpot`` add the tensor-parallel all-reduces
-    (``allreduce_prefill`` once, ``allreduce_decode`` per decode step). Memory is per GPU.
+    (``allreduce_prefill`` once, ``allreduce_decode`` per decode step), expert parallelism's all-to-alls
+    (``alltoall_prefill``, ``alltoall_decode``) and, for a latent (MLA) KV cache that every GPU holds whole,
+    the extra time of reading it (``kv_replicated_prefill``, ``kv_replicated_decode``). Memory is per GPU.
     """
 
     state: DashboardState
@@ -216,14 +343,29 @@ class DashboardResult:
     estimate: Estimate
     allreduce_prefill: float
     allreduce_decode: float
+    alltoall_prefill: float = 0.0
+    alltoall_decode: float = 0.0
+    kv_replicated: bool = False
+    kv_replicated_prefill: float = 0.0
+    kv_replicated_decode: float = 0.0
+
+    @property
+    def communication_prefill(self) -> float:
+        """Seconds the collectives add to the prefill pass (all-reduces and all-to-alls)."""
+        return self.allreduce_prefill + self.alltoall_prefill
+
+    @property
+    def communication_decode(self) -> float:
+        """Seconds the collectives add to each decode step."""
+        return self.allreduce_decode + self.alltoall_decode
 
     @property
     def ttft(self) -> float:
-        return self.estimate.ttft + self.allreduce_prefill
+        return self.estimate.ttft + self.communication_prefill + self.kv_replicated_prefill
 
     @property
     def tpot(self) -> float:
-        return self.estimate.tpot + self.allreduce_decode
+        return self.estimate.tpot + self.communication_decode + self.kv_replicated_decode
 
     @property
     def total(self) -> float:
@@ -262,7 +404,8 @@ class DashboardResult:
 
     @property
     def kv_per_gpu(self) -> float:
-        return self.estimate.kv_bytes / self.state.tensor_parallel
+        """KV-cache bytes on one GPU: ``1/G`` of it, or all of it when the cache is replicated (MLA)."""
+        return self.estimate.kv_bytes / (1 if self.kv_replicated else self.state.tensor_parallel)
 
     @property
     def memory_needed(self) -> float:
@@ -282,7 +425,8 @@ class DashboardResult:
     def as_dict(self) -> dict:
         keys = ("ttft", "tpot", "total", "tps", "tps_aggregate", "tps_aggregate_per_gpu", "decode_tps",
                 "prefill_bound", "decode_bound", "memory_needed", "memory_available", "fits",
-                "allreduce_prefill", "allreduce_decode")
+                "allreduce_prefill", "allreduce_decode", "alltoall_prefill", "alltoall_decode",
+                "kv_replicated_prefill", "kv_replicated_decode")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -300,9 +444,40 @@ def compute(state: DashboardState) -> DashboardResult:
     m = e.model
     vb = activation_bytes(e.compute_dtype)
     new_prompt = state.prompt_tokens - state.cached_prefix_tokens
-    ar_pf = allreduce_time_per_pass(m.layers, state.batch * new_prompt, m.hidden, tp, vb, state.interconnect_bandwidth)
-    ar_dec = allreduce_time_per_pass(m.layers, state.batch, m.hidden, tp, vb, state.interconnect_bandwidth)
-    return DashboardResult(state=state, hardware=hw, estimate=e, allreduce_prefill=ar_pf, allreduce_decode=ar_dec)
+    lat = dict(base_latency=state.collective_base_latency, hop_latency=state.collective_hop_latency)
+    link = state.interconnect_bandwidth
+    ep = state.expert_parallel and tp > 1
+    # under expert parallelism the MoE layers' MLP all-reduce becomes a dispatch and a combine all-to-all
+    reduces = 2 * m.layers if not ep else m.layers + (m.layers - m.moe_layers)     # all-reduces per pass
+    pf_tokens, dec_tokens = state.batch * new_prompt, state.batch
+
+    def allreduces(tokens):
+        return allreduce_time_per_pass(m.layers, tokens, m.hidden, tp, vb, link, algorithm=state.collective_algorithm,
+                                       **lat) * reduces / (2 * m.layers) if tp > 1 else 0.0
+
+    def alltoalls(tokens):
+        return alltoall_time_per_pass(m.moe_layers, tokens, m.hidden, m.experts_per_token, tp, vb, link,
+                                      **lat) if ep else 0.0
+
+    replicated = m.is_mla and tp > 1
+    kv_pf = kv_dec = 0.0
+    if replicated:
+        peak = e.hardware.flops(e.compute_dtype)
+
+        def extra(phase) -> float:
+            # every GPU reads the whole latent cache: G x the split K/V bytes, at the G GPUs' bandwidth
+            op = phase.operator("attention")
+            return g.operator_time(op.flops, peak, e.compute_efficiency, tp * op.bytes, e.hardware.bandwidth,
+                                   e.bandwidth_efficiency) - op.time
+
+        kv_pf = extra(e.prefill)
+        # attention's FLOPs and bytes are both proportional to the context, so the extra time is too: its mean
+        # over the decode steps is the mean of the first and the last step's
+        kv_dec = (extra(e.decode_first) + extra(e.decode_last)) / 2 if e.decode_steps else extra(e.decode_first)
+    return DashboardResult(state=state, hardware=hw, estimate=e, allreduce_prefill=allreduces(pf_tokens),
+                           allreduce_decode=allreduces(dec_tokens), alltoall_prefill=alltoalls(pf_tokens),
+                           alltoall_decode=alltoalls(dec_tokens), kv_replicated=replicated,
+                           kv_replicated_prefill=kv_pf, kv_replicated_decode=kv_dec)
 
 
 def _try(state: DashboardState) -> tuple[DashboardResult | None, str | None]:
@@ -374,6 +549,11 @@ def dashboard_view(state: DashboardState) -> DashboardView:
     if state.tensor_parallel > 1:
         bounds += (f"; all-reduces add {format_time(r.allreduce_prefill)} to TTFT and "
                    f"{format_time(r.allreduce_decode)} to each decode step")
+        if state.expert_parallel:
+            bounds += (f"; expert all-to-alls add {format_time(r.alltoall_prefill)} and "
+                       f"{format_time(r.alltoall_decode)}")
+        if r.kv_replicated:
+            bounds += f"; every GPU reads the whole latent KV cache (+{format_time(r.kv_replicated_decode)} per step)"
     warnings = []
     if r.fits is False:
         warnings.append(f"Does not fit: {format_bytes(r.memory_needed)} needed per GPU "
@@ -533,7 +713,166 @@ def describe(state: DashboardState) -> str:
     dev = (hw.display if hw else None) or (get_hardware(state.hardware).display
                                            if state.hardware != THIS_MACHINE else "this machine")
     tp = f"{state.tensor_parallel} x " if state.tensor_parallel > 1 else ""
-    link = (f" (link {format_bandwidth(state.interconnect_bandwidth)})"
+    link = (f" (link {format_bandwidth(state.interconnect_bandwidth)}"
+            + (", experts spread over the GPUs" if state.expert_parallel else "") + ")"
             if state.tensor_parallel > 1 and state.interconnect_bandwidth else "")
     return (f"{state.model} on {tp}{dev}{link}, {state.precision} weights, prompt {state.prompt_tokens:,} "
             f"(cached {state.cached_prefix_tokens:,}), {state.new_tokens:,} new tokens")
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans: the static batch (the naive baseline) and continuous batching
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticPlan:
+    """The static-batch plan: the largest batch (started together) within the budgets, and the GPUs for ``users``.
+
+    ``result`` is :func:`compute` at that batch (batch 1 when none passes: ``batch`` 0, ``gpus`` ``None``).
+    """
+
+    state: DashboardState
+    users: int
+    batch: int
+    binds: str
+    result: DashboardResult
+    gpus: int | None
+
+
+def static_plan(state: DashboardState, users: int, ttft_budget: float | None = None,
+                tpot_budget: float | None = None, limit: int = 1024) -> StaticPlan:
+    """The naive baseline: :func:`best_batch` and :func:`what_binds`, ``ceil(users / batch) × tensor_parallel`` GPUs."""
+    state = _state(state)
+    users = require_count("users", users, minimum=1)
+    b = best_batch(state, ttft_budget, tpot_budget, limit)
+    return StaticPlan(state=state, users=users, batch=b, binds=what_binds(state, ttft_budget, tpot_budget, limit),
+                      result=compute(state.replace(batch=max(b, 1))),
+                      gpus=math.ceil(users / b) * state.tensor_parallel if b else None)
+
+
+@dataclass(frozen=True)
+class ContinuousPlan:
+    """The steady state of continuous batching (see :func:`continuous_plan`); seconds, bytes per GPU, tokens/s.
+
+    ``sequences`` (C) are in flight on each group of ``tensor_parallel`` GPUs (a replica); ``gpus`` =
+    ``replicas × tensor_parallel``. ``tpot`` = ``steady_state_tpot(decode_step, C, prefill_time, n - 1)``;
+    ``ttft`` = ``prefill_time + decode_step`` (no queueing: :func:`simulate_plan` adds it);
+    ``prefill_share`` is the fraction of each GPU's time spent on prefill. When not even one sequence passes,
+    ``sequences`` is 0, ``replicas``/``gpus`` are ``None`` and the numbers are those of one sequence.
+    """
+
+    state: DashboardState
+    users: int
+    sequences: int
+    replicas: int | None
+    gpus: int | None
+    binds: str
+    decode_step: float
+    prefill_time: float
+    tpot: float
+    ttft: float
+    prefill_share: float
+    tokens_per_s_per_gpu: float
+    memory_needed: float
+    memory_limit: float
+
+    def as_dict(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "state"}
+
+
+def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05, ttft_budget: float | None = None,
+                    kv_memory_fraction: float = 0.9, max_sequences: int = 4096) -> ContinuousPlan:
+    """Plan ``users`` sequences generating at once on a continuously batching server (``state.batch`` is ignored).
+
+    Each replica (``tensor_parallel`` GPUs) keeps ``C`` sequences in flight; in the steady state each
+    sequence's ``n - 1`` decode steps carry the ``C`` prefills of the sequences that replace finished ones:
+    ``TPOT = t_decode(C) + C · t_prefill / (n - 1)`` (``steady_state_tpot``), with ``t_decode(C)`` =
+    ``compute(state with batch C).tpot`` and ``t_prefill`` = ``compute(state with batch 1).ttft``, collectives
+    included. Memory per GPU: its share of the weights, the cached prefix once and ``C`` caches of the uncached
+    tokens at their final length must fit in ``kv_memory_fraction`` of its capacity. ``C`` is the largest
+    within ``tpot_budget`` (and ``ttft_budget`` when given) and memory, at most ``max_sequences``; on one GPU
+    this is :func:`course_lib.core.serving.continuous_batching_plan`. ``binds`` names what ``C + 1`` breaks.
+    """
+    state = _state(state)
+    users = require_count("users", users, minimum=1)
+    n = state.new_tokens
+    if n < 2:
+        raise ValueError(f"new_tokens must be at least 2 for a steady state of decode steps, got {n}")
+    tpot_budget = require_positive("tpot_budget", tpot_budget)
+    ttft_budget = None if ttft_budget is None else require_positive("ttft_budget", ttft_budget)
+    frac = require_fraction("kv_memory_fraction", kv_memory_fraction)
+    cap_c = min(require_count("max_sequences", max_sequences, minimum=1, maximum=10**6), _largest_batch(state))
+    one = compute(state.replace(batch=1))
+    if one.memory_available is None:
+        raise ValueError(f"hardware {one.hardware.name!r} has no memory capacity: the sequences that fit are unknown")
+    t_pf = one.ttft
+    m, e = one.estimate.model, one.estimate
+    per_gpu = 1 if one.kv_replicated else state.tensor_parallel
+    kv_tok = m.kv_bytes_per_token(e.kv_precision) / per_gpu
+    k, P = state.cached_prefix_tokens, state.prompt_tokens
+    limit = frac * one.memory_available
+
+    def memory(c):
+        return one.weights_per_gpu + kv_tok * k + c * kv_tok * (P + n - k)
+
+    def numbers_at(c):
+        t_dec = compute(state.replace(batch=c)).tpot
+        return t_dec, g.steady_state_tpot(t_dec, c, t_pf, n - 1), t_pf + t_dec
+
+    def broken(c) -> list[str]:
+        _, tpot, ttft = numbers_at(c)
+        out = []
+        if tpot > tpot_budget:
+            out.append("TPOT budget")
+        if ttft_budget is not None and ttft > ttft_budget:
+            out.append("TTFT budget")
+        if memory(c) > limit:
+            out.append("memory")
+        return out
+
+    # TPOT, TTFT and memory never fall as C grows: the C that pass form a prefix 1..C (bisection)
+    best = _largest_passing(lambda c: not broken(c), cap_c)
+    binds = "sequence limit" if best == cap_c else " and ".join(broken(best + 1))
+    c = max(best, 1)
+    t_dec, tpot, ttft = numbers_at(c)
+    replicas = math.ceil(users / best) if best else None
+    return ContinuousPlan(state=state.replace(batch=c), users=users, sequences=best, replicas=replicas,
+                          gpus=None if replicas is None else replicas * state.tensor_parallel, binds=binds,
+                          decode_step=t_dec, prefill_time=t_pf, tpot=tpot, ttft=ttft,
+                          prefill_share=c * t_pf / ((n - 1) * t_dec + c * t_pf),
+                          tokens_per_s_per_gpu=c * n / ((n - 1) * tpot) / state.tensor_parallel,
+                          memory_needed=memory(c), memory_limit=limit)
+
+
+def simulate_plan(plan: ContinuousPlan, requests: int = 2000, seed: int = 0, *, token_budget: int = 2048,
+                  chunked_prefill: bool = True, max_batch: int | None = None, kv_memory_fraction: float = 0.9):
+    """Simulate one GPU of a one-GPU ``plan`` at its load: :func:`course_lib.core.serving.simulate`'s result.
+
+    The ``users`` of the plan are spread over its GPUs; each holds ``N = users / gpus`` sequences generating at
+    once, so by Little's law its requests arrive at ``N / (ttft + (n - 1) tpot)`` per second (Poisson), with
+    the steady-state TTFT and TPOT at ``ceil(N)`` sequences in flight. ``max_batch`` defaults to the plan's
+    ``sequences``. The simulator serves from one device:
+    plans with ``tensor_parallel > 1`` (or "this-machine") are refused with the reason.
+    """
+    from course_lib.core import serving
+
+    if not isinstance(plan, ContinuousPlan):
+        raise TypeError(f"plan must be a ContinuousPlan (from continuous_plan), got {type(plan).__name__}")
+    s = plan.state
+    if s.tensor_parallel > 1 or s.hardware == THIS_MACHINE:
+        raise ValueError("simulate_plan simulates one catalog GPU: the serving simulator does not model tensor "
+                         f"parallelism or a measured machine (this plan: {describe(s)})")
+    if plan.gpus is None:
+        raise ValueError("the plan serves nobody (not even one sequence meets its budgets): nothing to simulate")
+    n = s.new_tokens
+    per_gpu = plan.users / plan.gpus                          # sequences in flight on each GPU (<= sequences)
+    c = max(1, math.ceil(per_gpu))
+    t_dec = compute(s.replace(batch=c)).tpot                  # the steady state at that load, not at the plan's limit
+    tpot = g.steady_state_tpot(t_dec, c, plan.prefill_time, n - 1)
+    rate = per_gpu / g.total_latency(plan.prefill_time + t_dec, n, tpot)
+    return serving.simulate(s.model, s.hardware, rate, s.prompt_tokens, n, requests=requests, seed=seed,
+                            precision=s.precision, kv_precision=s.kv_precision,
+                            cached_prefix_tokens=s.cached_prefix_tokens,
+                            max_batch=plan.sequences if max_batch is None else max_batch,
+                            token_budget=token_budget, chunked_prefill=chunked_prefill,
+                            kv_memory_fraction=kv_memory_fraction, compute_efficiency=s.compute_efficiency,
+                            bandwidth_efficiency=s.bandwidth_efficiency)

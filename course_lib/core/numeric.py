@@ -1,6 +1,6 @@
 """Every formula of the course as a checked numeric function: the public form of the generated code.
 
-Lessons: 06, 07
+Lessons: 06, 07, 09
 
 ``course_lib.core.formulas`` holds each formula once, as a sympy expression;
 ``python -m course_lib.core.codegen`` prints it as plain Python into the private

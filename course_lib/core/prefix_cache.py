@@ -1,6 +1,6 @@
 """A block-hash prefix cache, as in vLLM's automatic prefix caching and SGLang's radix cache.
 
-Lessons: 05, 06, 07, 08, 09
+Lessons: 05, 06, 07, 08
 
 No lesson imports it directly; lessons 05-09 reach it through ``course_lib.core.caching`` and
 ``course_lib.measure.tinylm``.
