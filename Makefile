@@ -63,6 +63,9 @@ install: $(STAMP)
 # JupyterLab's "get notified about official Jupyter news?" prompt off (the venv's own Jupyter
 # config is untouched). `make lab-instructor` starts the same lab with nbgrader on.
 # tests/test_browser_lab.py reads this command with `make -n lab` and starts its lab the same way.
+# The contents manager (course_lib/authoring/lab_contents.py) serves notebooks with the kernel's Python version in
+# their language_info, which the canonical stored form leaves out: otherwise JupyterLab fills it in on open and
+# every lesson tab shows the unsaved marker at once. Files on disk are untouched.
 lab: LAB_ENV := JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner"
 lab-instructor: LAB_ENV :=
 
@@ -77,7 +80,8 @@ lab lab-instructor: install
 	    cp "$$src" "$$dest" && echo "copied  $$src -> $$dest"; \
 	  fi; \
 	done
-	$(LAB_ENV) $(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" notebooks/00_start_here.ipynb
+	$(LAB_ENV) $(VENV)/bin/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)" \
+	  --ServerApp.contents_manager_class=course_lib.authoring.lab_contents.CourseContentsManager notebooks/00_start_here.ipynb
 
 # App mode: app/dashboard.ipynb served by Voila as a web page of outputs and widgets, no code
 # (app/voila.json: strip_sources and friends). Voila runs in app/ so that it reads that file.

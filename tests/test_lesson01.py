@@ -379,3 +379,21 @@ def test_unfilled_exercise_reads_as_not_attempted(nb_paths):
     answers.update({q.id: ns[f"answer_{q.id}"] for q in ex01.QUESTIONS if q.id != "q4"})
     for q in ex01.QUESTIONS:
         assert q.evaluate(answers[q.id]).status == "not_attempted", q.id
+
+
+def test_lesson_00_shows_the_glossary_grouped_by_lesson_and_explains_the_source():
+    import nbformat
+
+    from course_lib.lessons import glossary
+    from repo import ROOT
+
+    grouped = glossary.grouped_markdown()
+    assert grouped.count("<details>") == len({t.lesson for t in glossary.terms()})
+    for t in glossary.terms():
+        assert f"| **{t.term}** |" in grouped
+    nb = nbformat.read(ROOT / "notebooks" / "00_start_here.ipynb", as_version=4)
+    shown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown") + "\n".join(
+        o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
+    assert grouped in shown
+    assert "## The source material" in shown and "`source-7b`" in shown and "not a released model" in shown
+    assert "end-to-end tokens per second" in shown and "decode tokens per second" in shown

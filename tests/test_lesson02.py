@@ -285,3 +285,58 @@ def test_exercise_expected_values():
     wrong = ex02.q8.evaluate(lambda block_params, vocab, hidden, bytes_per_weight:
                              (block_params + 2 * vocab * hidden) * bytes_per_weight)
     assert not wrong.correct and "embedding" in wrong.feedback
+
+
+# --- the layer-by-layer count, the decode step's picture, the roofline -------------------------------
+def _lesson02_text() -> str:
+    from nbtext import shown_text
+    from repo import ROOT
+
+    return shown_text(ROOT / "notebooks" / "02_data_per_token.ipynb")
+
+
+def test_lesson_counts_the_parameters_from_config_and_defines_the_symbols():
+    text = _lesson02_text()
+    m = get_model("mistral-7b")
+    assert f"{m.params:,}" in text and f"{m.block_params:,}" in text
+    for field in ("num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings"):
+        assert field in text, field
+    # every symbol of decode_flops is defined where the formula is shown
+    for words in ("$B$ sequences", "$N_{blocks}$ the block", "$h$ the hidden size", "$V$ the vocabulary",
+                  "$L$ the layers", "$H_q$ the query heads", "$d_{att}$", "$c$ the tokens"):
+        assert words in text, words
+    # the ridge-point text names the intensities the figure marks
+    from course_lib.lessons.plots.data_per_token import GEMV_PRECISIONS
+    for p in GEMV_PRECISIONS:
+        assert f"{gemv_cost(1, 1, p).weight_intensity:.3g} ({p})" in text, p
+
+
+@pytest.mark.parametrize("model", ["mistral-7b", "llama-2-7b", "qwen3-0.6b", "gpt2-small"])
+def test_decode_step_picture_draws_course_lib_numbers(model):
+    from course_lib.core.estimator import weight_bytes
+    from course_lib.lessons.plots.data_per_token import plot_decode_step
+
+    m = get_model(model)
+    r = bytes_per_token(model, "fp16")
+    fig = plot_decode_step(model, "fp16")
+    ax = fig.axes[0]
+    assert ax.get_title() and label_has_unit(ax.get_xlabel()) and label_has_unit(ax.get_ylabel())
+    bars = {p.get_gid(): p.get_width() for p in ax.patches if p.get_gid()}
+    want = {"step:embedding_table": weight_bytes(m.embedding_params, "fp16"),
+            "step:embedding_row": r.part_bytes("embedding_row"),
+            "step:attention": weight_bytes(m.attention_params_per_layer, "fp16"),
+            "step:mlp": weight_bytes(m.dense_mlp_params, "fp16"),
+            "step:norms": weight_bytes(m.norm_params_per_layer, "fp16"),
+            "step:blocks": r.part_bytes("blocks"), "step:lm_head": r.part_bytes("lm_head"),
+            "step:total": m.decode_weight_bytes("fp16")}
+    assert set(bars) == set(want)
+    for k, v in want.items():
+        assert math.isclose(bars[k], v / 1e6, rel_tol=1e-12), k
+    assert math.isclose(want["step:blocks"] + want["step:lm_head"] + want["step:embedding_row"], want["step:total"])
+
+
+def test_decode_step_picture_refuses_moe_models():
+    from course_lib.lessons.plots.data_per_token import plot_decode_step
+
+    with pytest.raises(ValueError, match="model must be a dense model"):
+        plot_decode_step("deepseek-v3")

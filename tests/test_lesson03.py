@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import dataclasses
 import math
 import re
 
@@ -110,8 +111,12 @@ def test_tokens_that_fit_is_the_largest_count_that_fits(batch, model, hw):
 
 
 def test_tokens_that_fit_known_values_and_window():
-    assert tokens_that_fit("llama-3-8b", "rtx-4090") == 60_573       # (24e9 - 16,060,522,496) // 131,072
-    assert tokens_that_fit("llama-3-70b", "h200") == 0                 # fp16 weights exceed 141 GB
+    rtx = get_hardware("rtx-4090")
+    # capacity: the bytes the driver reports (24,564 MiB), not the box's "24 GB" read as 24e9 bytes
+    assert tokens_that_fit("llama-3-8b", rtx) == (rtx.capacity - 16_060_522_496) // 131_072
+    box = dataclasses.replace(rtx, capacity=rtx.capacity_marketing_gb * 1e9)
+    assert tokens_that_fit("llama-3-8b", box) == 60_573 < tokens_that_fit("llama-3-8b", rtx)
+    assert tokens_that_fit("llama-3-70b", "h100-sxm") == 0             # fp16 weights (141 GB) exceed 80 GB
     assert math.isinf(tokens_that_fit("mistral-7b", "rtx-4090", batch=16))   # 16 full windows fit
     assert tokens_that_fit("mistral-7b", "rtx-4090", batch=64) < 4096
 
@@ -334,3 +339,33 @@ def test_context_limits_say_when_a_window_caps_and_when_positions_run_out():
     assert not context_limits("llama-3-8b", 8192).beyond_trained
     with pytest.raises(ValueError, match="tokens"):
         context_limits("llama-3-8b", 0)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "llama-2-7b", "qwen2.5-7b"])
+def test_kv_layout_picture_has_one_slab_per_layer_and_kv_head_for_k_and_v(model):
+    from course_lib.lessons.plots.kv_cache import plot_kv_layout
+
+    m = get_model(model)
+    fig = plot_kv_layout(model, tokens=3)
+    ax = fig.axes[0]
+    assert ax.get_title() and label_has_unit(ax.get_xlabel()) and label_has_unit(ax.get_ylabel())
+    gids = [p.get_gid() for p in ax.patches if p.get_gid()]
+    for name in ("K", "V"):
+        slabs = {g for g in gids if g.startswith(name + ":")}
+        assert len(slabs) == m.layers * m.kv_heads
+    assert f"{m.kv_values_per_token:,} values" in "".join(t.get_text() for t in ax.texts)
+    with pytest.raises(ValueError, match="model must cache per-head K and V"):
+        plot_kv_layout("deepseek-v3")
+    with pytest.raises(ValueError, match="tokens"):
+        plot_kv_layout(model, tokens=0)
+
+
+def test_lesson_teaches_driver_bytes_against_the_box_figure():
+    from nbtext import shown_text
+    from repo import ROOT
+
+    text = shown_text(ROOT / "notebooks" / "03_kv_cache.ipynb")
+    rtx = get_hardware("rtx-4090")
+    box = dataclasses.replace(rtx, capacity=rtx.capacity_marketing_gb * 1e9)
+    assert f"{tokens_that_fit('llama-3-8b', box):,}" in text and f"{tokens_that_fit('llama-3-8b', rtx):,}" in text
+    assert f"{int(rtx.capacity):,} bytes" in text

@@ -1,7 +1,7 @@
 """Lesson 04 (bandwidth-bound latency): the TPOT explorer, the figures, the lesson's numbers, ex04.
 
 * the explorer (``course_lib.widgets.latency``), driven in-process, shows exactly
-  ``format_time(estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=...).tpot)``
+  ``format_time(estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=...).tpot_first)``
   for every control, and keeps the CSS classes the browser test relies on;
 * the figures (``course_lib.plots.latency``) have titles and axis labels with units, and plot the
   estimator's values;
@@ -45,7 +45,7 @@ ESTIMABLE = [("source-7b", "rtx-4090", "fp16"), ("mistral-7b", "h100-sxm", "fp8"
 
 
 def expected_tpot_text(model, hardware, precision, context) -> str:
-    return format_time(estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision).tpot)
+    return format_time(estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=precision).tpot_first)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def expected_tpot_text(model, hardware, precision, context) -> str:
 @pytest.mark.parametrize("context", [1, 1000, 4096, 20_000])
 def test_reading_shows_the_estimators_tpot(model, hardware, precision, context):
     r = tpot_reading(model, hardware, precision, context)
-    e = estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision)
+    e = estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=precision)
     assert r.error is None and r.estimate == e == tpot_estimate(model, hardware, precision, context)
     assert r.tpot_text == format_time(e.tpot) == expected_tpot_text(model, hardware, precision, context)
     assert r.tps_text == f"{Quantity(e.decode_tps, 'number').format()} tokens/s"
@@ -285,21 +285,24 @@ def _claims():
     rtx = get_hardware("rtx-4090")
     t16 = weight_bytes(7e9, "fp16") / rtx.bandwidth
     t8 = weight_bytes(7e9, "int8") / rtx.bandwidth
-    e = estimate("source-7b", "rtx-4090", 1, 1)
+    e = estimate("source-7b", "rtx-4090", 1, 2)          # one decode step: the answer's second token
     fp8 = measurements.h200()["weights_only_decode_step_fp16_vs_fp8"]
-    llama = estimate("llama-3-8b", "h100-sxm", 512, 16384)
+    l3 = get_model("llama-3-8b")
+    llama = estimate(l3, "h100-sxm", 512, l3.max_positions - 512)   # within its trained positions
     b, k = estimate("llama-2-7b", "rtx-4090", 512, 3000).line
     return [
         ("the source's fp16 floor on the RTX 4090", format_time(t16)),
         ("the source's 8-bit floor", format_time(t8)),
         ("the tokens/s of the fp16 floor", f"{1 / t16:.1f}"),
-        ("the estimator's TPOT for source-7b", format_time(e.tpot)),
+        ("the estimator's TPOT for source-7b", format_time(e.tpot_first)),
         ("the embedding table skipped", format_bytes(get_model("source-7b").embedding_params * 2)),
         ("decode's arithmetic intensity", f"{e.decode_first.intensity:.2f} FLOP per byte"),
         ("the RTX 4090's ridge point", f"{rtx.ridge_point('fp16'):.0f} FLOP per byte"),
         ("measured fp16/fp8 time ratio", f"time ratio fp16/fp8: {fp8['fp16']['ms'] / fp8['fp8_e4m3']['ms']:.2f}"),
         ("Llama-3-8B's TPOT growth", f"first {format_time(llama.tpot_first)}  last {format_time(llama.tpot_last)}"),
         ("Mistral's window", f"{get_model('mistral-7b').sliding_window:,}"),
+        ("the batch of the fp16-vs-fp8 record", "at batch 16"),
+        ("the batch-1 weights-only step of section 8", "**4.434 ms**: that is batch 1"),
         ("the line's k", f"k = first decode step {format_time(k)}"),
         ("the M2 Ultra floor for Llama-2-70B",
          format_time(get_model("llama-2-70b").weight_bytes("fp16") / get_hardware("m2-ultra").bandwidth)),
@@ -411,3 +414,31 @@ def test_generated_exercise_holds_no_solutions():
     assert f"answer_q8 = {ex04.q8.expected!r}" not in text and "answer_q8 = ____" in text
     for q in ex04.QUESTIONS:
         assert f"q.{q.id}.check(" in text
+
+
+def test_no_decode_step_is_read_from_a_one_token_answer():
+    """With new_tokens=1 a response has no decode step: the lesson prices decode steps from answers of two or
+    more tokens (tpot_first is the first real step), and stays within Llama-3-8B's trained positions."""
+    import nbformat
+
+    nb = nbformat.read(LESSON, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "new_tokens=1)" not in code and ", 1, 1)" not in code and "16384" not in code
+
+
+def test_the_eager_hf_figures_are_one_set_up_and_the_jargon_is_defined(lesson_text):
+    h = measurements.h200()["hf_transformers_eager"]
+    steps = [r["ms"] for r in h["tpot"]] + list(h["tpot_other_machine_same_day_ms"])
+    assert f"{min(steps):.0f} to {max(steps):.0f} ms per decode step" in lesson_text
+    assert "one set-up's measurement" in lesson_text and "Lesson 08 measures the overhead" in lesson_text
+    for word in ("**kernel launch**", "**eager**", "**CUDA graph**", "**synchronisation**"):
+        assert word in lesson_text, word
+
+
+def test_the_jargon_of_section_8_and_both_tokens_per_second_are_in_the_glossary():
+    from course_lib.lessons import glossary
+
+    for term in ("CUDA graph", "eager execution", "kernel launch", "synchronisation"):
+        assert glossary.define(term).lesson == 4
+    tps = glossary.define("TPS").definition
+    assert "end-to-end tokens per second" in tps and "decode tokens per second" in tps

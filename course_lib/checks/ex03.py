@@ -242,7 +242,7 @@ def _fit_case(model, hardware, batch=1, precision="fp16"):
 _Q7_CASES = [
     _fit_case("llama-3-8b", "rtx-4090"),
     _fit_case("llama-2-7b", "a100-80gb", batch=4),
-    _fit_case("llama-3-70b", "h200"),                      # fp16 weights exceed the capacity: 0
+    _fit_case("llama-3-70b", "h100-sxm"),                  # fp16 weights exceed the capacity: 0
     _fit_case("llama-3-70b", "h100-sxm", batch=8, precision="int4"),
     _fit_case("qwen2.5-7b", "l4", batch=2),
 ]

@@ -159,7 +159,7 @@ q3 = NumericQuestion(
 # --- O3 multi-step ------------------------------------------------------------------------------------
 _H100 = get_hardware("h100-sxm")
 _Q4_CONTEXT = 20_000
-_Q4 = estimate(_MISTRAL, _H100, _Q4_CONTEXT, 1).tpot
+_Q4 = estimate(_MISTRAL, _H100, _Q4_CONTEXT, 2).tpot_first   # the one decode step of a 2-token answer
 _WS = _MISTRAL.decode_weight_bytes("fp16")
 _KTOK = _MISTRAL.kv_bytes_per_token("fp16")
 _WINDOW = _MISTRAL.sliding_window
@@ -167,10 +167,11 @@ q4 = NumericQuestion(
     id="q4", set=SET, points=2,
     objective="O3 add the KV-cache reads: TPOT grows with the context, up to a sliding window",
     prompt=(f"Multi-step: Mistral-7B (v0.1, sliding window of {_WINDOW:,} tokens) in fp16 on an H100 SXM. "
-            f"{_Q4_CONTEXT:,} tokens are in the context. (a) Weight bytes per step: "
-            f"`decode_weight_bytes('fp16')`. (b) K/V bytes the next step reads (it attends to its own token "
-            f"too): `kv_cache_bytes('mistral-7b', {_Q4_CONTEXT + 1})`. (c) The TPOT floor in ms. Check with "
-            f"`estimate('mistral-7b', 'h100-sxm', {_Q4_CONTEXT}, 1).tpot`."),
+            f"A prompt of {_Q4_CONTEXT:,} tokens has been prefilled. (a) Weight bytes per decode step: "
+            f"`decode_weight_bytes('fp16')`. (b) K/V bytes the first decode step reads (it attends to its own "
+            f"token too): `kv_cache_bytes('mistral-7b', {_Q4_CONTEXT + 1})`. (c) That step's TPOT floor in ms. "
+            f"Check with `estimate('mistral-7b', 'h100-sxm', {_Q4_CONTEXT}, 2).tpot_first` (a two-token answer: "
+            f"its second token is that step)."),
     expected=_Q4 * 1e3, unit="ms", dimension="time", rel_tol=0.005,
     detect=[d.ms_vs_s(), d.bits_vs_bytes()],
     mistakes=[

@@ -8,6 +8,7 @@ numbers with units; lessons compute those with ``course_lib`` where they need th
     from course_lib.lessons import glossary
     glossary.define("TTFT").lesson      # 6
     glossary.as_markdown(lesson=3)      # a Markdown table of lesson 3's terms
+    glossary.grouped_markdown()         # one collapsed table per lesson (lesson 00 shows this)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import NamedTuple
 from course_lib.core.data import load_catalog
 from course_lib.core.validation import require_choice, require_count
 
-__all__ = ["Term", "terms", "define", "for_lesson", "as_markdown"]
+__all__ = ["Term", "terms", "define", "for_lesson", "as_markdown", "grouped_markdown"]
 
 
 class Term(NamedTuple):
@@ -59,3 +60,21 @@ def as_markdown(lesson: int | None = None) -> str:
     lines = ["| Term | Definition | Lesson |", "|---|---|---|"]
     lines += [f"| **{_cell(t.term)}** | {_cell(t.definition)} | {t.lesson:02d} |" for t in rows]
     return "\n".join(lines)
+
+
+def grouped_markdown(open_lessons: tuple[int, ...] = ()) -> str:
+    """Every term, one collapsible section per lesson (``<details>``: "Lesson 01 · Units: bytes and
+    parameters, 12 terms"), each holding :func:`as_markdown` of that lesson. Lessons in ``open_lessons``
+    start expanded. Lesson titles come from the course map (``course_lib/data/lessons.json``)."""
+    from course_lib.lessons import lesson_map
+
+    opened = {require_count("open_lessons", n) for n in open_lessons}
+    titles = {int(les["n"]): les["title"] for les in lesson_map.lessons()}
+    parts = []
+    for n in sorted({t.lesson for t in _terms()}):
+        k = len(for_lesson(n))
+        title = titles.get(n, "")
+        summary = f"Lesson {n:02d}" + (f" · {title}" if title else "") + f" ({k} term{'s' if k != 1 else ''})"
+        attr = " open" if n in opened else ""
+        parts.append(f"<details{attr}><summary><b>{summary}</b></summary>\n\n{as_markdown(lesson=n)}\n\n</details>")
+    return "\n\n".join(parts)

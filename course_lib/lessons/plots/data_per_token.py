@@ -6,6 +6,7 @@ Lessons: 02
     plot_bytes_per_token()                       # every catalog model x fp32/fp16/int8/q4_0/int4
     plot_ridge_points()                          # each device's fp16 ridge point vs GEMV intensity
     plot_cache_vs_weights("mistral-7b", "fp16")  # on-chip cache vs the bytes of one decode step
+    plot_decode_step("mistral-7b", "fp16")       # one decode step: which matrices it reads, and how much
 
 Every figure is a ``matplotlib.figure.Figure`` with a title and unit-carrying axis labels; the
 numbers it draws come from ``course_lib`` (``ModelSpec.decode_weight_bytes``,
@@ -24,10 +25,12 @@ from matplotlib.figure import Figure
 from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
-from course_lib.core.roofline import gemv_cost
+from course_lib.core.roofline import bytes_per_token, gemv_cost
+from course_lib.core.units import format_bytes
+from course_lib.core.estimator import weight_bytes
 from course_lib.lessons.plots._base import new_figure
 
-__all__ = ["ridge_points", "cache_bytes", "plot_bytes_per_token",
+__all__ = ["ridge_points", "cache_bytes", "plot_bytes_per_token", "plot_decode_step",
            "plot_ridge_points", "plot_cache_vs_weights", "DEFAULT_PRECISIONS", "GEMV_PRECISIONS"]
 
 #: Weight formats of :func:`plot_bytes_per_token` (bf16 streams the same bytes as fp16).
@@ -182,4 +185,63 @@ def plot_cache_vs_weights(model="mistral-7b", precision="fp16", hardware=None) -
                label=f"{m.name} weights streamed per token ({p})")
     _legend_outside(ax)
     _skipped_note(ax, skipped, "cache size")
+    return fig
+
+
+#: Colours of :func:`plot_decode_step`: read by the step, stored but not read.
+READ_COLOUR, UNREAD_COLOUR = "#c44e52", "#bbbbbb"
+
+
+def plot_decode_step(model="mistral-7b", precision="fp16") -> Figure:
+    """One batch-1 decode step of ``model``, part by part in the order it runs: what it reads of each
+    weight matrix, and what stays in memory unread.
+
+    Bars (MB, log axis), top to bottom: the token-embedding table as stored (grey: the step looks up
+    one row of it) and that one row (red); one transformer block's attention projections Q, K, V, O,
+    its MLP (gate, up, down) and its two norms, each read in full; all ``layers`` blocks together;
+    the lm_head (V x h), read in full whether or not it is tied to the embedding; the total the step
+    streams. Every bar is a ``course_lib`` number: ``weight_bytes`` of ``ModelSpec``'s per-layer
+    counts (``attention_params_per_layer``, ``dense_mlp_params``, ``norm_params_per_layer``) and the
+    parts of :func:`course_lib.core.roofline.bytes_per_token`. Bars carry a ``gid``
+    (``"step:<part>"``) so tests can find them. Mixture-of-experts models are refused (their blocks
+    are not read in full; lesson 02's table covers them).
+    """
+    m = get_model(model)
+    p = get_precision(precision).name
+    if m.is_moe or m.is_mla:
+        raise ValueError(f"model must be a dense model without MLA for this picture, got {m.name!r} "
+                         f"(its blocks are {'mixture-of-experts' if m.is_moe else 'MLA'}: see plot_bytes_per_token)")
+    r = bytes_per_token(m, p)
+    tied = "tied: the embedding matrix itself" if m.tied_embeddings else "its own matrix"
+    parts = [
+        ("embedding_table", f"token embedding table, V x h = {m.vocab:,} x {m.hidden:,} (stored)",
+         weight_bytes(m.embedding_params, p), UNREAD_COLOUR),
+        ("embedding_row", f"... of which the step reads one row (h = {m.hidden:,} values)",
+         r.part_bytes("embedding_row"), READ_COLOUR),
+        ("attention", f"one block: attention Q, K, V, O ({m.heads} query heads, {m.kv_heads} KV heads "
+                      f"of head_dim {m.head_dim})", weight_bytes(m.attention_params_per_layer, p), READ_COLOUR),
+        ("mlp", f"one block: MLP ({'gate, up, down' if m.mlp == 'gated' else 'up, down'}; "
+                f"h = {m.hidden:,}, intermediate {m.intermediate:,})",
+         weight_bytes(m.dense_mlp_params, p), READ_COLOUR),
+        ("norms", "one block: its two norms", weight_bytes(m.norm_params_per_layer, p), READ_COLOUR),
+        ("blocks", f"all {m.layers} blocks (and the final norm)", r.part_bytes("blocks"), READ_COLOUR),
+        ("lm_head", f"lm_head, h x V, read in full ({tied})", r.part_bytes("lm_head"), READ_COLOUR),
+        ("total", "total streamed by one decode step", r.streamed_bytes, READ_COLOUR),
+    ]
+    fig, ax = new_figure(f"One decode step of {m.name} ({p}, batch 1): what it reads",
+                         "bytes (MB, log scale)", "part of the model (in the order the step runs)",
+                         figsize=(10, 4.6))
+    for i, (key, label, nbytes, colour) in enumerate(parts):
+        bar = ax.barh([i], [nbytes / 1e6], color=colour, edgecolor="#333", linewidth=0.5)
+        bar.patches[0].set_gid(f"step:{key}")
+        ax.annotate(format_bytes(nbytes), xy=(nbytes / 1e6, i), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.set_yticks(range(len(parts)), [label for _, label, _, _ in parts], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(right=ax.get_xlim()[1] * 8)   # room for the value labels
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=READ_COLOUR, label="read by the step"),
+                       Patch(color=UNREAD_COLOUR, label="in memory, not read (except one row)")],
+              loc="upper right", fontsize=8)
     return fig

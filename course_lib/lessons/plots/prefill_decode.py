@@ -1,6 +1,6 @@
 """Lesson 06's figures: prefill against decode, the roofline, batching, long answers.
 
-Lessons: 06
+Lessons: 02, 06
 
 * :func:`plot_roofline` -- the roofline of one device (attainable FLOP/s against arithmetic
   intensity, log-log) with measured kernels placed on it as points (``RooflinePoint``).

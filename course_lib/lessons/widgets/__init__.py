@@ -8,6 +8,11 @@ Stable CSS classes (``_dom_classes``) starting with ``course-`` mark the control
 the browser tests look for; keep them when changing a layout. The numbers and verdicts a widget
 shows are computed in :mod:`course_lib.core`; the markup they share is ``_html``.
 
+Every widget class mixes in ``_html.Snapshot``: displayed, it sends the live widget view plus a static
+``text/html`` snapshot of its current reading (its settings and every HTML/Label output of its tree) and a
+one-line ``text/plain``, so a stored notebook shows the reading, never the widget tree's repr, to a reader
+who has not run it (tests/test_widget_snapshots.py).
+
 Lessons: 00, 01, 02, 03, 04, 06, 07, 09
 """
 from __future__ import annotations

@@ -32,6 +32,7 @@ from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.units import format_bytes, format_time
 from course_lib.core.validation import require_count, require_fraction, require_positive
+from course_lib.lessons.widgets import _html
 
 __all__ = ["PrefixCacheReading", "prefix_cache_reading", "prefix_cache_explorer", "PrefixCacheExplorer",
            "SessionCacheReading", "session_cache_reading", "session_cache_explorer", "SessionCacheExplorer",
@@ -72,7 +73,7 @@ def prefix_cache_reading(model="mistral-7b", hardware="h200", prefix_tokens=4000
                               f"{r.speedup:.2f}x faster on a hit ({r.cached_tokens:,} tokens reused)", r)
 
 
-class PrefixCacheExplorer(widgets.VBox):
+class PrefixCacheExplorer(_html.Snapshot, widgets.VBox):
     """Sliders ``prefix``, ``new``, ``hit_rate``; labels ``miss``, ``hit``, ``expected``, ``speedup``."""
 
     def __init__(self, model="mistral-7b", hardware="h200", prefix_tokens=4000, new_tokens=100, hit_rate=0.5,
@@ -147,7 +148,7 @@ def session_cache_reading(model="mistral-7b", hardware="h200", system_tokens=100
                                format_time(s.cumulative_ttft_nocache[-1]), format_time(s.cumulative_ttft_cached[-1]), s)
 
 
-class SessionCacheExplorer(widgets.VBox):
+class SessionCacheExplorer(_html.Snapshot, widgets.VBox):
     """Slider ``turns``; labels ``tokens_nocache``, ``tokens_cached``, ``time_nocache``, ``time_cached``."""
 
     def __init__(self, model="mistral-7b", hardware="h200", system_tokens=1000, user_tokens=50, reply_tokens=200,
@@ -228,7 +229,7 @@ def cache_budget_reading(model="mistral-7b", budget_gb=1.0, session_tokens=8192,
                               f"{row['hit_rate']:.1%} of requests hit", n, row["hit_rate"])
 
 
-class CacheBudgetExplorer(widgets.VBox):
+class CacheBudgetExplorer(_html.Snapshot, widgets.VBox):
     """Slider ``budget`` (GB); labels ``sessions`` and ``hit_rate``."""
 
     def __init__(self, model="mistral-7b", budget_gb=1.0, session_tokens=8192, kv_precision="fp16", block_tokens=16):

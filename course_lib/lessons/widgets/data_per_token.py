@@ -88,7 +88,7 @@ def _error_html(exc: Exception) -> str:
     return _html.error_box(str(exc), cls="course-bpt")
 
 
-class BytesPerTokenExplorer(widgets.VBox):
+class BytesPerTokenExplorer(_html.Snapshot, widgets.VBox):
     """The widget returned by :func:`bytes_per_token_explorer`.
 
     ``model`` and ``precision`` are Dropdowns, ``output`` an HTML widget; ``result`` is the latest

@@ -100,7 +100,7 @@ def _check_range(name: str, value, lo: int, hi: int) -> int:
     return v
 
 
-class EstimateExplorer(widgets.VBox):
+class EstimateExplorer(_html.Snapshot, widgets.VBox):
     """The widget returned by :func:`estimate_explorer`; controls are attributes.
 
     ``model``, ``hardware``, ``precision`` (Dropdowns), ``prompt_tokens``, ``new_tokens``
@@ -163,18 +163,16 @@ class EstimateExplorer(widgets.VBox):
         return (f"estimate_explorer({s['model']!r}, {s['hardware']!r}, {s['precision']!r}, "
                 f"prompt_tokens={s['prompt_tokens']}, new_tokens={s['new_tokens']})")
 
-    def _repr_mimebundle_(self, **kwargs):
-        """The live widget, plus a static HTML snapshot of the current table.
+    def snapshot_body(self) -> str:
+        """The static snapshot a stored notebook shows (see ``_html.Snapshot``): the current table.
 
-        Front ends without the widget (a saved notebook opened before it is run, a notebook
-        viewer) show the snapshot instead of "model not found".
+        Front ends without the widget (a saved notebook opened before it is run, a notebook viewer)
+        show it instead of "model not found".
         """
-        data = super()._repr_mimebundle_(**kwargs)
-        if data is not None:
-            data["text/html"] = (f'<div class="course-estimate-snapshot">{self.output.value}'
-                                 f'<p style="color:#555"><i>A snapshot: run the cell to get the '
-                                 f'interactive controls.</i></p></div>')
-        return data
+        return f'<div class="course-estimate-snapshot">{self.output.value}</div>'
+
+    def snapshot_text(self) -> str:
+        return f"{self!r}: an interactive widget (run the cell to use it)"
 
     def _refresh(self, change=None) -> None:
         try:

@@ -157,7 +157,7 @@ def _precision_dropdown(value, description):
 # --------------------------------------------------------------------------------------------------
 # Widgets
 # --------------------------------------------------------------------------------------------------
-class KVCacheExplorer(widgets.VBox):
+class KVCacheExplorer(_html.Snapshot, widgets.VBox):
     """The widget of :func:`kv_cache_explorer`. Controls: ``models`` (SelectMultiple), ``context``,
     ``batch`` (IntSliders), ``kv_precision``, ``precision`` (Dropdowns); ``output`` (HTML) holds
     :func:`kv_table_html` of the current setting."""
@@ -211,7 +211,7 @@ def kv_cache_explorer(models=DEFAULT_MODELS, context: int = 4096, batch: int = 1
     return KVCacheExplorer(models, context, batch, kv_precision, precision)
 
 
-class KVCrossoverExplorer(widgets.VBox):
+class KVCrossoverExplorer(_html.Snapshot, widgets.VBox):
     """The widget of :func:`kv_crossover_explorer`. Controls: ``model``, ``hardware``,
     ``kv_precision``, ``precision`` (Dropdowns), ``batch`` (IntSlider); ``output`` (HTML) holds
     :func:`crossover_html` of the current setting."""

@@ -2,9 +2,10 @@
 
 Lessons: 04
 
-Pick a model, a device and the weights' precision, slide the context (tokens already in the KV
-cache) and read the TPOT floor -- the time of the next decode step when every byte it needs comes
-out of memory at the device's full bandwidth -- and the tokens per second it allows:
+Pick a model, a device and the weights' precision, slide the context (the prompt's tokens, already
+in the KV cache) and read the TPOT floor -- the time of the first decode step after that prompt when
+every byte it needs comes out of memory at the device's full bandwidth -- and the tokens per second
+it allows:
 
     from course_lib.lessons.widgets.latency import tpot_explorer
     tpot_explorer()                                       # the source's 7B on an RTX 4090, fp16
@@ -12,11 +13,13 @@ out of memory at the device's full bandwidth -- and the tokens per second it all
 
 Everything shown comes from one call of the estimator, :func:`tpot_estimate`::
 
-    estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision)
+    estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=precision)
 
-whose ``tpot`` is the next decode step after ``context`` tokens (it reads the K/V of those tokens
-and writes and reads its own). The TPOT label holds exactly ``format_time(estimate(...).tpot)``
-and the tokens/s label ``Quantity(estimate(...).decode_tps, "number").format() + " tokens/s"``.
+a response of two tokens: the prefill gives the first, and its one decode step, ``tpot_first``, is
+the first decode step after ``context`` tokens (it reads the K/V of those tokens and writes and reads
+its own). (With ``new_tokens=1`` there would be no decode step at all.) The TPOT label holds exactly
+``format_time(estimate(...).tpot_first)`` and the tokens/s label
+``Quantity(estimate(...).decode_tps, "number").format() + " tokens/s"`` (1 / that step's time).
 The plain function :func:`tpot_reading` computes all of it (tested without a browser); the widget
 only wires controls to it.
 
@@ -52,13 +55,14 @@ NOT_AVAILABLE = "n/a"
 
 
 def tpot_estimate(model, hardware, precision="fp16", context: int = 1024) -> Estimate:
-    """The estimate behind the explorer: the next decode step after ``context`` tokens, batch 1.
+    """The estimate behind the explorer: the first decode step after ``context`` tokens, batch 1.
 
-    ``estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision)``: its
-    ``tpot`` (= ``tpot_first``) is that step's roofline time at 100 % of peak bandwidth and compute.
+    ``estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=precision)``: a
+    two-token response, whose one decode step (``tpot_first``, here also ``tpot``) is that step's
+    roofline time at 100 % of peak bandwidth and compute.
     """
     context = require_count("context", context, minimum=1)
-    return estimate(model, hardware, prompt_tokens=context, new_tokens=1, precision=precision)
+    return estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=precision)
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> Tpot
                            details)
 
     step = e.decode_first
-    reading = TpotReading(m.name, hw.name, prec, context, e, None, format_time(e.tpot),
+    reading = TpotReading(m.name, hw.name, prec, context, e, None, format_time(e.tpot_first),
                           f"{Quantity(e.decode_tps, 'number').format()} tokens/s", "")
     w_bytes, kv_bytes = reading.weight_bytes_per_step, reading.kv_bytes_per_step
     limits = context_limits(m, context + 1)
@@ -145,15 +149,15 @@ def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> Tpot
     if e.fits is False:
         notes.append(f"The weights and this KV cache ({esc(format_bytes(e.memory_needed))}) do NOT fit in the "
                      f"{esc(format_bytes(hw.capacity))} of {esc(device)}.")
-    caption = (f"{esc(m.name)}, batch 1, {esc(e.precision)} weights, {esc(e.kv_precision)} KV cache: the next "
-               f"decode step after {context:,} tokens of context, at 100 % of peak bandwidth and compute "
+    caption = (f"{esc(m.name)}, batch 1, {esc(e.precision)} weights, {esc(e.kv_precision)} KV cache: the first "
+               f"decode step after a prompt of {context:,} tokens, at 100 % of peak bandwidth and compute "
                f"(the physical floor; real kernels are slower, see lesson 08)")
     details = (f'<div class="course-tpot-breakdown">\n{_html.table(rows)}\n{_html.notes(notes)}'
                f"{_html.caption(caption)}\n</div>")
     return replace(reading, details_html=details)
 
 
-class TpotExplorer(widgets.VBox):
+class TpotExplorer(_html.Snapshot, widgets.VBox):
     """The widget returned by :func:`tpot_explorer`; controls and outputs are attributes.
 
     Controls: ``model``, ``hardware``, ``precision`` (Dropdowns) and ``context`` (IntSlider).

@@ -149,7 +149,7 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
                                 rate_text(e.tps), rate_text(e.tps_aggregate), bound, details)
 
 
-class PrefillDecodeExplorer(widgets.VBox):
+class PrefillDecodeExplorer(_html.Snapshot, widgets.VBox):
     """The widget returned by :func:`prefill_decode_explorer`; controls and outputs are attributes."""
 
     def __init__(self, model="mistral-7b", hardware="h100-sxm", precision="fp16", prompt_tokens=1000,

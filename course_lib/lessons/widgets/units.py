@@ -28,6 +28,7 @@ import ipywidgets as widgets
 
 from course_lib.core import units
 from course_lib.core.validation import require_choice
+from course_lib.lessons.widgets import _html
 
 __all__ = ["Readings", "convert", "render_readings", "UnitConverter", "unit_converter",
            "CONVENTION_OPTIONS", "DIGITS"]
@@ -177,7 +178,7 @@ def _render_error(exc: Exception) -> str:
     return f'<p class="course-units-error" style="color:#b3261e">{html.escape(str(exc))}</p>'
 
 
-class UnitConverter(widgets.VBox):
+class UnitConverter(_html.Snapshot, widgets.VBox):
     """The converter: ``.text`` (Text), ``.system`` (Dropdown of conventions), ``.readings`` (HTML).
 
     ``.result`` is the latest ``Readings`` (``None`` while the input cannot be read, in which case
