@@ -1,6 +1,6 @@
 """Model shapes, exact parameter counts, and the bytes a decode step streams.
 
-Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 
 A :class:`ModelSpec` holds what exact counts need. Every count is computed by the functions that
 ``course_lib.codegen`` generated from the sympy expressions in ``course_lib.formulas``.
@@ -347,7 +347,7 @@ class ModelSpec:
             qkv_bias=bool(is_gpt2 or mt == "qwen2" or get("attention_bias", default=False)),
             o_bias=bool(is_gpt2 or get("attention_bias", default=False)),
             mlp_bias=bool(is_gpt2 or get("mlp_bias", default=False)),
-            qk_norm=mt == "qwen3",
+            qk_norm=mt in ("qwen3", "qwen3_moe"),
             positional="learned" if is_gpt2 else "rope",
             max_positions=get("n_positions", "max_position_embeddings"),
         )
@@ -388,15 +388,29 @@ def _catalog() -> dict:
     return data.load_catalog("models")["models"]
 
 
+@lru_cache(maxsize=None)
+def _entry(key: str) -> dict:
+    e = _catalog()[key]
+    if "engine_config" not in e:
+        return e
+    # the engines issue's raw config.json (course_lib/data/engine_configs.json), kept whole: one copy of the file
+    raw = data.load_catalog("engine_configs")["configs"][e["engine_config"]]
+    return {**e, "config": raw["config"], "config_source": raw["source"]}
+
+
 def catalog_entry(name: str) -> dict:
-    """The raw catalog record (config, source, published_params) of a catalog model."""
+    """The raw catalog record (config, source, published_params) of a catalog model.
+
+    Entries that name an ``engine_config`` carry that raw config.json of ``course_lib/data/engine_configs.json``
+    (the file the Hugging Face engine builds) as their ``config``, with its address as ``config_source``.
+    """
     key = require_choice("model", name, _catalog())
-    return _catalog()[key]
+    return _entry(key)
 
 
 @lru_cache(maxsize=None)
 def _build(key: str) -> ModelSpec:
-    e = _catalog()[key]
+    e = _entry(key)
     extra = {"nominal_params": e["nominal_params"]} if e.get("nominal_params") else {}
     return ModelSpec.from_hf_config(e["config"], name=key, source=e["source"], **extra)
 

@@ -6,14 +6,23 @@ Weights and the KV cache may use different precisions, so every function that ne
 the precision as its own argument. Block-quantised formats store a scale per block, so their cost
 per weight is fractional: llama.cpp's ``q4_0`` packs 32 four-bit weights with one fp16 scale,
 (32 * 4 + 16) / 32 = 4.5 bits per weight.
+
+Where the cost is structural (fixed blocks: GPTQ/AWQ groups, llama.cpp's q4_0/q4_K, OCP MXFP4, NVFP4)
+:class:`Precision` records the block (``block``, ``element_bits``, ``scale_bits``, ``zero_bits``) and its
+``bits`` are computed from it; llama.cpp's ``q4_k_m`` mixes block types tensor by tensor, so its bits
+per weight is the measured average llama.cpp itself reports, with its model named. ``compute_dtype``
+names the tensor-core rate a format computes at when the device publishes one (``HardwareSpec.flops``):
+``w8a8`` (int8 weights *and* activations) runs at the int8 rate, MXFP4/NVFP4 at the fp4 rate, while
+weight-only formats (``int4-g128``, ``q4_0``...) dequantise to fp16. ``source`` cites each definition.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.core.validation import require_choice, require_positive
+from course_lib.core.validation import require_choice, require_count, require_positive
 
-__all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision", "FLOAT_KV_FORMATS", "default_kv_precision"]
+__all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision", "FLOAT_KV_FORMATS", "default_kv_precision",
+           "block_format"]
 
 
 @dataclass(frozen=True)
@@ -21,13 +30,25 @@ class Precision:
     name: str
     bits: float
     description: str
+    source: str = ""
+    compute_dtype: str = "fp16"          # the tensor-core rate it computes at (HardwareSpec.flops key)
+    block: int | None = None             # elements sharing one scale (block formats)
+    element_bits: int | None = None      # bits of each element
+    scale_bits: int = 0                  # bits of the block's scale (+ any super-block share)
+    zero_bits: int = 0                   # bits of the block's zero point / minimum
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
             raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
         require_positive("bits", self.bits, minimum=1, maximum=64)
-        if not isinstance(self.description, str):
-            raise TypeError(f"description must be a string, got {type(self.description).__name__}")
+        for f in ("description", "source", "compute_dtype"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {type(getattr(self, f)).__name__}")
+        if self.block is not None:
+            require_count("block", self.block, minimum=1)
+            require_count("element_bits", self.element_bits, minimum=1, maximum=64)
+            require_count("scale_bits", self.scale_bits)
+            require_count("zero_bits", self.zero_bits)
 
     @property
     def bytes(self) -> float:
@@ -39,26 +60,89 @@ def _block(bits_per_weight: int, block: int, scale_bits: int, min_bits: int = 0)
     return (block * bits_per_weight + scale_bits + min_bits) / block
 
 
+def block_format(name: str, element_bits: int, block: int, scale_bits: int, zero_bits: int = 0,
+                 description: str = "", source: str = "", compute_dtype: str = "fp16") -> Precision:
+    """A block format: ``block`` elements of ``element_bits`` bits share one ``scale_bits`` scale (and a
+    ``zero_bits`` zero point or minimum), so one element costs (block·element_bits + scale_bits + zero_bits) / block
+    bits: ``block_format("int4-g128", 4, 128, 16).bits == 4.125``."""
+    element_bits = require_count("element_bits", element_bits, minimum=1, maximum=64)
+    block = require_count("block", block, minimum=1)
+    scale_bits, zero_bits = require_count("scale_bits", scale_bits), require_count("zero_bits", zero_bits)
+    bits = _block(element_bits, block, scale_bits, zero_bits)
+    if bits > 64:
+        raise ValueError(f"element_bits + (scale_bits + zero_bits) / block must be at most 64 bits per element, got "
+                         f"{element_bits} + ({scale_bits} + {zero_bits}) / {block} = {bits:g}")
+    return Precision(name, bits, description, source=source,
+                     compute_dtype=compute_dtype, block=block, element_bits=element_bits, scale_bits=scale_bits,
+                     zero_bits=zero_bits)
+
+
+_LLAMA_CPP = "llama.cpp ggml/src/ggml-common.h (block_q4_0, block_q4_1, block_q8_0, block_q4_K, block_q6_K)"
+_GPTQ = ("GPTQ (Frantar et al., arXiv 2210.17323) and AWQ (Lin et al., arXiv 2306.00978) as packed by "
+         "AutoGPTQ/AutoAWQ: int4 weights, one fp16 scale per group of 128 (group_size 128), asymmetric: a 4-bit "
+         "zero point per group packed in qzeros")
+_MX = ("OCP Microscaling Formats (MX) Specification v1.0 (2023): MXFP4 = blocks of 32 FP4 (E2M1) elements sharing one "
+       "E8M0 8-bit scale")
+_NVFP4 = ("NVIDIA, 'Introducing NVFP4 for efficient and accurate low-precision inference' (NVIDIA technical "
+          "blog, 2025) and the Blackwell architecture technical brief: blocks of 16 FP4 (E2M1) elements sharing one "
+          "FP8 E4M3 scale, plus one fp32 scale per tensor (negligible)")
+
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in [
-        Precision("fp32", 32, "IEEE 754 single precision"),
-        Precision("tf32", 32, "stored as fp32; TF32 only changes the tensor-core arithmetic, not the bytes"),
-        Precision("fp16", 16, "IEEE 754 half precision"),
-        Precision("bf16", 16, "bfloat16: fp32's 8-bit exponent with 7 explicit mantissa bits (8 bits of precision)"),
-        Precision("fp8", 8, "8-bit float (e4m3 or e5m2); per-tensor scales are negligible"),
-        Precision("int8", 8, "8-bit integer weights; per-channel scales are negligible"),
-        Precision("int4", 4, "4-bit integer weights, scales not counted"),
-        Precision("q8_0", _block(8, 32, 16), "llama.cpp: blocks of 32 int8 weights + one fp16 scale = 8.5 bits/weight"),
-        Precision("q4_0", _block(4, 32, 16),
-                  "llama.cpp: blocks of 32 4-bit weights + one fp16 scale = 4.5 bits/weight"),
-        Precision("q4_1", _block(4, 32, 16, 16),
-                  "llama.cpp: blocks of 32 4-bit weights + fp16 scale and min = 5 bits/weight"),
+        Precision("fp32", 32, "IEEE 754 single precision", source="IEEE 754-2019", compute_dtype="fp32"),
+        Precision("tf32", 32, "stored as fp32; TF32 only changes the tensor-core arithmetic, not the bytes",
+                  source="NVIDIA A100 architecture whitepaper (TF32)", compute_dtype="tf32"),
+        Precision("fp16", 16, "IEEE 754 half precision", source="IEEE 754-2019"),
+        Precision("bf16", 16, "bfloat16: fp32's 8-bit exponent with 7 explicit mantissa bits (8 bits of precision)",
+                  source="Google, bfloat16 (Cloud TPU documentation); Intel BF16 specification", compute_dtype="bf16"),
+        Precision("fp8", 8, "8-bit float (e4m3 or e5m2); per-tensor scales are negligible",
+                  source="Micikevicius et al., 'FP8 formats for deep learning' (arXiv 2209.05433)",
+                  compute_dtype="fp8"),
+        Precision("int8", 8, "8-bit integer weights (weight-only: dequantised to fp16); per-channel scales are "
+                  "negligible", source="LLM.int8() (Dettmers et al., arXiv 2208.07339)"),
+        Precision("w8a8", 8, "int8 weights and int8 activations (SmoothQuant-style W8A8): the matrix products run at "
+                  "the int8 tensor-core rate; per-channel/per-token scales are negligible",
+                  source="SmoothQuant (Xiao et al., arXiv 2211.10438)", compute_dtype="int8"),
+        Precision("int4", 4, "4-bit integer weights, scales not counted (an idealisation: see int4-g128)",
+                  source="the bare element width; real formats add a scale per group"),
+        block_format("int4-g128", 4, 128, 16, description="GPTQ/AWQ int4, symmetric: groups of 128 weights share one "
+                     "fp16 scale: (128 x 4 + 16) / 128 = 4.125 bits/weight", source=_GPTQ),
+        block_format("int4-g128-asym", 4, 128, 16, 4, description="GPTQ/AWQ int4, asymmetric: groups of 128 weights "
+                     "share one fp16 scale and one 4-bit zero point: (128 x 4 + 16 + 4) / 128 = 4.15625 bits/weight",
+                     source=_GPTQ),
+        block_format("q8_0", 8, 32, 16, description="llama.cpp: blocks of 32 int8 weights + one fp16 scale = "
+                     "8.5 bits/weight", source=_LLAMA_CPP),
+        block_format("q4_0", 4, 32, 16, description="llama.cpp: blocks of 32 4-bit weights + one fp16 scale = "
+                     "4.5 bits/weight", source=_LLAMA_CPP),
+        block_format("q4_1", 4, 32, 16, 16, description="llama.cpp: blocks of 32 4-bit weights + fp16 scale and "
+                     "min = 5 bits/weight", source=_LLAMA_CPP),
+        # q4_K: a 256-weight super-block of 8 sub-blocks of 32; each sub-block a 6-bit scale and a 6-bit min, the
+        # super-block an fp16 scale and an fp16 min: per 32 weights, 6 + 2·16/8 = 10 scale bits and 6 min bits
+        block_format("q4_k", 4, 32, 6 + 2 * 16 // 8, 6, description="llama.cpp k-quant: super-blocks of 256 4-bit "
+                     "weights in 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min, plus an fp16 scale and "
+                     "min per super-block: (256 x 4 + 8 x 12 + 32) / 256 = 4.5 bits/weight", source=_LLAMA_CPP),
+        # q6_K: 16 sub-blocks of 16 six-bit weights with an 8-bit scale each, plus one fp16 scale per 256 weights
+        block_format("q6_k", 6, 16, 8 + 16 // 16, description="llama.cpp k-quant: super-blocks of 256 6-bit weights "
+                     "in 16 sub-blocks of 16 with an 8-bit scale each, plus one fp16 scale: (256 x 6 + 16 x 8 + 16) "
+                     "/ 256 = 6.5625 bits/weight", source=_LLAMA_CPP),
+        Precision("q4_k_m", 4.84, "llama.cpp Q4_K_M: a mix, tensor by tensor: q4_K for most weights, q6_K for half "
+                  "of attn_v and ffn_down and for the output matrix; on average 4.84 bits/weight for Llama-2-7B "
+                  "(the average depends on the model's shapes)",
+                  source="llama.cpp tools/quantize/README.md, 'Llama 2 7B' table of bits per weight (BPW): "
+                  "Q4_K_M 4.84 (Q4_K_S 4.58, Q6_K 6.56)"),
+        block_format("mxfp4", 4, 32, 8, description="OCP MXFP4: blocks of 32 FP4 (E2M1) elements + one E8M0 8-bit "
+                     "scale: (32 x 4 + 8) / 32 = 4.25 bits/weight", source=_MX, compute_dtype="fp4"),
+        block_format("nvfp4", 4, 16, 8, description="NVIDIA NVFP4: blocks of 16 FP4 (E2M1) elements + one FP8 E4M3 "
+                     "scale: (16 x 4 + 8) / 16 = 4.5 bits/weight (the per-tensor fp32 scale is negligible)",
+                     source=_NVFP4, compute_dtype="fp4"),
     ]
 }
 # Common aliases people type.
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "f16": "fp16",
-            "f32": "fp32", "e4m3": "fp8", "fp8_e4m3": "fp8", "e5m2": "fp8", "8bit": "int8", "4bit": "int4"}
+            "f32": "fp32", "e4m3": "fp8", "fp8_e4m3": "fp8", "e5m2": "fp8", "8bit": "int8", "4bit": "int4",
+            "gptq": "int4-g128-asym", "awq": "int4-g128-asym", "mx-fp4": "mxfp4",
+            "nv-fp4": "nvfp4", "int8-w8a8": "w8a8"}
 
 
 def get_precision(name) -> Precision:
