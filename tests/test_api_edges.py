@@ -75,9 +75,10 @@ class Keep:
     strategy: object
 
 
-MODELS = ["mistral-7b", "llama-2-7b", "llama-3-8b", "gpt2-small", "source-7b", "deepseek-v3", "qwen3-0.6b"]
-HARDWARE = ["h100-sxm", "a100-80gb", "rtx-4090", "h200", "m2-ultra"]
-PRECS = ["fp16", "bf16", "fp32", "fp8", "int8", "int4", "q4_0", "float16"]
+MODELS = ["mistral-7b", "llama-2-7b", "llama-3-8b", "gpt2-small", "source-7b", "deepseek-v3", "qwen3-0.6b",
+          "mixtral-8x7b", "qwen3-30b-a3b"]
+HARDWARE = ["h100-sxm", "a100-80gb", "rtx-4090", "h200", "m2-ultra", "b200", "mi355x", "rtx-5090"]
+PRECS = ["fp16", "bf16", "fp32", "fp8", "int8", "int4", "q4_0", "float16", "int4-g128", "q4_k_m", "nvfp4", "w8a8"]
 
 
 def models():
@@ -196,6 +197,14 @@ def token_lists(max_len=200):
     return st.lists(st.lists(st.integers(0, 9), max_size=max_len), min_size=1, max_size=8)
 
 
+def small_plans():
+    """Continuous plans of short requests on one GPU (cheap to simulate)."""
+    return st.builds(
+        lambda p, n, users: R("capstone.continuous_plan")(R("capstone.DashboardState")(prompt_tokens=p, new_tokens=n),
+                                                          users),
+        st.integers(16, 256), st.integers(2, 16), st.integers(1, 100))
+
+
 def state_call(path, **more):
     return call(path, state=states(), **more)
 
@@ -252,6 +261,8 @@ CASES = {
     "Precision": call("precision.Precision", name=st.just("p"), bits=positive(1, 64), description=st.just("")),
     "get_precision": call("precision.get_precision", names=("precision",), name=precisions()),
     "bytes_per_element": call("precision.bytes_per_element", names=("precision",), name=precisions()),
+    "block_format": call("precision.block_format", name=st.just("b"), element_bits=counts(0, 65),
+                         block=counts(0, 4096), scale_bits=counts(0, 64), zero_bits=counts(0, 64)),
     # data
     "load_catalog": call("data.load_catalog", name=st.sampled_from(["hardware", "models.json", "nope"]),
                          copy=Keep(st.booleans())),
@@ -287,6 +298,13 @@ CASES = {
     # hardware
     "get_hardware": call("hardware.get_hardware", hardware=devices()),
     "list_hardware": no_args("hardware.list_hardware"),
+    "Interconnect": st.one_of(
+        call("hardware.Interconnect", name=st.just("link"), bidirectional_bandwidth=positive(),
+             per_direction_bandwidth=st.one_of(st.none(), positive()), links=st.one_of(st.none(), counts(0, 64)),
+             per_link_bidirectional_bandwidth=st.one_of(st.none(), positive())),
+        thunk("Interconnect.per_link_per_direction_bandwidth",
+              lambda: [(R("hardware.get_hardware")(n).scale_up or R("hardware.Interconnect")("x", 1.0))
+                       .per_link_per_direction_bandwidth for n in R("hardware.list_hardware")()])),
     "custom_hardware": call("hardware.custom_hardware", name=st.just("mine"), bandwidth=positive(),
                             peak_flops=st.one_of(st.none(), positive()), capacity=st.one_of(st.none(), positive())),
     "HardwareSpec": st.one_of(
@@ -319,6 +337,7 @@ CASES = {
                               precision=precisions(), kv_precision=precisions()),
     "tokens_that_fit": call("estimator.tokens_that_fit", model=models(), hardware=devices(), batch=counts(1),
                             precision=precisions(), kv_precision=precisions()),
+    "compute_dtype": call("estimator.compute_dtype", precision=precisions(), hardware=st.one_of(st.none(), devices())),
     # prefix cache
     "PrefixCache": st.one_of(
         call("prefix_cache.PrefixCache", block_tokens=counts(1, 64), capacity_bytes=st.one_of(
@@ -401,6 +420,31 @@ CASES = {
                              tpot_budget=st.one_of(st.none(), positive(1e-3, 1)), limit=counts(1, 10**15)),
     "what_binds": state_call("capstone.what_binds", ttft_budget=st.one_of(st.none(), positive(1e-3, 10)),
                              tpot_budget=st.one_of(st.none(), positive(1e-3, 1)), limit=counts(1, 4096)),
+    "CollectiveLatency": thunk("CollectiveLatency", lambda: R("capstone.COLLECTIVE_LATENCIES")["ring"]),
+    "collective_latency": call("capstone.collective_latency", algorithm=st.sampled_from(["ring", "tree", "mesh"]),
+                               base_latency=st.one_of(st.none(), positive(0, 1e-3)),
+                               hop_latency=st.one_of(st.none(), positive(0, 1e-3))),
+    "collective_time": call("capstone.collective_time",
+                            collective=st.sampled_from(["all-reduce", "all-gather", "all-to-all", "scan"]),
+                            devices=counts(1, 64), message_bytes=positive(0, 1e9),
+                            link_bandwidth=st.one_of(st.none(), positive(1e6, 1e13)),
+                            algorithm=st.sampled_from(["ring", "tree"])),
+    "alltoall_time_per_pass": call("capstone.alltoall_time_per_pass", moe_layers=counts(0, 100),
+                                   tokens=counts(1, 10**6), hidden=counts(1, 10**4), experts_per_token=counts(1, 16),
+                                   devices=counts(1, 8), value_bytes=positive(1, 4), link_bandwidth=positive()),
+    "StaticPlan": state_call("capstone.static_plan", label="StaticPlan", users=counts(1, 10**4),
+                             ttft_budget=st.one_of(st.none(), positive(1e-3, 10)),
+                             tpot_budget=st.one_of(st.none(), positive(1e-3, 1)), limit=counts(1, 256)),
+    "static_plan": state_call("capstone.static_plan", users=counts(1, 10**4),
+                              ttft_budget=st.one_of(st.none(), positive(1e-3, 10)),
+                              tpot_budget=st.one_of(st.none(), positive(1e-3, 1)), limit=counts(1, 256)),
+    "ContinuousPlan": state_call("capstone.continuous_plan", label="ContinuousPlan", users=counts(1, 10**4),
+                                 tpot_budget=positive(1e-3, 1)),
+    "continuous_plan": state_call("capstone.continuous_plan", users=counts(1, 10**4), tpot_budget=positive(1e-3, 1),
+                                  ttft_budget=st.one_of(st.none(), positive(1e-3, 10)),
+                                  kv_memory_fraction=fraction(), max_sequences=counts(1, 512)),
+    "simulate_plan": call("capstone.simulate_plan", plan=st.one_of(small_plans(), bad), requests=counts(1, 40),
+                          seed=st.integers(0, 5), token_budget=counts(16, 4096)),
     # measurements
     "published": no_args("measurements.published"),
     "published_about": no_args("measurements.published_about"),
@@ -695,6 +739,8 @@ MODULES_NOT_FLATTENED = {
     "codegen": "an authoring tool (python -m course_lib.core.codegen), not an API",
     "quality": "measurement verdicts (issue 13); its Comparison/compare would clash with core.compare's names",
     "serving": "the serving simulator; its simulate would clash with prefix_cache.simulate",
+    "app": "the make-app planner's texts (reading, serving_reading, ...), for the app's widget only; its edges are "
+           "tested in tests/test_widgets_capstone.py",
     "numeric": "the checked formulas; their names (weight_bytes, kv_cache_bytes, ...) are the estimator's too; "
                "fuzzed from the formulas' own argument kinds in tests/test_numeric.py",
 }

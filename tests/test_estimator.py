@@ -233,3 +233,16 @@ def test_unknown_names_raise(name):
 def test_numpy_scalars_accepted():
     e = estimate("mistral-7b", "rtx-4090", np.int64(100), np.int32(10), batch=np.int64(2))
     assert e.prompt_tokens == 100 and isinstance(e.prompt_tokens, int)
+
+
+def test_w8a8_prefill_runs_at_the_int8_rate_and_fp8_falls_back_where_no_fp8_rate_exists():
+    """One rule for the arithmetic format (estimator.compute_dtype): W8A8 computes at the int8 tensor-core rate
+    (A100: 624 dense TOPS, twice its fp16 312), fp8 weights on an A100 (no fp8 rate) in fp16."""
+    from course_lib.core.estimator import compute_dtype
+
+    assert compute_dtype("w8a8", "a100-80gb") == "int8" and compute_dtype("fp8", "a100-80gb") == "fp16"
+    assert compute_dtype("fp8", "h100-sxm") == "fp8" and compute_dtype("int4") == "fp16"
+    fp16 = estimate("llama-3-8b", "a100-80gb", 2048, 2, precision="fp16", batch=8)
+    w8a8 = estimate("llama-3-8b", "a100-80gb", 2048, 2, precision="w8a8", batch=8)
+    assert fp16.prefill_bound == w8a8.prefill_bound == "compute"
+    assert w8a8.ttft < 0.6 * fp16.ttft

@@ -35,7 +35,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "hardware": ("HardwareSpec", "Interconnect", "get_hardware", "list_hardware", "custom_hardware"),
     "formulas": ("Formula", "FORMULAS", "latex", "equation", "expr", "derive_decode_sum"),
     "estimator": ("Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
-                  "tokens_that_fit", "COMPUTE_DTYPE"),
+                  "tokens_that_fit", "compute_dtype"),
     "prefix_cache": ("PrefixCache", "PrefixHit", "SimulationResult", "simulate", "default_hash"),
     # caching: the model only (the TinyLM measurements live in course_lib.measure)
     "caching": ("HitMiss", "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft",

@@ -46,7 +46,6 @@ from course_lib.core import serving
 from course_lib.core.capstone import (NOT_AVAILABLE, THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState,
                                       best_batch, compute, continuous_plan, dashboard_view, memory_text,
                                       resolve_hardware)
-from course_lib.core.estimator import COMPUTE_DTYPE
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.precision import get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_flop_rate, format_time, \
@@ -270,7 +269,7 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                 f"direction): a bare number is read as {LINK_UNIT}.")
         return Reading(state, r, True, False, v.ttft_text, v.tpot_text, v.total_text, v.tps_text,
                        _memory_text(r, hw, v.memory_text), v.bounds_text, None, tuple(warnings))
-    dtype = COMPUTE_DTYPE.get(get_precision(state.precision).name, "fp16")
+    dtype = get_precision(state.precision).compute_dtype
     if dtype in hw.peak_flops:
         return _unpriced(state, _in_words(v.error))
     # no published dense FLOP/s: the decode floor, the memory term alone (compute can only add time)

@@ -38,10 +38,23 @@ from course_lib.core.precision import default_kv_precision, get_precision
 from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
-           "tokens_that_fit", "COMPUTE_DTYPE"]
+           "tokens_that_fit", "compute_dtype"]
 
 #: the tensor-core dtype a weight precision computes in (quantised integer formats dequantise to fp16)
-COMPUTE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+def compute_dtype(precision, hardware=None) -> str:
+    """The tensor-core format ``precision`` weights are computed in on ``hardware``.
+
+    The precision's own ``compute_dtype`` (fp8 weights at the fp8 rate, W8A8 at the int8 rate, MXFP4/NVFP4
+    at the fp4 rate, integer and block weight-only formats dequantised to fp16); where ``hardware`` publishes
+    no rate for it, fp16 (e.g. fp8 weights on an A100 are upcast and computed in fp16). The one rule for the
+    estimator, the serving model, the roofline and the app.
+    """
+    dtype = get_precision(precision).compute_dtype
+    if hardware is not None:
+        hw = get_hardware(hardware)
+        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16", "int8", "fp4"):
+            dtype = "fp16"
+    return dtype
 
 
 def weight_bytes(params, precision="fp16") -> float:
@@ -506,9 +519,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     kv_precision = default_kv_precision(wname) if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
     kvname = get_precision(kv_precision).name
-    dtype = COMPUTE_DTYPE.get(wname, "fp16")
-    if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16"):
-        dtype = "fp16"  # e.g. fp8 weights on an A100 are upcast and computed in fp16
+    dtype = compute_dtype(wname, hw)
     peak = hw.flops(dtype)
     k_tok = m.kv_bytes_per_token(kvname)
     attn = m.attn_dim

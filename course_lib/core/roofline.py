@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from course_lib.core import _generated as g
-from course_lib.core.estimator import COMPUTE_DTYPE, estimate
+from course_lib.core.estimator import compute_dtype, estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.precision import default_kv_precision
 from course_lib.core.models import catalog_entry, get_model
@@ -375,7 +375,7 @@ def critical_batch(hardware, precision="fp16", dtype: str | None = None) -> floa
     """
     hw = get_hardware(hardware)
     p = get_precision(precision)
-    return g.critical_batch(hw.flops(dtype or COMPUTE_DTYPE.get(p.name, "fp16")), p.bytes, hw.bandwidth)
+    return g.critical_batch(hw.flops(dtype or compute_dtype(p.name, hw)), p.bytes, hw.bandwidth)
 
 
 def batch_curve(model, hardware, batches: Iterable[int], context: int = 1024, precision: str = "fp16",

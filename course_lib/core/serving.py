@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 
 from course_lib.core import _generated as g
 from course_lib.core.data import load_catalog
-from course_lib.core.estimator import _largest_passing, _step_work, COMPUTE_DTYPE, estimate
+from course_lib.core.estimator import _largest_passing, _step_work, compute_dtype, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import default_kv_precision, get_precision
@@ -148,9 +148,7 @@ class StepCost:
         set_(self, "kv_precision", kvname)
         set_(self, "compute_efficiency", require_fraction("compute_efficiency", self.compute_efficiency))
         set_(self, "bandwidth_efficiency", require_fraction("bandwidth_efficiency", self.bandwidth_efficiency))
-        dtype = COMPUTE_DTYPE.get(wname, "fp16")
-        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16"):
-            dtype = "fp16"  # as the estimator: fp8 weights on an A100 are computed in fp16
+        dtype = compute_dtype(wname, hw)      # the estimator's rule
         set_(self, "compute_dtype", dtype)
         peak = hw.flops(dtype)
         attn = m.attn_dim
