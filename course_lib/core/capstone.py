@@ -198,9 +198,18 @@ class DashboardState:
                 raise ValueError(f"tensor_parallel must divide the model's attention heads ({m.heads}) and KV heads "
                                  f"({m.kv_heads}) so that each GPU holds whole heads; got {tp}")
             if self.interconnect_bandwidth is None:
-                raise ValueError("interconnect_bandwidth (bytes/s per GPU and direction, e.g. from your system's "
-                                 "datasheet, halved if it adds both directions) is required when tensor_parallel > 1: "
-                                 "the hardware catalog has no interconnect figures and the course does not invent one")
+                try:
+                    hw = get_hardware(self.hardware)
+                    link = hw.scale_up
+                except (ValueError, TypeError):     # "this machine": not a catalog device
+                    hw = link = None
+                hint = (f"the catalog lists {link.name} at {link.per_direction_bandwidth / 1e9:,.0f} GB/s per "
+                        f"direction for {hw.display} (nominal): pass that, or the rate your system achieves"
+                        if link is not None and link.per_direction_bandwidth else
+                        "the catalog lists no NVLink or Infinity Fabric for this device (PCIe only, or "
+                        "unknown): take the rate from your system's datasheet")
+                raise ValueError("interconnect_bandwidth (bytes/s per GPU and direction, halved if a datasheet adds "
+                                 f"both directions) is required when tensor_parallel > 1: {hint}")
         if self.machine is not None and not isinstance(self.machine, HardwareSpec):
             raise TypeError(f"machine must be a HardwareSpec (from course_lib.bench.this_machine()), "
                             f"got {type(self.machine).__name__}")
