@@ -76,7 +76,7 @@ def test_errors_deleted_and_duplicated_questions_are_problems(tmp_path):
     assert "raised NameError: name 'undefined_name' is not defined" in messages
     # q4's grade cell raises NameError (kv_cache_bytes never defined): reported, not mistaken for a failed check
     assert sum("NameError" in p.message for p in g.problems) == 2
-    assert "the check of _demo.q4 (cell 7) did not run to completion" in messages
+    assert "the check of _demo.q4 (cell 8) did not run to completion" in messages
     assert g.score == _demo.q1.points + _demo.q5.points
     assert not g.ok
 

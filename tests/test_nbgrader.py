@@ -6,11 +6,17 @@ made from it -- one with every solution cell filled in from the source (a perfec
 left as released -- plus the same two made from the course's own exercise notebook (the exgen output,
 which instructors may hand out instead), and ``nbgrader autograde ps1`` grades all four.  The filled-in
 submissions must get every point of the question set, the untouched ones none.
+
+Autograde runs through the course's trusted checks (``course_lib.authoring.nbgrader_autograde``, set in
+``nbgrader_config.py``), and four cheating submissions get no point: answers read from the key
+(``answer_qN = q.qN.expected``), a patched checker in an answer cell, grade cells edited to check the key,
+and an untouched notebook beside a ``sympy.py`` that patches the checker.
 """
 from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -64,6 +70,9 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
         f"c.CourseDirectory.root = {str(course)!r}\n"
         "c.CourseDirectory.course_id = 'llm-latency'\n"
         "c.Execute.timeout = 120\n"
+        "from course_lib.authoring.nbgrader_autograde import configure\n"
+        "configure(c)\n"
+        "c.CourseAutograde.timeout = 120\n"
     )
     shutil.copy(solution, course / "source" / "ps1" / solution.name)
 
@@ -94,10 +103,12 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
     exercise_nb = nbformat.reads(exgen.exercise_text(solution), as_version=4)
     submissions = {"perfect": filled_in(release_nb), "blank": release_nb,
                    "exercise-solved": filled_in(exercise_nb), "exercise-blank": exercise_nb}
+    submissions.update(_cheats(exercise_nb))  # the exercise notebook: its answers are `answer_qN = ____`
     for student, nb in submissions.items():
         target = course / "submitted" / student / "ps1"
         target.mkdir(parents=True)
         nbformat.write(nb, str(target / solution.name))
+    (course / "submitted" / "shadow" / "ps1" / "sympy.py").write_text(SHADOW_SYMPY)
 
     _run(exe, ["autograde", "ps1", "--force"], course)
 
@@ -113,6 +124,43 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
         assert blank_sub.score == 0
         assert gb.find_submission("ps1", "exercise-solved").score == pytest.approx(expected)
         assert gb.find_submission("ps1", "exercise-blank").score == 0
+        for student in CHEATS:
+            sub = gb.find_submission("ps1", student)
+            assert sub.score == 0, (student, [(g.name, g.score) for g in gb.find_submission_notebook(
+                solution.stem, "ps1", student).grades if g.score])
     graded = nbformat.read(str(course / "autograded" / "perfect" / "ps1" / solution.name), as_version=4)
     errors = [o for c in graded.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
+
+
+CHEATS = ("key", "patched", "edited", "shadow")
+PATCH = ("import course_lib.checks.core as c\n"
+         "c.Question.evaluate = lambda self, a, strict=False, **k: self._result('correct', '', strict)")
+# beside the notebook: imported by the setup cell's `import sympy`; loads the real sympy, patches the checker
+SHADOW_SYMPY = """
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+del sys.modules["sympy"]
+import sympy as _real
+sys.modules["sympy"] = _real
+import course_lib.checks.question as _q
+_q.Question.evaluate = lambda self, a, strict=False, **k: self._result("correct", "", strict)
+"""
+
+
+def _cheats(nb) -> dict:
+    """The attacks of issue 18 on an unanswered notebook (its answers otherwise left blank)."""
+    key, patched, edited = (copy.deepcopy(nb) for _ in range(3))
+    for cell in key.cells:  # every answer taken from the key the checks package ships
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = re.sub(r"^answer_(q\d+) = ____.*$", r"answer_\1 = q.\1.expected", cell.source,
+                                 flags=re.MULTILINE)
+    setup = next(i for i, c in enumerate(patched.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    patched.cells.insert(setup + 1, nbformat.v4.new_code_cell(PATCH))
+    for cell in edited.cells:  # grade cells that check the key instead of the answer
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and ".check(" in cell.source:
+            qid = cell.source.split(".check(")[0].strip().splitlines()[-1]
+            cell.source = f"{qid}.check({qid}.expected, strict=True)"
+    return {"key": key, "patched": patched, "edited": edited, "shadow": copy.deepcopy(nb)}

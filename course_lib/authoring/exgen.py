@@ -20,6 +20,13 @@ Lessons: none
 
 ``--check`` writes nothing: it lists the exercise files that differ from what would be generated
 (or are missing, or have no solution any more) and exits 1 if there are any.
+
+``--classroom OUTDIR`` writes a *classroom release* (:func:`classroom_release`): the exercise notebooks
+and a ``course_lib`` whose question sets carry no answer key (each ``checks/exNN.py`` is replaced by
+its key-less module, :func:`course_lib.checks.question.keyless_module_source`: the questions' form,
+dimension, unit, symbols, options, test inputs, prompts and hints; no expected value, case result,
+mistake or worked solution), with a ``pyproject.toml`` to ``pip install`` it.  Checks there say whether
+an answer has the right form ("Answer recorded"); the key stays with ``solutions/`` and the grader.
 """
 from __future__ import annotations
 
@@ -46,6 +53,8 @@ __all__ = [
     "pairs",
     "generate",
     "check",
+    "classroom_release",
+    "RELEASE_MARKER",
     "main",
 ]
 
@@ -340,14 +349,80 @@ def check(root=None) -> list[str]:
     return problems
 
 
+#: The file that marks a folder as a classroom release (so that ``--classroom`` may replace it).
+RELEASE_MARKER = ".course-classroom-release"
+
+_RELEASE_README = """# Classroom release
+
+The exercise notebooks (`exercises/`) and the course library (`course_lib/`) without the answer key:
+each check says whether an answer has the right form (a number of the right dimension and unit, a
+formula in the question's symbols, one of the options, a function that runs) and records it; whether it
+is right is decided by your instructor's grader. Install with `pip install .` (or put this folder on
+`PYTHONPATH`) and open the notebooks in `exercises/`.
+"""
+
+
+def classroom_release(outdir, root=None) -> list[Path]:
+    """Write a classroom release into ``outdir`` (created; a previous release there is replaced): the
+    exercise notebooks of ``root`` under ``exercises/``, the key-less ``course_lib`` and a ``pyproject.toml``.
+    Returns the files written.  Raises ExgenError for a folder that is not empty and not a release."""
+    import shutil
+
+    from course_lib.authoring import sandbox
+
+    base = _root(root)
+    out = Path(outdir)
+    if out.exists() and any(out.iterdir()):
+        if not (out / RELEASE_MARKER).exists():
+            raise ExgenError(f"{out} is not empty and is not a classroom release: refusing to write there")
+        shutil.rmtree(out)
+    course = Path(sandbox._course_root()).resolve()
+    if out.resolve() in (course, base.resolve()) or course in out.resolve().parents and \
+            out.resolve().is_relative_to(course / "course_lib"):
+        raise ExgenError(f"{out} is inside the course itself: give another folder")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    from course_lib import checks
+
+    sets = [*checks.available_sets(), "_demo"]
+    for rel, data in sandbox.keyless_files(sets):
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        written.append(target)
+    for sol, ex in pairs(base):
+        target = out / "exercises" / ex.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(exercise_text(sol), encoding="utf-8")
+        written.append(target)
+    pyproject = course / "pyproject.toml"
+    if pyproject.exists():
+        text = pyproject.read_text(encoding="utf-8")
+        cut = text.find("\n[tool.pytest")
+        text = text if cut < 0 else text[: cut + 1]
+        (out / "pyproject.toml").write_text(text, encoding="utf-8")
+        written.append(out / "pyproject.toml")
+    (out / "README.md").write_text(_RELEASE_README, encoding="utf-8")
+    (out / RELEASE_MARKER).write_text("written by python -m course_lib.authoring.exgen --classroom\n",
+                                      encoding="utf-8")
+    return written + [out / "README.md", out / RELEASE_MARKER]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.exgen",
                                      description="Generate exercises/NN_*.ipynb from solutions/NN_*.ipynb.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and list the files that are out of date")
     parser.add_argument("--root", help="course root containing solutions/ and exercises/ (default: the repository)")
+    parser.add_argument("--classroom", metavar="OUTDIR",
+                        help="write a classroom release to OUTDIR: the exercises and a course_lib without the "
+                             "answer key (see docs/CHECKS_API.md, 'Two modes')")
     args = parser.parse_args(argv)
     try:
+        if args.classroom:
+            written = classroom_release(args.classroom, args.root)
+            print(f"classroom release in {args.classroom}: {len(written)} file(s), no answer key")
+            return 0
         if args.check:
             problems = check(args.root)
             for p in problems:

@@ -5,9 +5,18 @@ Lessons: none
 Each notebook is executed as a *copy*, in a fresh kernel, alone in a fresh temporary folder (no links to
 the learner's files, no ``PYTHONPATH`` into their folder; see :mod:`course_lib.authoring.sandbox` for the
 isolation and the limits: output bytes per cell and per notebook, kernel memory, an overall time budget
-besides the per-cell timeout, every child process ended).  Every ``q.qN.check(...)`` publishes a
-machine-readable record (MIME type ``application/vnd.course.check+json``, see :mod:`course_lib.checks`);
-the grader collects those records and compares them with the question set the notebook imports.
+besides the per-cell timeout, every child process ended), against a ``course_lib`` *without the answer
+key* (the key-less modules of its question sets: ``q.q1.expected`` is None there).
+
+The kernel is not trusted to judge: before each check of a grade cell the grader inserts
+:func:`course_lib.checks.answers.export_answer`, which sends the answer out as plain data (numbers,
+text, printed formulas; a function as its source), and the answers are judged *here*, by the real
+questions (:func:`run_and_judge`): text through the bounded parser, functions run on their test inputs in
+a fresh interpreter that loads only the setup cell and the function's source, measurement questions on
+the grader's own row (``Question.measure``) or on the row the grade cell passes.  A patched checker in
+the kernel or a shadowing module changes nothing (docs/CHECKS_API.md, "How the grader judges").  The
+kernel's own check records (MIME ``application/vnd.course.check+json``) are only counted and screened
+for graded checks outside the grade cells.
 
 Before it runs, the notebook's grade cells are compared with the set's solution notebook (``solutions/``
 or ``--solutions DIR``; :mod:`course_lib.authoring.integrity`): edited, deleted and duplicated ones are
@@ -17,9 +26,9 @@ Graded checks outside the grade cells are then ignored (and reported).  The lear
 patching of ``course_lib`` or of the modules the checks rely on, and for reads of the answer key; modules
 beside the notebook that shadow an import are reported.
 
-Per question it reports ``correct``, ``incorrect``, ``not_attempted`` or ``missing``.  Graded checks
-(``strict=True``, the grade cells) decide when present; otherwise the last self-check counts; a grade cell
-whose hidden test fails makes its question incorrect.  Per notebook the status is ``ok``, ``problems``
+Per question it reports ``correct``, ``incorrect``, ``not_attempted`` or ``missing`` (no judged answer:
+no grade cell, or its check did not run), with the feedback; a grade cell whose hidden test fails makes
+its question incorrect.  Per notebook the status is ``ok``, ``problems``
 (a cell raised or timed out, a check is missing...), ``failed`` (the notebook could not be graded to the
 end: unreadable, no question set, dead kernel, memory limit, time budget; its score is not a grade) or
 ``tampered`` (takes precedence).  The exit status is 0 when every notebook is ``ok``, 1 otherwise, 2 for
@@ -28,6 +37,7 @@ bad command-line arguments.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import csv
 import importlib
@@ -42,10 +52,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_lib.authoring import integrity, kernel, sandbox
+from course_lib.checks.answers import ANSWER_MIME, from_plain
 from course_lib.checks.core import CORRECT, INCORRECT, MIME_TYPE, NOT_ATTEMPTED, Question
 
 __all__ = ["MISSING", "STATUSES", "QuestionGrade", "Problem", "NotebookGrade", "grade_notebook",
-           "grade_notebooks", "student_id", "format_report", "write_csv", "main"]
+           "grade_notebooks", "student_id", "format_report", "write_csv", "main", "run_and_judge",
+           "inject_exports", "set_aliases", "grade_cell_indices", "setup_sources", "ROW_KEYWORDS"]
 
 MISSING = "missing"
 #: Notebook statuses, from best to worst.
@@ -151,6 +163,8 @@ def _load_questions(name: str) -> list[Question] | None:
         module = importlib.import_module(f"course_lib.checks.{name}")
     except ImportError:
         return None
+    except Exception:  # a set whose definitions do not validate: not a set this notebook can be graded on
+        return None
     questions = getattr(module, "QUESTIONS", None)
     if not isinstance(questions, (list, tuple)):
         return None
@@ -205,7 +219,8 @@ def _tail(fh, limit: int = 600) -> str:
 
 
 def _is_record(content: dict) -> bool:
-    return MIME_TYPE in (content.get("data") or {})
+    data = content.get("data") or {}
+    return MIME_TYPE in data or ANSWER_MIME in data
 
 
 @dataclass
@@ -235,8 +250,10 @@ class _Where:
         return f"the restored {'grade' if rc.grade else 'locked'} cell {rc.grade_id!r}" if rc else f"cell {i}"
 
 
-def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: float, where: _Where):
-    """Execute ``nb`` (already a copy) alone in a fresh folder; return (cell replies, problems, warnings)."""
+def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: float, where: _Where,
+             sets=(), after=None):
+    """Execute ``nb`` (already a copy) alone in a fresh folder, against the key-less ``course_lib`` of
+    ``sets``; then ``after(work, env)`` in that folder; return (cell replies, problems, warnings)."""
     from nbclient.exceptions import DeadKernelError
 
     replies: dict[int, dict] = {}
@@ -283,8 +300,10 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
         import nbformat
 
         nbformat.write(nb, str(work / Path(name).name))  # the copy that runs, alone in its folder
+        keyless = sandbox.write_keyless(work / sandbox.KEYLESS_DIR, sets)  # course_lib without the answer key
         # the course's kernel environment, cleaned; COURSE_FAST as the caller has it, no figures
-        env = kernel.launch_env(sandbox.clean_env(work), fast=None, backend=kernel.HEADLESS_BACKEND)
+        env = kernel.launch_env(sandbox.clean_env(work, keyless=keyless), fast=None,
+                                backend=kernel.HEADLESS_BACKEND)
         client = sandbox.LimitedClient(
             nb,
             max_cell_output=limits.max_cell_output, max_output=limits.max_output, is_record=_is_record,
@@ -343,12 +362,285 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             left = sandbox.end_processes(before, watch.seen)
             if left:
                 warnings.append(f"ended {left} process(es) the notebook left running")
+        if after is not None:
+            after(work, env)
     for i in client.interrupted:  # the grader's own interrupt (output cap): reported as output_limit below
         if replies.get(i, {}).get("ename") == "KeyboardInterrupt":
             replies[i] = {**replies[i], "status": "stopped"}
     for i, why in sorted(client.capped.items()):
         problems.append(Problem("output_limit", f"{where.label(i)}: {why}", where.index(i)))
     return replies, problems, warnings
+
+
+# ------------------------------------------------------------------------------------------------
+# Answers out of the kernel, judged here
+# ------------------------------------------------------------------------------------------------
+
+_EXPORT = ('__import__("course_lib.checks.answers", fromlist=["export_answer"]).export_answer('
+           '{set!r}, {question!r}, lambda: ({answer}){measurement})')
+
+
+#: Keywords of a check call that pass the measured row a measurement question is judged on.
+ROW_KEYWORDS = ("row", "measurement")
+
+
+@dataclass
+class _Export:
+    cell: int  # index in the graded notebook
+    set: str
+    question: str
+
+
+def set_aliases(nb) -> dict[str, str]:
+    """Names bound to question sets by the notebook's imports (``from course_lib.checks import ex01 as q``)."""
+    out: dict[str, str] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = integrity._python(cell.source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and node.module == "course_lib.checks":
+                for a in node.names:
+                    if _load_questions(a.name) is not None:
+                        out[a.asname or a.name] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("course_lib.checks."):
+                name = node.module.rsplit(".", 1)[-1]
+                if _load_questions(name) is not None:
+                    for a in node.names:
+                        out.setdefault(f"{name}.{a.asname or a.name}", name)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("course_lib.checks.") and a.asname:
+                        name = a.name.rsplit(".", 1)[-1]
+                        if _load_questions(name) is not None:
+                            out[a.asname] = name
+    return out
+
+
+def _check_calls(source: str, aliases: dict[str, str]):
+    """``(statement, set, question id, call)`` for each top-level ``<set>.<qN>.check(answer, ...)``."""
+    tree = integrity._python(source)
+    found = []
+    for stmt in tree.body if tree is not None else ():
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "check"
+                and isinstance(call.func.value, ast.Attribute) and isinstance(call.func.value.value, ast.Name)
+                and call.args):
+            continue
+        alias, qid = call.func.value.value.id, call.func.value.attr
+        if alias in aliases:
+            found.append((stmt, aliases[alias], qid, call))
+    return found
+
+
+def _is_strict(call) -> bool:
+    return any(k.arg == "strict" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in call.keywords)
+
+
+def inject_exports(nb, grade_cells, aliases) -> list[_Export]:
+    """Put an :func:`~course_lib.checks.answers.export_answer` call before each check in the grade cells
+    of ``nb`` (changed in place): the answer leaves the kernel as plain data and is judged here."""
+    exports = []
+    for i in sorted(grade_cells):
+        cell = nb.cells[i]
+        source = cell.source
+        tree = integrity._python(source)
+        if tree is None:
+            continue
+        lines = source.splitlines()
+        calls = _check_calls(source, aliases)
+        for stmt, set_name, qid, call in reversed(calls):
+            answer = ast.get_source_segment(source, call.args[0]) or ast.unparse(call.args[0])
+            meas = next((k for k in call.keywords if k.arg in ROW_KEYWORDS), None)
+            measurement = ""
+            if meas is not None:  # the row the check was given, e.g. row=row
+                measurement = (f", measurement=lambda: ({ast.unparse(meas.value)}), row_keyword={meas.arg!r}")
+            if "\n" in answer:
+                answer = ast.unparse(call.args[0])
+            line = _EXPORT.format(set=set_name, question=qid, answer=answer, measurement=measurement)
+            lines.insert(stmt.lineno - 1, line)
+            exports.append(_Export(i, set_name, qid))
+        cell.source = "\n".join(lines)
+    return exports
+
+
+def _answer_records(cell) -> list[dict]:
+    out = []
+    for o in cell.get("outputs", []):
+        data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
+        rec = data.get(ANSWER_MIME)
+        if isinstance(rec, str):
+            try:
+                rec = json.loads(rec)
+            except ValueError:
+                rec = None
+        if isinstance(rec, dict) and isinstance(rec.get("set"), str) and isinstance(rec.get("question"), str):
+            out.append(rec)
+    return out
+
+
+# Runs in a fresh interpreter, against the key-less course_lib: the setup cell of the solution, then
+# only the learner's function source; each call's result (or what it raised) is printed as plain data.
+_CHILD = r"""
+import base64, json, pickle, sys
+MARK = "\n@@course-result@@"
+req = pickle.loads(base64.b64decode(sys.stdin.buffer.read()))
+out = {"results": []}
+ns = {"__name__": "__main__"}
+from course_lib.checks.answers import to_plain
+def first(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+for src in req["setup"]:
+    try:
+        exec(compile(src, "<setup cell>", "exec"), ns)
+    except BaseException as exc:
+        out.setdefault("setup_errors", []).append(f"{type(exc).__name__}: {first(exc)}")
+row = None
+if req.get("row") is not None:
+    row = pickle.loads(req["row"])
+if req.get("measure"):
+    import importlib
+    mod, _, attr = req["measure"].partition(":")
+    try:
+        row = getattr(importlib.import_module(mod), attr)()
+        out["row"] = to_plain(row)
+        out["row_pickle"] = base64.b64encode(pickle.dumps(row)).decode()
+    except BaseException as exc:
+        out["measure_error"] = f"{type(exc).__name__}: {first(exc)}"
+    sys.stdout.write(MARK + json.dumps(out) + "\n")
+    sys.exit(0)
+fn = None
+try:
+    exec(compile(req["source"], "<your function>", "exec"), ns)
+    fn = ns.get(req["name"])
+    if not callable(fn):
+        fn = ns.get(req["fallback"])
+except BaseException as exc:
+    out["source_error"] = f"{type(exc).__name__}: {first(exc)}"
+calls = [((row,), {})] if row is not None else req["calls"]
+if fn is not None and callable(fn):
+    for a, k in calls:
+        try:
+            got = fn(*a, **k)
+            out["results"].append({"value": to_plain(got)})
+        except NotImplementedError:
+            out["results"].append({"raised": ["NotImplementedError", ""]})
+        except RecursionError:
+            out["results"].append({"raised": ["RecursionError", ""]})
+        except BaseException as exc:
+            out["results"].append({"raised": [type(exc).__name__, first(exc)]})
+elif "source_error" not in out:
+    out["source_error"] = f"NameError: no function {req['name']!r} in its source"
+sys.stdout.write(MARK + json.dumps(out) + "\n")
+"""
+_MARK = "\n@@course-result@@"
+
+
+class _Raised(Exception):
+    pass
+
+
+def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict | None, str]:
+    """Run :data:`_CHILD` on ``request`` in a fresh subfolder of ``work``: (its result, or None and why)."""
+    import base64
+    import pickle
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="fn-", dir=str(work)))
+    rc, out, reason = sandbox.run_python(_CHILD, base64.b64encode(pickle.dumps(request)), env=env, cwd=folder,
+                                         timeout=limits.timeout, max_memory=limits.max_memory,
+                                         max_output=limits.max_cell_output)
+    if reason == "timeout":
+        return None, f"did not finish within {limits.timeout:g} s"
+    if reason == "memory":
+        return None, f"used more than {limits.max_memory} bytes of memory"
+    at = out.rfind(_MARK)
+    if at < 0:
+        return None, f"ended without a result (exit status {rc})"
+    try:
+        return json.loads(out[at + len(_MARK):].strip().splitlines()[0]), ""
+    except (ValueError, IndexError):
+        return None, "its result could not be read"
+
+
+def _replay(name: str, calls: list, results: list[dict]):
+    """A function that gives, for each call of ``calls`` (``(args, kwargs)``), what the learner's function
+    gave in the fresh interpreter (its value rebuilt from plain data, or the exception it raised)."""
+
+    def replay(*args, **kwargs):
+        for i, (a, k) in enumerate(calls):
+            if tuple(args) == tuple(a) and dict(kwargs) == dict(k):
+                break
+        else:
+            raise KeyError(f"no case for {args!r}")
+        r = results[i] if i < len(results) else {"raised": ["RuntimeError", "no result"]}
+        if "raised" in r:
+            ename, msg = (list(r["raised"]) + ["", ""])[:2]
+            if ename == "NotImplementedError":
+                raise NotImplementedError
+            if ename == "RecursionError":
+                raise RecursionError
+            raise type(str(ename) if str(ename).isidentifier() else "Error", (_Raised,), {})(msg)
+        return from_plain(r.get("value"))
+
+    replay.__name__ = name if isinstance(name, str) and name.isidentifier() else "f"
+    return replay
+
+
+def _grader_row(q, setup, work, env, limits):
+    """The row a measurement question is judged on, measured by ``q.measure`` in a fresh interpreter that
+    runs no learner code: (row as plain data rebuilt, None) or (None, why not)."""
+    got, why = _child({"setup": setup, "measure": q.measure}, work, env, limits)
+    if got is None or "measure_error" in got:
+        return None, why or got["measure_error"]
+    return from_plain(got["row"]), None
+
+
+def _judge(q, rec: dict, setup: list[str], work: Path, env: dict, limits: _Limits):
+    """``(status, feedback)`` of question ``q`` for the exported answer ``rec``, judged in this process.
+
+    A measurement question (one with ``bind(row)``) is judged on the grader's own row when it names
+    ``measure``, else on the row the learner's kernel passed to the check (``row=`` / ``measurement=``)."""
+    answer = rec.get("answer")
+    keyword = rec.get("row_keyword") if rec.get("row_keyword") in ROW_KEYWORDS else "row"
+    try:
+        row = None
+        if getattr(q, "measure", None) and callable(getattr(q, "bind", None)):
+            row, why = _grader_row(q, setup, work, env, limits)
+            if row is None:
+                return INCORRECT, f"The grader could not measure the row this question is judged on ({why})."
+        elif "measurement" in rec:
+            row = from_plain(rec["measurement"])
+        judge = q
+        if row is not None and callable(getattr(q, "bind", None)):
+            judge = q.bind(row)
+        fn = answer.get("function") if isinstance(answer, dict) else None
+        if fn is not None and judge.kind == "function":
+            name, source = (list(fn) + [None, None])[:2]
+            if not isinstance(source, str):
+                return INCORRECT, "Your function's source could not be read (define it with def in a cell)."
+            calls = [ak for ak, _ in judge.cases]
+            got, why = _child({"setup": setup, "source": source, "name": str(name), "fallback": str(name),
+                               "calls": calls}, work, env, limits)
+            if got is None:
+                return INCORRECT, f"Your function {why} when the grader ran it."
+            if "source_error" in got:
+                return INCORRECT, (f"Your function could not be loaded on its own ({got['source_error']}); a graded "
+                                   "function may use only its arguments and what the setup cell imports.")
+            value = _replay(str(name), calls, got.get("results", []))
+        elif fn is not None:
+            value = from_plain({"opaque": ["function", f"<function {fn[0]}>", []]})
+        else:
+            value = from_plain(answer)
+        if row is not None and judge is q:  # a question that takes the row itself (no bind)
+            r = q.evaluate(value, strict=True, **{keyword: row})
+        else:
+            r = judge.evaluate(value, strict=True)
+        return r.status, r.feedback
+    except (ValueError, TypeError, KeyError) as exc:
+        return INCORRECT, f"The answer exported from the notebook could not be read ({exc})."
 
 
 # ------------------------------------------------------------------------------------------------
@@ -371,7 +663,8 @@ def _records(cell) -> list[dict]:
     return out
 
 
-def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) -> None:
+def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where, judged: dict,
+             grade_cells=frozenset()) -> None:
     verified = grade.verified
     records: list[tuple[int, dict]] = []
     failed_grade_cells: dict[int, str] = {}  # a grade cell whose hidden test (or anything) raised
@@ -380,7 +673,7 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) 
             continue
         cell_records = _records(cell)
         in_grade_cell = i in where.refs and where.refs[i].grade
-        for r in cell_records:
+        for r in cell_records:  # the kernel's own checks: without the key, they only say "received"
             if verified and r.get("strict") and not in_grade_cell:
                 grade.problems.append(Problem("tampered", f"{where.label(i)} runs a graded check of "
                                               f"{r.get('set')}.{r.get('question')} outside the grade cells; "
@@ -392,12 +685,17 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) 
             continue
         ename, evalue = content.get("ename", "Error"), str(content.get("evalue", "")).strip()
         first = evalue.splitlines()[0] if evalue else ""
+        here = [st for cell_judged in judged.values() for c, st, _ in cell_judged if c == i]
         if ename == _TIMEOUT_ENAME:
             grade.problems.append(Problem("timeout", f"{where.label(i)} timed out: {evalue}", where.index(i)))
-        elif ename == "AssertionError" and any(r.get("strict") and r.get("status") != CORRECT for r in cell_records):
-            continue  # a graded check that failed: already a result, not a crash
-        elif in_grade_cell and verified and any(r.get("strict") for r in cell_records):
-            # the graded check gave its result, then a hidden test failed or raised: a result, as in nbgrader
+        elif here and all(st == MISSING for st in here):
+            grade.problems.append(Problem("error", f"{where.label(i)} raised {ename}" + (f": {first}" if first else ""),
+                                          where.index(i)))
+        elif ename == "AssertionError" and any(r.get("strict") and r.get("status") in (INCORRECT, NOT_ATTEMPTED)
+                                               for r in cell_records):
+            continue  # the kernel's graded check refused the answer's form: the judged result says why
+        elif here:
+            # the answer was exported and judged, then a hidden test failed or raised: a result, as in nbgrader
             failed_grade_cells[i] = ("a hidden test failed" if ename == "AssertionError"
                                      else f"a hidden test raised {ename}") + (f": {first}" if first else "")
         else:
@@ -423,25 +721,24 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) 
     for set_name in grade.sets:
         for q in _load_questions(set_name) or []:
             mine = [(i, r) for i, r in records if r.get("set") == set_name and r.get("question") == q.id]
-            graded = [(i, r) for i, r in mine if r.get("strict")]
+            graded = judged.get((set_name, q.id), [])  # (cell, status, feedback), judged in this process
             feedback_override = None
             if graded:
-                i, rec = min(graded, key=lambda ir: _STATUS_ORDER.get(ir[1].get("status"), 0))
-                status = rec.get("status")
+                i, status, feedback = min(graded, key=lambda g: _STATUS_ORDER.get(g[1], 0))
                 if len(graded) > 1:
-                    cells = sorted({i for i, _ in graded})
+                    cells = sorted({c for c, _, _ in graded})
                     grade.problems.append(Problem(
                         "duplicate", f"{set_name}.{q.id} is graded {len(graded)} times "
                         f"({', '.join(where.label(c) for c in cells)}): was a grade cell duplicated?",
                         where.index(cells[-1])))
-                bad = [failed_grade_cells[c] for c, _ in graded if c in failed_grade_cells]
+                bad = [failed_grade_cells[c] for c, _, _ in graded if c in failed_grade_cells]
                 if bad and status == CORRECT:
                     status, feedback_override = INCORRECT, bad[0]
-            elif mine:
-                i, rec = mine[-1]
-                status = rec.get("status")
+                if status == MISSING:
+                    grade.problems.append(Problem("missing", f"the check of {set_name}.{q.id} ({where.label(i)}) "
+                                                  "did not run to completion", where.index(i)))
             else:
-                rec, status = {}, MISSING
+                status, feedback = MISSING, ""
                 if q.id in source_calls:
                     why = (f"the check of {set_name}.{q.id} ({where.label(source_calls[q.id])}) did not run to "
                            "completion")
@@ -453,7 +750,7 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where) 
             grade.questions.append(QuestionGrade(
                 set=set_name, question=q.id, objective=q.objective, points=q.points,
                 score=q.points if status == CORRECT else 0.0, status=status,
-                feedback=feedback_override or str(rec.get("feedback", "")), checks=len(mine),
+                feedback=feedback_override or str(feedback), checks=len(mine),
                 graded_checks=len(graded)))
 
 
@@ -536,11 +833,67 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
             pre.append(Problem(f.kind, f.message, f.cell))
 
     limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output)
-    replies, problems, warnings = _execute(nb, src.name, limits, kernel_name, startup_timeout, where)
+    replies, problems, warnings, judged = run_and_judge(nb, src.name, grade.sets, limits, kernel_name,
+                                                        startup_timeout, where, reference)
     grade.warnings += warnings
-    _collect(nb, replies, grade, where)
+    _collect(nb, replies, grade, where, judged)
     grade.problems[:0] = pre + problems
     return grade
+
+
+def grade_cell_indices(nb, where: _Where, reference) -> set[int]:
+    """The cells whose checks are graded: the restored grade cells when verified; otherwise the cells
+    nbgrader marks as grade cells and those with a top-level ``check(..., strict=True)``."""
+    if reference is not None:
+        return {i for i, rc in where.refs.items() if rc.grade}
+    aliases = set_aliases(nb)
+    out = set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader") or {}
+        if meta.get("grade") or any(_is_strict(c) for _, _, _, c in _check_calls(cell.source, aliases)):
+            out.add(i)
+    return out
+
+
+def setup_sources(nb, reference) -> list[str]:
+    """The code a fresh interpreter runs before a learner's function: the solution's locked cells
+    (the setup) when verified, else the notebook's cells that import a question set."""
+    if reference is not None:
+        return [rc.graded for rc in reference.cells if not rc.grade]
+    return [c.source for c in nb.cells if c.cell_type == "code" and "course_lib.checks" in c.source
+            and not _CHECK_CALL_RE.search(c.source)][:1]
+
+
+def run_and_judge(nb, name: str, sets, limits: _Limits, kernel_name: str, startup_timeout: float, where: _Where,
+                  reference, grade_cells=None):
+    """Inject the answer exports into the grade cells of ``nb`` (a copy), execute it alone against the
+    key-less course_lib, and judge each exported answer in this process (functions in a fresh
+    interpreter).  Returns (replies, problems, warnings, judged: (set, qid) -> [(cell, status, feedback)])."""
+    grade_cells = grade_cell_indices(nb, where, reference) if grade_cells is None else grade_cells
+    exports = inject_exports(nb, grade_cells, set_aliases(nb))
+    setup = setup_sources(nb, reference)
+    judged: dict[tuple[str, str], list] = {}
+    questions = {(s_, q.id): q for s_ in sets for q in (_load_questions(s_) or [])}
+
+    def after(work, env):
+        for e in exports:
+            q = questions.get((e.set, e.question))
+            if q is None:
+                continue
+            recs = [r for r in _answer_records(nb.cells[e.cell]) if (r["set"], r["question"]) == (e.set, e.question)]
+            if not recs:
+                continue  # the export did not run (an earlier error in the cell, a timeout): missing
+            rec = recs[-1]
+            if "error" in rec:
+                status, feedback = MISSING, str(rec["error"])[:300]
+            else:
+                status, feedback = _judge(q, rec, setup, work, env, limits)
+            judged.setdefault((e.set, e.question), []).append((e.cell, status, feedback))
+
+    replies, problems, warnings = _execute(nb, name, limits, kernel_name, startup_timeout, where, sets, after)
+    return replies, problems, warnings, judged
 
 
 def _grade_one(args: tuple) -> NotebookGrade:
@@ -592,6 +945,9 @@ def format_report(grades: list[NotebookGrade]) -> str:
             for q in g.questions:
                 pts = f"{_pts(q.score)}/{_pts(q.points)}"
                 lines.append(f"  {q.set + '.' + q.question:<{width}}  {pts:>7}  {q.status.replace('_', ' ')}")
+                if q.feedback and q.status != CORRECT:  # what the learner was told, one line
+                    text = " ".join(str(q.feedback).split())
+                    lines.append(f"  {'':<{width}}  {'':>7}    {text if len(text) <= 200 else text[:199] + '…'}")
             total = _pts(g.score) + "/" + _pts(g.points)
             lines.append(f"  {'total':<{width}}  {total:>7}" + ("  (incomplete: not a grade)"
                                                                if g.status == "failed" else ""))

@@ -8,6 +8,10 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   nothing else (no links to the learner's files); the kernel's current directory, ``TMPDIR`` and
   ``IPYTHONDIR`` are inside it, so whatever graded code writes with relative paths or :mod:`tempfile` stays
   there and is deleted with it;
+* **a course without its answer key** (:func:`write_keyless`): a copy of ``course_lib`` whose question sets
+  are the key-less modules of the notebook's sets only, written into the grading folder and put first on
+  ``PYTHONPATH``; :func:`run_python` starts the fresh interpreters that run a learner's function (same
+  environment, watched like the kernel);
 * **a clean environment** (:func:`clean_env`): the grader's own, without ``PYTHONPATH``, ``PYTHONSTARTUP``,
   ``PYTHONHOME``, ``PYTHONUSERBASE``, ``JPY_*`` or Jupyter path overrides; the course root is put on
   ``PYTHONPATH`` only when ``course_lib`` is not importable otherwise (not installed);
@@ -53,7 +57,7 @@ from nbclient.util import run_hook
 __all__ = [
     "MAX_CELL_OUTPUT", "MAX_OUTPUT", "MAX_MEMORY", "MAX_RECORDS", "POLL_S", "BUDGET_GRACE_S",
     "become_subreaper", "kernel_arguments", "workdir", "clean_env", "LimitedClient", "Watch", "snapshot",
-    "end_processes", "BudgetExceeded",
+    "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -121,13 +125,18 @@ def _course_lib_installed() -> bool:
     return done.returncode == 0
 
 
-def clean_env(work: Path, base=None) -> dict[str, str]:
-    """The kernel's environment: ``base`` (default: this process's) without what points into other folders."""
+def clean_env(work: Path, base=None, keyless: Path | None = None) -> dict[str, str]:
+    """The kernel's environment: ``base`` (default: this process's) without what points into other folders.
+
+    ``keyless``: the folder of a key-less ``course_lib`` (:func:`write_keyless`), put first on
+    ``PYTHONPATH`` (before an installed course_lib, whose question sets carry the key)."""
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if k not in _DROP_ENV and not k.startswith("JPY_")}
     tmp = str(work / ".tmp")
     env.update(TMPDIR=tmp, TEMP=tmp, TMP=tmp, IPYTHONDIR=str(work / ".ipython"))
-    if not _course_lib_installed():
+    if keyless is not None:
+        env["PYTHONPATH"] = str(keyless)
+    elif not _course_lib_installed():
         env["PYTHONPATH"] = str(_course_root())
     return env
 
@@ -364,3 +373,128 @@ def snapshot() -> set:
         return {k for k in map(_key, psutil.Process().children(recursive=True)) if k is not None}
     except psutil.Error:
         return set()
+
+
+# ------------------------------------------------------------------------------------------------
+# The course without its answer key, for the kernel and the fresh interpreters that grading starts
+# ------------------------------------------------------------------------------------------------
+
+#: The folder, inside a grading folder, that holds the key-less copy of ``course_lib`` (on ``PYTHONPATH``).
+KEYLESS_DIR = ".course"
+_SET_FILE_RE = __import__("re").compile(r"^(ex\d{2}|_demo)\.py$")
+
+
+@functools.lru_cache(maxsize=1)
+def _base_files() -> tuple[tuple[str, bytes], ...]:
+    root = _course_root() / "course_lib"
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root.parent)
+        if not path.is_file() or "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        if path.parent == root / "checks" and _SET_FILE_RE.match(path.name):
+            continue
+        out.append((rel.as_posix(), path.read_bytes()))
+    return tuple(out)
+
+
+def public_names(name: str) -> set[str]:
+    """Module attributes of question set ``name`` that the course's exercise and solution notebooks read
+    (``q.CONVERSATION`` after ``from course_lib.checks import ex03 as q``), question ids left out."""
+    import re
+
+    root = _course_root()
+    found: set[str] = set()
+    for path in sorted((root / "exercises").glob("*.ipynb")) + sorted((root / "solutions").glob("*.ipynb")):
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        except (OSError, ValueError):
+            continue
+        text = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+        for alias in re.findall(rf"from course_lib\.checks import[^\n]*\b{re.escape(name)} as (\w+)", text):
+            found |= {a for a in re.findall(rf"\b{re.escape(alias)}\.([A-Za-z_]\w*)", text)
+                      if not re.fullmatch(r"q\d+", a)}
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _keyless_set(name: str) -> bytes | None:
+    import importlib
+
+    from course_lib.checks.question import keyless_module_source
+
+    if not _SET_FILE_RE.match(name + ".py"):
+        return None
+    try:
+        module = importlib.import_module(f"course_lib.checks.{name}")
+    except ImportError:
+        return None
+    return keyless_module_source(module, public_names(name)).encode("utf-8")
+
+
+def keyless_files(sets=()) -> list[tuple[str, bytes]]:
+    """``(path relative to the folder above course_lib, content)`` of every file of ``course_lib``
+    except the question sets (``checks/exNN.py``, ``checks/_demo.py``, the answer key), and the key-less
+    module (:func:`course_lib.checks.question.keyless_module_source`) of each set in ``sets``; caches and
+    compiled files left out.  Other sets are not there at all."""
+    out = list(_base_files())
+    for name in sets:
+        data = _keyless_set(name)
+        if data is not None:
+            out.append((f"course_lib/checks/{name}.py", data))
+    return out
+
+
+def write_keyless(folder: Path, sets=()) -> Path:
+    """Write the key-less ``course_lib`` (with the key-less modules of ``sets``) under ``folder``;
+    returns ``folder`` (to put on ``PYTHONPATH``)."""
+    folder = Path(folder)
+    for rel, data in keyless_files(sets):
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return folder
+
+
+def run_python(code: str, stdin: bytes, *, env: dict, cwd: Path, timeout: float, max_memory: int,
+               max_output: int = MAX_CELL_OUTPUT) -> tuple[int | None, str, str | None]:
+    """Run ``python -c code`` with ``stdin`` in ``cwd`` and ``env``: ``(exit status or None, the last
+    ``max_output`` characters of its stdout, why it was stopped: "timeout" | "memory" | None)``.  Its
+    memory is watched like a kernel's (:class:`Watch`); it and every process it started are ended."""
+    before = snapshot()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=str(cwd), env=env)
+    watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S)
+    watch.attach(proc.pid)
+    chunks: list[bytes] = []
+    kept = [0]
+
+    def read():
+        for chunk in iter(lambda: proc.stdout.read(65536), b""):
+            chunks.append(chunk)
+            kept[0] += len(chunk)
+            while kept[0] > max_output and len(chunks) > 1:
+                kept[0] -= len(chunks.pop(0))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    except OSError:
+        pass
+    reason = None
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        reason, rc = "timeout", None
+        _kill([psutil.Process(proc.pid)] if psutil.pid_exists(proc.pid) else [])
+        proc.wait()
+    watch.stop()
+    if watch.reason == "memory":
+        reason, rc = "memory", None
+    elif watch.reason == "budget":
+        reason, rc = "timeout", None
+    end_processes(before, watch.seen)
+    reader.join(timeout=5)
+    return rc, b"".join(chunks)[-max_output:].decode("utf-8", "replace"), reason

@@ -45,6 +45,11 @@ __all__ = [
     "sentence",
     "short",
     "split_number",
+    "ANSWER_MIME",
+    "Opaque",
+    "to_plain",
+    "from_plain",
+    "export_answer",
 ]
 
 DIMENSIONS = ("bytes", "time", "bandwidth", "params", "flops", "flop_rate")
@@ -209,6 +214,10 @@ def read_real(x, what: str = "your answer") -> float:
         raise Unreadable(f"{what} is None: did you forget to assign (or return) a value?")
     if isinstance(x, bool):
         raise Unreadable(f"{what} is {x}, a boolean; give a number")
+    if isinstance(x, Opaque):  # exported from a kernel as its type only
+        return _read_opaque(x, what)
+    if isinstance(x, PrintedExpression):  # a sympy object, printed by the kernel: read back bounded
+        return read_real(_printed_as_sympy(x), what)
     module = type(x).__module__ or ""
     if module.startswith("torch"):
         try:
@@ -315,7 +324,7 @@ def read_number(x, *, scale: float = 1.0, dimension: str | None = None, accept_s
         raise NotAttempted
     if isinstance(x, bytes):
         raise Unreadable(f"{what} is bytes data ({short(x)}); give a number")
-    if isinstance(x, str):
+    if isinstance(x, str) and not isinstance(x, PrintedExpression):
         return _read_text(x, scale=scale, dimension=dimension, accept_strings=accept_strings, what=what)
     if hasattr(x, "value") and hasattr(x, "dimension") and type(x).__module__.startswith("course_lib"):
         value = read_real(getattr(x, "value"), what)
@@ -360,3 +369,254 @@ def _scaled(value: float, scale: float, what: str) -> float:
     if not math.isfinite(out):
         raise Unreadable(f"{what} is too large to be a sensible answer")
     return out
+
+
+# ---- answers as plain data (the grader judges them in its own process) ------------------------------
+
+#: MIME type of an answer exported from a kernel when grading (:func:`export_answer`).
+ANSWER_MIME = "application/vnd.course.answer+json"
+#: Characters of text, and of a function's source, that leave a kernel; longer is cut (and then unreadable).
+MAX_PLAIN_TEXT = 20000
+#: Bits of an int sent as its digits; a larger int is sent as "huge" (read as too large).
+MAX_PLAIN_INT_BITS = 4000
+_MAX_PLAIN_ITEMS = 200
+_MAX_PLAIN_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """An answer that left the kernel only as its type and a short repr (an array of shape (3,), an
+    object): the grader reads it as what it was, a thing that is not a number, formula or option."""
+
+    type_name: str
+    text: str
+    shape: tuple = ()
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_PLAIN_TEXT else text[:MAX_PLAIN_TEXT] + "…[cut]"
+
+
+def to_plain(x, depth: int = 0) -> dict:
+    """``x`` as JSON-ready plain data that :func:`from_plain` reads back in another process: numbers
+    (ints as digits), text, Fractions, Decimals, numpy/torch scalars (their ``.item()``), sympy objects
+    (printed), ``Quantity`` (value and dimension), lists, dicts and the placeholder; anything else as its
+    type name and a short repr.  Runs in the learner's kernel, so it computes nothing costly."""
+    if is_placeholder(x):
+        return {"placeholder": True}
+    if x is None:
+        return {"none": True}
+    if isinstance(x, bool):
+        return {"bool": x}
+    if isinstance(x, numbers.Integral) and type(x).__module__ == "builtins":
+        v = int(x)
+        if v.bit_length() > MAX_PLAIN_INT_BITS:
+            return {"huge": -1 if v < 0 else 1}
+        return {"int": str(v)}
+    if isinstance(x, float):
+        return {"float": repr(float(x))}
+    if isinstance(x, str):
+        return {"str": _cut(x)}
+    if isinstance(x, bytes):
+        return {"bytes": _cut(x[:MAX_PLAIN_TEXT].decode("latin-1"))}
+    if isinstance(x, complex):
+        return {"complex": [repr(x.real), repr(x.imag)]}
+    module = type(x).__module__ or ""
+    try:
+        import fractions
+
+        if isinstance(x, fractions.Fraction):
+            return {"fraction": [to_plain(x.numerator), to_plain(x.denominator)]}
+        if isinstance(x, decimal.Decimal):
+            return {"decimal": _cut(str(x))}
+        if module.startswith(("numpy", "torch")) and not isinstance(x, (str, bytes)):
+            shape = _shape(x)
+            if shape == () and hasattr(x, "item"):
+                item = x.item()
+                if type(item).__module__ == "builtins":
+                    return to_plain(item, depth + 1)
+            return {"opaque": [type(x).__name__, short(x, 60), list(shape)]}
+        if module.startswith("sympy"):
+            import sympy
+
+            if isinstance(x, sympy.Integer):
+                return to_plain(int(x), depth + 1)
+            if isinstance(x, sympy.Rational):
+                return {"fraction": [to_plain(int(x.p)), to_plain(int(x.q))]}
+            if isinstance(x, sympy.Float):
+                return {"float": repr(float(x))}
+            if isinstance(x, sympy.Expr):
+                return {"sympy": _cut(sympy.sstr(x)), "symbols": sorted(str(s) for s in x.free_symbols)[:50]}
+            return {"opaque": [type(x).__name__, short(x, 60), []]}
+        if hasattr(x, "value") and hasattr(x, "dimension") and module.startswith("course_lib"):
+            return {"quantity": [to_plain(x.value, depth + 1), str(x.dimension)]}
+        if depth < _MAX_PLAIN_DEPTH:
+            if isinstance(x, (list, tuple)):
+                return {type(x).__name__: [to_plain(v, depth + 1) for v in list(x)[:_MAX_PLAIN_ITEMS]]}
+            if isinstance(x, dict):
+                items = list(x.items())[:_MAX_PLAIN_ITEMS]
+                return {"dict": [[to_plain(k, depth + 1), to_plain(v, depth + 1)] for k, v in items]}
+            as_dict = getattr(x, "as_dict", None)
+            if callable(as_dict) and not isinstance(x, type):
+                d = as_dict()
+                if isinstance(d, dict):
+                    return {"record": [type(x).__name__, to_plain(d, depth + 1)]}
+        if isinstance(x, numbers.Integral):
+            return to_plain(int(x), depth + 1)
+        if isinstance(x, numbers.Real):
+            return {"float": repr(float(x))}
+    except Exception:  # a learner's object whose methods raise: it leaves as what it is
+        pass
+    if callable(x):
+        return {"opaque": ["function", short(x, 60), []]}
+    try:
+        text = short(x, 60)
+    except Exception:
+        text = f"<{type(x).__name__}>"
+    return {"opaque": [type(x).__name__, text, []]}
+
+
+def from_plain(data):
+    """The value :func:`to_plain` described, rebuilt in the grader (no code of the learner's is run:
+    text stays text, a sympy expression comes back as a :class:`PrintedExpression` that the bounded
+    parser reads, an unknown object as an :class:`Opaque`)."""
+    if not isinstance(data, dict) or len(data) != 1 and not ("sympy" in data and len(data) == 2):
+        raise ValueError(f"not an exported answer: {short(data)}")
+    if "sympy" in data:
+        return PrintedExpression(str(data["sympy"]))
+    (kind, v), = data.items()
+    if kind == "placeholder":
+        from course_lib.checks.placeholder import PLACEHOLDER
+
+        return PLACEHOLDER
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return bool(v)
+    if kind == "int":
+        text = str(v)
+        if not re.fullmatch(r"-?\d{1,1300}", text):
+            raise ValueError("an exported int must be at most 1300 digits")
+        return int(text)
+    if kind == "huge":
+        return (-1 if v == -1 else 1) * 10 ** 400
+    if kind == "float":
+        return float(str(v))
+    if kind == "str":
+        return str(v)
+    if kind == "bytes":
+        return str(v).encode("latin-1", "replace")
+    if kind == "complex":
+        return complex(float(v[0]), float(v[1]))
+    if kind == "fraction":
+        import fractions
+
+        num, den = from_plain(v[0]), from_plain(v[1])
+        if not (isinstance(num, int) and isinstance(den, int)) or den == 0 or max(abs(num), den) > 10 ** 400:
+            raise ValueError("a bad exported fraction")
+        return fractions.Fraction(num, den)
+    if kind == "decimal":
+        text = str(v)
+        if len(text) > 100:
+            return Opaque("Decimal", short(text))
+        return decimal.Decimal(text)
+    if kind == "quantity":
+        from course_lib.core.units import Quantity
+
+        try:
+            return Quantity(from_plain(v[0]), str(v[1]))
+        except Exception:
+            return Opaque("Quantity", f"Quantity({short(v[0])}, {short(v[1])})")
+    if kind in ("list", "tuple"):
+        items = [from_plain(e) for e in list(v)[:_MAX_PLAIN_ITEMS]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        out = {}
+        for k, val in list(v)[:_MAX_PLAIN_ITEMS]:
+            key = from_plain(k)
+            try:
+                hash(key)
+            except TypeError:
+                key = repr(key)
+            out[key] = from_plain(val)
+        return out
+    if kind == "record":
+        return from_plain(v[1])
+    if kind == "opaque":
+        name, text, shape = (list(v) + ["", "", []])[:3]
+        return Opaque(str(name), str(text), tuple(int(s) for s in shape if isinstance(s, int))[:8])
+    raise ValueError(f"unknown exported kind {kind!r}")
+
+
+class PrintedExpression(str):
+    """A sympy expression as the learner's kernel printed it: text, read back by the bounded parser with
+    the limits of a printed expression (not those of text the learner typed)."""
+
+
+def export_answer(set_name: str, question: str, get, measurement=None, row_keyword: str = "row") -> dict:
+    """Display the answer ``get()`` as plain data (:data:`ANSWER_MIME`) for the grader, which injects the
+    call into each grade cell.  A function is sent as its source (the grader runs it in a fresh
+    interpreter), anything else by :func:`to_plain`; an error in ``get`` (a name that is not defined) is
+    sent as such.  ``measurement``: a function returning the row the check was given (sent as data)."""
+    record = {"set": str(set_name), "question": str(question)}
+    try:
+        value = get()
+    except BaseException as exc:  # noqa: BLE001 - anything: the grader reports it
+        record["error"] = f"{type(exc).__name__}: {_first_sentence(exc)}"
+    else:
+        record["answer"] = _function_plain(value) or to_plain(value)
+    if measurement is not None:
+        record["row_keyword"] = str(row_keyword)
+        try:
+            record["measurement"] = to_plain(measurement())
+        except BaseException as exc:  # noqa: BLE001
+            record["measurement_error"] = f"{type(exc).__name__}: {_first_sentence(exc)}"
+    try:
+        from IPython.display import display
+
+        display({ANSWER_MIME: record, "text/plain": f"(answer of {set_name}.{question} recorded for grading)"},
+                raw=True)
+    except Exception:
+        pass
+    return record
+
+
+def _function_plain(value) -> dict | None:
+    """A learner's function as its source text (None for anything that is not a plain function)."""
+    import inspect
+    import textwrap
+    import types
+
+    if not isinstance(value, types.FunctionType):
+        return None
+    try:
+        source = textwrap.dedent(inspect.getsource(value))
+    except (OSError, TypeError):
+        source = None
+    name = getattr(value, "__name__", "f")
+    return {"function": [str(name), _cut(source) if source is not None else None]}
+
+
+def _read_opaque(x: Opaque, what: str) -> float:
+    if x.type_name == "function":
+        raise Unreadable(f"{what} is a function; call it and give the number it returns")
+    if x.shape:
+        noun = "a tensor" if x.type_name == "Tensor" else "an array"
+        size = math.prod(x.shape)
+        tip = " (use .item() to take the single value out)" if size == 1 else ""
+        raise Unreadable(f"{what} is {noun} of shape {x.shape}; give a single number{tip}")
+    raise Unreadable(f"can't read {what} (a {x.type_name}) as a number")
+
+
+def _printed_as_sympy(text: str):
+    """A printed sympy expression back as sympy, by the bounded parser (its names become symbols)."""
+    import sympy
+
+    from course_lib.checks.evaluator import ALLOWED_FUNCTIONS, CONSTANTS, parse_formula
+
+    names = sorted(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - set(ALLOWED_FUNCTIONS) - set(CONSTANTS))
+    symbols = [sympy.Symbol(n) for n in names if "__" not in n][:50]
+    return parse_formula(str(text), symbols, max_length=LIMITS.max_formula_printed)

@@ -27,6 +27,7 @@ from course_lib.checks.display import (
     INCORRECT,
     MIME_TYPE,
     NOT_ATTEMPTED,
+    RECEIVED,
     RECORD_VERSION,
     STATUSES,
     Hint,
@@ -40,7 +41,7 @@ from course_lib.checks.mistakes import Detector, Mistake, detectors
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.checks.placeholder import PLACEHOLDER, ____, is_placeholder
 from course_lib.checks.placeholder import _Placeholder  # noqa: F401  (a pickled ____ names it here)
-from course_lib.checks.question import KINDS, Question, validate_set
+from course_lib.checks.question import KINDS, KeylessQuestion, Question, validate_set
 
 __all__ = [
     "____",
@@ -49,6 +50,7 @@ __all__ = [
     "CORRECT",
     "INCORRECT",
     "NOT_ATTEMPTED",
+    "RECEIVED",
     "STATUSES",
     "KINDS",
     "DIMENSIONS",
@@ -62,6 +64,7 @@ __all__ = [
     "ExpressionQuestion",
     "FunctionQuestion",
     "ChoiceQuestion",
+    "KeylessQuestion",
     "Result",
     "Hint",
     "Solution",

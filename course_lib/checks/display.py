@@ -22,6 +22,7 @@ __all__ = [
     "CORRECT",
     "INCORRECT",
     "NOT_ATTEMPTED",
+    "RECEIVED",
     "STATUSES",
     "MIME_TYPE",
     "RECORD_VERSION",
@@ -36,6 +37,10 @@ CORRECT = "correct"
 INCORRECT = "incorrect"
 NOT_ATTEMPTED = "not_attempted"
 STATUSES = (CORRECT, INCORRECT, NOT_ATTEMPTED)
+#: The status of a check without the answer key (a classroom release, a grading kernel): the answer has
+#: the right form (a number of the right dimension, a formula in the question's symbols, one of the
+#: options, a function that runs) and is judged by the grader.
+RECEIVED = "received"
 MIME_TYPE = "application/vnd.course.check+json"
 RECORD_VERSION = 1
 
@@ -107,6 +112,7 @@ _STYLE = {
     CORRECT: ("#1e7b34", "#e8f5e9", "✔", "Correct"),
     INCORRECT: ("#b3261e", "#fdecea", "✘", "Not yet"),
     NOT_ATTEMPTED: ("#5f6368", "#f1f3f4", "○", "Not attempted"),
+    RECEIVED: ("#1a5fb4", "#e8f0fe", "●", "Answer recorded"),
 }
 
 
@@ -234,7 +240,7 @@ def graded_outcome(result: "Result") -> "Result":
     :class:`CheckFailed` when incorrect; when not attempted, raise only under a grader, so that "Run All"
     on a fresh copy of an exercise notebook runs to the end (the box says "Not attempted", and the record
     :mod:`course_lib.authoring.grade` collects says so too)."""
-    if result.correct or (result.status == NOT_ATTEMPTED and not _grading()):
+    if result.correct or result.status == RECEIVED or (result.status == NOT_ATTEMPTED and not _grading()):
         return result
     raise CheckFailed(result)
 

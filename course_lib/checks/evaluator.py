@@ -30,7 +30,7 @@ import random
 import re
 from fractions import Fraction
 
-from course_lib.checks.answers import LIMITS, NotAttempted, Unreadable, short
+from course_lib.checks.answers import LIMITS, NotAttempted, Opaque, PrintedExpression, Unreadable, short
 from course_lib.checks.placeholder import contains_placeholder, is_placeholder
 
 __all__ = ["ALLOWED_FUNCTIONS", "CONSTANTS", "parse_formula", "parse_expression", "sample_points", "equivalent",
@@ -422,6 +422,10 @@ def parse_expression(x, symbols, *, accept_strings: bool = True):
     symbol_map = {s.name: s for s in symbols}
     if is_placeholder(x):
         raise NotAttempted
+    if isinstance(x, PrintedExpression):  # a sympy object the learner's kernel printed (grading)
+        return parse_formula(str(x), symbols, max_length=LIMITS.max_formula_printed, what=x)
+    if isinstance(x, Opaque):
+        raise Unreadable(f"your answer is a {x.type_name}; give a sympy expression")
     if isinstance(x, str):
         if not accept_strings:
             raise Unreadable("this question wants a sympy expression, not text")

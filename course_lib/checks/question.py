@@ -25,10 +25,19 @@ import re
 from typing import Any, Sequence
 
 from course_lib.checks.answers import DIMENSIONS, NotAttempted, Unreadable, noun, read_number, sentence
-from course_lib.checks.display import INCORRECT, NOT_ATTEMPTED, Hint, Result, Solution, fmt, graded_outcome
+from course_lib.checks.display import (
+    INCORRECT,
+    NOT_ATTEMPTED,
+    RECEIVED,
+    Hint,
+    Result,
+    Solution,
+    fmt,
+    graded_outcome,
+)
 from course_lib.checks.mistakes import Detector, Mistake
 
-__all__ = ["KINDS", "Question", "validate_set"]
+__all__ = ["KINDS", "Question", "validate_set", "KeylessQuestion", "keyless_questions", "keyless_module_source"]
 
 #: The question kinds, each the ``kind`` of one subclass of :class:`Question`.
 KINDS = ("numeric", "expression", "function", "choice")
@@ -242,6 +251,30 @@ class Question:
     def __repr__(self) -> str:
         return f"<Question {self.set}.{self.id} ({self.kind}, {fmt(self.points)} pt): {self.objective}>"
 
+    # ---- without the key -----------------------------------------------------------------------
+
+    #: A measurement question names here (``"package.module:function"``) the function of no arguments
+    #: that measures the row its answer, a function of ``row``, is evaluated on; the grader calls it in
+    #: a fresh interpreter and judges the learner's function on that row (docs/CHECKS_API.md).
+    measure: str | None = None
+
+    def public_spec(self) -> dict:
+        """What a check without the answer key needs (JSON data): the question's form, dimension, unit,
+        symbols and options, its prompt and hints; never ``expected``, the test cases (their inputs may
+        hold another question's answer: ex05's reference rows hold q1's byte count), the mistakes or the
+        worked solution."""
+        from course_lib.checks.answers import to_plain
+
+        spec = {"kind": self.kind, "id": self.id, "set": self.set, "objective": self.objective,
+                "points": float(self.points), "prompt": self.prompt, "hints": list(self.hints),
+                "dimension": self.dimension, "unit": self.unit, "accept_strings": self.accept_strings,
+                "measure": self.measure}
+        if self.symbols:
+            spec["symbols"] = [s.name for s in self.symbols]
+        if self.options:
+            spec["options"] = [to_plain(o) for o in self.options]
+        return spec
+
 
 def validate_set(module) -> list[Question]:
     """Check an exNN module's ``QUESTIONS`` and return them; raises ValueError on a broken set."""
@@ -261,3 +294,168 @@ def validate_set(module) -> list[Question]:
         if getattr(module, q.id, None) is not q:
             raise ValueError(f"{module.__name__}: question {q.id} must be bound to the module name {q.id!r}")
     return list(questions)
+
+
+# ------------------------------------------------------------------------------------------------
+# Questions without their answer key (a classroom release; the kernel a notebook is graded in)
+# ------------------------------------------------------------------------------------------------
+
+
+class KeylessQuestion(Question):
+    """A question built from :meth:`Question.public_spec`: ``check`` says whether the answer has the
+    right form (a number of the question's dimension and unit, a formula in its symbols, one of its
+    options, a function that runs on its test inputs and returns such a number) with the status
+    :data:`~course_lib.checks.display.RECEIVED`, or why not ("incorrect", "not attempted"); whether it
+    is right is the grader's business, which has the key.  ``expected`` is None; no mistakes, no worked
+    solution."""
+
+    def __init__(self, spec: dict):  # noqa: D107 - not Question's keywords: a spec
+        from course_lib.checks.answers import from_plain, parse_quantity
+
+        self.kind = str(spec["kind"])
+        self.id, self.set = str(spec["id"]), str(spec["set"])
+        self._where = f"{self.set}.{self.id}"
+        self.objective = str(spec.get("objective", ""))
+        self.points = float(spec.get("points", 1))
+        self.prompt = str(spec.get("prompt", ""))
+        self.hints = tuple(spec.get("hints") or ())
+        self.solution_text = ("The worked solution is not part of this release; your instructor shares it "
+                              "after grading.")
+        self.mistakes, self.detect, self._bank, self._matchers = (), (), [], []
+        self._hints_seen = 0
+        self.dimension, self.unit = spec.get("dimension"), spec.get("unit")
+        self.accept_strings = bool(spec.get("accept_strings"))
+        self.rel_tol, self.abs_tol = 1e-2, 0.0
+        self.expected = None
+        self.measure = spec.get("measure")
+        self._scale = 1.0
+        if self.unit is not None and self.kind == "numeric":
+            self._scale = parse_quantity(f"1 {self.unit}", self.dimension)[0]
+        import sympy
+
+        self.symbols = tuple(sympy.Symbol(n, positive=True) for n in spec.get("symbols") or ())
+        self.options = tuple(from_plain(o) for o in spec.get("options") or ())
+        self.cases = ()
+        self._reader = None
+        if self.kind == "choice" and self.options:
+            from course_lib.checks.choice import ChoiceQuestion
+
+            # reads an answer as one of the options (built with its first option, then without any key)
+            self._reader = ChoiceQuestion(id=self.id, set=self.set, objective=self.objective or "-",
+                                          options=list(self.options), expected=self.options[0])
+            self._reader.expected = None
+
+    def _not_attempted_text(self) -> str:
+        if self.kind == "function" or self.measure:
+            return "Write the body of the function (replace `raise NotImplementedError`)."
+        return super()._not_attempted_text()
+
+    def _received(self, what: str) -> tuple[str, str]:
+        return RECEIVED, (f"{what}. It is graded with the answer key, which is not part of this release.")
+
+    def _check(self, answer, measurement=None):
+        from course_lib.checks.answers import NotAttempted, Unreadable, noun, short
+        from course_lib.checks.placeholder import contains_placeholder, is_placeholder
+
+        if self.kind == "numeric":
+            value, dim = self._read_number(answer)
+            if dim is not None and dim != self.dimension:
+                return INCORRECT, (f"{short(answer)} is {noun(dim)}, but this question asks for "
+                                   f"{noun(self.dimension)}. Check the dimension of your result.")
+            return self._received(f"Your answer reads as {fmt(value / self._scale)}"
+                                  + (f" {self.unit}" if self.unit else "") + f", {noun(self.dimension)}")
+        if self.kind == "expression":
+            from course_lib.checks.evaluator import parse_expression
+
+            expr = parse_expression(answer, self.symbols, accept_strings=self.accept_strings)
+            return self._received(f"Your formula reads as {short(expr, 80)}")
+        if self.kind == "choice":
+            if contains_placeholder(answer):
+                raise NotAttempted
+            i = self._reader._index(answer)
+            return self._received(f"Your answer reads as option ({'abcdefghijklmnopqrstuvwxyz'[i]})")
+        # a function (of the question's inputs, or of a measured row)
+        if is_placeholder(answer):
+            raise NotAttempted
+        if not callable(answer) or isinstance(answer, type):
+            raise Unreadable(f"your answer is {short(answer)}; pass your function itself (without calling it)")
+        calls = []
+        if measurement is not None:  # the learner's own row: the function receives it as a dict
+            as_dict = getattr(measurement, "as_dict", None)
+            calls.append(((as_dict() if callable(as_dict) else measurement,), {}))
+        for a, k in calls:
+            try:
+                got = answer(*a, **k)
+            except NotImplementedError:
+                raise NotAttempted from None
+            except RecursionError:
+                return INCORRECT, "Your function recursed without end."
+            except Exception as exc:
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                return INCORRECT, f"Your function raised {type(exc).__name__}" + (f": {msg}" if msg else "") + "."
+            if is_placeholder(got):
+                raise NotAttempted
+            _, dim = self._read_number(got, what="what your function returned")
+            if dim is not None and dim != self.dimension:
+                return INCORRECT, f"Your function returned {noun(dim)}; it should return {noun(self.dimension)}."
+        return self._received("Your function runs on your row and returns a number" if calls
+                              else "Your function is recorded (it runs on the test inputs when graded)")
+
+    def evaluate(self, answer, *, strict: bool = False, measurement=None) -> Result:
+        from course_lib.checks.answers import NotAttempted, Unreadable, sentence
+
+        try:
+            status, feedback = self._check(answer, measurement)
+        except NotAttempted:
+            status, feedback = NOT_ATTEMPTED, self._not_attempted_text()
+        except Unreadable as exc:
+            status, feedback = INCORRECT, sentence(str(exc))
+        except RecursionError:
+            status, feedback = INCORRECT, "Your answer is nested too deeply to read."
+        except Exception as exc:
+            status, feedback = INCORRECT, f"Internal checker error ({type(exc).__name__}: {exc}); please report it."
+        return self._result(status, feedback, strict)
+
+    def check(self, answer, strict: bool = False, measurement=None, row=None, **_ignored) -> Result:
+        result = self.evaluate(answer, strict=strict, measurement=row if measurement is None else measurement)
+        result._show()
+        return graded_outcome(result) if strict else result
+
+    def __repr__(self) -> str:
+        return f"<Question {self.set}.{self.id} ({self.kind}, {fmt(self.points)} pt, no answer key): {self.objective}>"
+
+
+def keyless_questions(specs) -> list[KeylessQuestion]:
+    """The :class:`KeylessQuestion` of each spec (:meth:`Question.public_spec`), in order."""
+    return [KeylessQuestion(s) for s in specs]
+
+
+def keyless_module_source(module, public_names=()) -> str:
+    """The text of a module that replaces question set ``module`` without its answer key: the public
+    spec of each question as JSON, read by :func:`keyless_questions` (no expected value, mistake or
+    solution, and no code of the set's own), and the module constants named in ``public_names`` that
+    are plain data (what exercise notebooks read from the set, e.g. ``ex03.CONVERSATION``)."""
+    import json
+
+    from course_lib.checks.answers import to_plain
+
+    name = module.__name__.rsplit(".", 1)[-1]
+    questions = validate_set(module)
+    specs = json.dumps([q.public_spec() for q in questions], indent=1, ensure_ascii=True, sort_keys=True)
+    ids = [q.id for q in questions]
+    # the set's public data that exercise notebooks read (e.g. ex03.CONVERSATION, the inputs of a question)
+    data = {k: to_plain(v) for k, v in sorted(vars(module).items())
+            if k in set(public_names) and not k.startswith("_") and k not in ids and k != "QUESTIONS"
+            and type(v) in (int, float, str, list, tuple, dict)}
+    return (f'"""Question set {name} without its answer key (a classroom release, or the kernel a notebook is\n'
+            'graded in): checks say whether an answer has the right form; the grader, which has the key,\n'
+            'judges it.  Generated by course_lib.authoring.exgen; do not edit.\n"""\n'
+            "import json\n\n"
+            "from course_lib.checks.answers import from_plain\n"
+            "from course_lib.checks.question import keyless_questions\n\n"
+            f"SPECS = json.loads({specs!r})\n"
+            "QUESTIONS = keyless_questions(SPECS)\n"
+            f"{', '.join(ids)}{',' if len(ids) == 1 else ''} = QUESTIONS\n"
+            f"DATA = json.loads({json.dumps(data, sort_keys=True)!r})\n"
+            "globals().update({k: from_plain(v) for k, v in DATA.items()})\n"
+            f"__all__ = {ids + ['QUESTIONS'] + list(data)!r}\n")
