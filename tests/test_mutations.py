@@ -17,9 +17,12 @@ Three families of mutations, each with its rule:
 And the other way round, **right** answers in the forms a lesson prints or a learner types (an option's
 letter or a distinctive part of it, "134 MB") must be accepted.
 
-Feedback modes: issue 18 adds a classroom release in which feedback says only form and unit.  The checks
-have no such mode yet, so MODES holds "self-study" alone; a new mode is a new entry here and a branch in
-``_judge`` (in classroom mode a bank entry's own feedback is not shown, so its rule becomes "rejected").
+Feedback modes (issue 18): in **self-study** the key ships with the exercises and the rules above apply.
+In a **classroom** release the students' checks have no key (:class:`course_lib.checks.question.KeylessQuestion`,
+built from the question's public spec exactly as ``exgen --classroom`` releases it): a right answer must be
+received (not refused for its form), and no mutation may be judged -- it is received, or refused for its form,
+dimension or unit only, never with a bank entry's feedback or a verdict on its value ("too high", "close",
+"avoid rounding"). The grader, which has the key, then judges it by the self-study rules.
 """
 from __future__ import annotations
 
@@ -32,8 +35,12 @@ import sympy
 
 from course_lib.checks import available_sets, load_set
 from course_lib.checks.core import CORRECT, INCORRECT, Question
+from course_lib.checks.display import RECEIVED
+from course_lib.checks.question import KeylessQuestion
 
-MODES = ["self-study"]
+MODES = ["self-study", "classroom"]
+#: words that judge a value: a key-less (classroom) check must never say them
+_VERDICT_WORDS = ("too high", "too low", "close", "avoid rounding", "off by", "factor of")
 
 SETS = [s for s in available_sets() if s != "_demo"]
 _ROUNDING = "avoid rounding"
@@ -197,8 +204,36 @@ def _specific() -> list[Mutation]:
 # ---- the judge -----------------------------------------------------------------------------------------
 
 
+_KEYLESS: dict = {}
+
+
+def _keyless(q: Question) -> KeylessQuestion:
+    """The question as a classroom release ships it: its public spec, no key."""
+    key = (q.set, q.id)
+    if key not in _KEYLESS:
+        _KEYLESS[key] = KeylessQuestion(q.public_spec())
+    return _KEYLESS[key]
+
+
+def _judge_classroom(m: Mutation) -> str | None:
+    r = _keyless(m.q).evaluate(m.answer)
+    if m.kind == "right":
+        return None if r.status == RECEIVED else f"classroom: a right answer refused: {r.feedback[:90]}"
+    if r.status not in (RECEIVED, INCORRECT):
+        return f"classroom: {r.status}"
+    if r.status == INCORRECT:
+        said = r.feedback.lower()
+        if any(b.feedback == r.feedback for b in m.q.bank):
+            return f"classroom: names a bank mistake without the key: {r.feedback[:90]}"
+        if any(w in said for w in _VERDICT_WORDS):
+            return f"classroom: judges the value without the key: {r.feedback[:90]}"
+    return None
+
+
 def _judge(m: Mutation, mode: str) -> str | None:
     """None when the check treats ``m`` as it should in ``mode``, else what went wrong."""
+    if mode == "classroom":
+        return _judge_classroom(m)
     r = m.q.evaluate(m.answer)
     if m.kind == "right":
         return None if r.status == CORRECT else f"rejected: {r.feedback}"
