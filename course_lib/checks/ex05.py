@@ -8,12 +8,12 @@ Objectives (lesson ``notebooks/05_gemv_timing.ipynb``):
 - O4 explain results that contradict bytes / bandwidth (cache, dtypes without native kernels);
 - O5 calibrate: turn measured bandwidth into predictions for this machine and compare with an H200.
 
-Questions q7 and q8 are answered from the learner's **own** measurement. Their expected value is not
-fixed: :class:`MeasuredQuestion` computes it when ``check(answer, measurement=row)`` runs, from the
-measurement object passed in (a ``course_lib.bench.GemvResult`` row, a table of rows, or a dict with
-the same fields), with a tolerance derived from that measurement's own spread. Without
-``measurement=`` the reference row (the H200's 8192 × 8192 fp16 GEMV, ``course_lib.measurements``)
-is used, which is what the set's self-tests check. torch is never imported here.
+Questions q7 and q8 are answered with a **function of** ``row``, a dict of one measured GEMV
+(``GemvResult.as_dict()``, taken in the exercise notebook through ``measured("ex05/row", ...)``):
+:class:`RowQuestion` runs the function on fixed reference rows (:data:`ROWS`) and, when
+``check(answer, row=row)`` passes one, on the learner's own row. A number typed from one printout
+would be wrong on the grader's re-measured row; a function is right on any row. torch is never
+imported here.
 
 Lessons: 05
 """
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Callable
 
 from course_lib.checks.choice import ChoiceQuestion
-from course_lib.checks.display import INCORRECT
+from course_lib.checks.display import INCORRECT, graded_outcome
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake, exact_mistakes_first
@@ -33,7 +33,7 @@ from course_lib.core.hardware import get_hardware
 from course_lib.core.measurements import h200
 from course_lib.core.models import get_model
 
-__all__ = ["MeasuredQuestion", "read_measurement", "reference_measurement", "measured_tolerance", "QUESTIONS"]
+__all__ = ["RowQuestion", "ROWS", "read_row", "read_measurement", "QUESTIONS"]
 
 _H200 = get_hardware("h200")
 _N = 8192
@@ -80,67 +80,6 @@ def read_measurement(measurement) -> dict:
     out["q3_seconds"] = float(get("q3_seconds", out["seconds"]))
     out["rotate"] = bool(get("rotate", True))
     return out
-
-
-def reference_measurement() -> dict:
-    """The reference row: the H200's 8192 × 8192 fp16 eager GEMV (median of CUDA-event timings)."""
-    s = _H200_ROW["us"] / 1e6
-    return {"m": _N, "k": _N, "bytes": _GEMV_BYTES, "seconds": s, "flops": _GEMV_FLOPS, "element_bytes": _FP16,
-            "q1_seconds": s, "q3_seconds": s, "rotate": True}
-
-
-def measured_tolerance(m: dict) -> float:
-    """Relative tolerance from the measurement's spread: half its relative IQR, kept within [1 %, 3 %].
-
-    Anything inside the middle half of the learner's runs is accepted (e.g. a mean instead of the
-    median), but not the 7.4 % of GiB vs GB or other factor mistakes.
-    """
-    half_iqr = (m["q3_seconds"] - m["q1_seconds"]) / m["seconds"] / 2
-    return min(max(0.01, half_iqr), 0.03)
-
-
-def _distinct(expected: float, tol: float, candidates: list[Mistake]) -> list[Mistake]:
-    """Drop candidate mistakes that fall within tolerance of the answer or of an earlier mistake."""
-    kept: list[Mistake] = []
-    for c in candidates:
-        values = [expected] + [k.value for k in kept]
-        if all(abs(c.value - v) > 2.5 * tol * max(abs(v), abs(c.value)) for v in values):
-            kept.append(c)
-    return kept
-
-
-class MeasuredQuestion(NumericQuestion):
-    """A numeric question whose expected answer is computed from a measurement at check time.
-
-    ``derive(measurement_dict) -> dict(expected=..., rel_tol=..., mistakes=[...], detect=[...])``
-    builds the definition; the remaining keyword arguments are those of :class:`NumericQuestion`.
-    ``check(answer, strict=False, measurement=row)`` binds the question to ``row`` and checks.
-    """
-
-    def __init__(self, *, derive: Callable[[dict], dict], **kw):
-        self._derive = derive
-        self._kw = kw
-        super().__init__(**kw, **derive(reference_measurement()))
-
-    def bind(self, measurement) -> NumericQuestion:
-        """A plain NumericQuestion whose expected value comes from ``measurement``."""
-        return NumericQuestion(**self._kw, **self._derive(read_measurement(measurement)))
-
-    def evaluate(self, answer, *, strict: bool = False, measurement=None):
-        if measurement is None:
-            return super().evaluate(answer, strict=strict)
-        try:
-            bound = self.bind(measurement)
-        except (TypeError, ValueError) as exc:
-            return self._result(INCORRECT, f"Can't use that measurement: {exc}", strict)
-        return bound.evaluate(answer, strict=strict)
-
-    def check(self, answer, strict: bool = False, measurement=None):
-        result = self.evaluate(answer, strict=strict, measurement=measurement)
-        result._show()
-        if strict and not result.correct:
-            raise AssertionError(str(result))
-        return result
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,55 +219,125 @@ q6 = ExpressionQuestion(
 )
 
 
-def _achieved(m: dict) -> dict:
-    tol = measured_tolerance(m)
-    gbps = m["bytes"] / m["seconds"] / 1e9
-    cands = [
-        Mistake(gbps / m["element_bytes"], "That is elements per second: multiply by the bytes per element."),
-        Mistake(m["flops"] / m["seconds"] / 1e9, "That is GFLOP/s (2·m·k / time); the question asks for bytes."),
-        Mistake(gbps * 8, "That is gigabits per second: bytes, not bits."),
-        Mistake(gbps * 1000, "That is MB/s: the question asks for GB/s (divide by 1000)."),
-        Mistake(gbps / 1.073741824, "That is GiB/s (2^30 bytes); the question asks for GB/s (10^9 bytes)."),
-    ]
-    return {"expected": gbps, "rel_tol": tol, "mistakes": _distinct(gbps, tol, cands)}
+def _row(m: int, k: int, element_bytes: int, seconds: float, q1: float | None = None,
+         q3: float | None = None) -> dict:
+    """A GEMV row as ``GemvResult.as_dict()`` gives it (the fields a q7/q8 function may read)."""
+    nbytes = (m * k + m + k) * element_bytes
+    return {"m": m, "k": k, "dtype": {2: "fp16", 4: "fp32"}[element_bytes], "element_bytes": element_bytes,
+            "bytes": nbytes, "flops": 2 * m * k, "seconds": seconds, "q1_seconds": q1 or seconds,
+            "q3_seconds": q3 or seconds, "rotate": True, "matrix_bytes": m * k * element_bytes,
+            "bandwidth": nbytes / seconds, "gb_per_s": nbytes / seconds / 1e9}
 
 
-q7 = MeasuredQuestion(
+#: rows every q7/q8 function is run on besides the learner's own: the H200's 8192 × 8192 fp16 GEMV and two
+#: CPU-like fp32 rows (the times are illustrative inputs, not measurements)
+ROWS = (_row(_N, _N, _FP16, _H200_ROW["us"] / 1e6), _row(8192, 8192, 4, 0.0213, 0.0209, 0.0219),
+        _row(1024, 1024, 4, 3.1e-4, 3.0e-4, 3.3e-4))
+
+
+class RowQuestion(FunctionQuestion):
+    """A function of ``row`` (a dict of one measured GEMV, ``GemvResult.as_dict()``), checked on :data:`ROWS`
+    and, when ``check(answer, row=row)`` passes one, on that row too.
+
+    Because the answer is a function and not a number typed from a printout, it is right on any machine:
+    the grader, which re-measures, evaluates it on its own row.
+    """
+
+    def __init__(self, *, value: Callable[[dict], float], **kw):
+        self._value = value
+        self._kw = kw
+        super().__init__(expected=value, cases=[((r,), value(r)) for r in ROWS], **kw)
+
+    def bind(self, row) -> FunctionQuestion:
+        """The same question with ``row`` added to its cases."""
+        r = read_row(row)
+        return FunctionQuestion(expected=self._value, cases=[((x,), self._value(x)) for x in (*ROWS, r)], **self._kw)
+
+    def evaluate(self, answer, *, strict: bool = False, measurement=None):
+        """``measurement``: the learner's row (``check(answer, row=row)`` passes it here), or None."""
+        if measurement is None:
+            return super().evaluate(answer, strict=strict)
+        try:
+            bound = self.bind(measurement)
+        except (TypeError, ValueError) as exc:
+            return self._result(INCORRECT, f"Can't use that row: {exc}", strict)
+        return bound.evaluate(answer, strict=strict)
+
+    def check(self, answer, strict: bool = False, row=None):
+        """Check ``answer`` (a function of a row) on the reference rows and, when given, on ``row``."""
+        result = self.evaluate(answer, strict=strict, measurement=row)
+        result._show()
+        return graded_outcome(result) if strict else result
+
+
+def read_row(row) -> dict:
+    """``row`` as the dict a q7/q8 function receives: a GemvResult (or its ``as_dict()``), checked."""
+    if not isinstance(row, Mapping):
+        if hasattr(row, "as_dict"):
+            row = row.as_dict()
+        else:
+            raise TypeError(f"row must be a dict of one measured GEMV (GemvResult.as_dict()), got "
+                            f"{type(row).__name__}")
+    read_measurement(row)           # the fields, positive
+    return dict(row)
+
+
+def _gbps(row):
+    return row["bytes"] / row["seconds"] / 1e9
+
+
+def _decode_ms(row):
+    return _LLAMA3.decode_weight_bytes("fp16") / (row["bytes"] / row["seconds"]) * 1e3
+
+
+q7 = RowQuestion(
     id="q7", set="ex05", objective="O3 time a GEMV and read its achieved bandwidth", points=2,
-    prompt="From YOUR measurement row (the largest rotated fp32 GEMV), the achieved bandwidth in GB/s.",
-    unit="GB/s", dimension="bandwidth", derive=_achieved,
-    hints=["Achieved bandwidth = row.bytes / row.seconds (the median time per call).",
+    prompt="Write achieved_gbps(row) -> the achieved bandwidth in GB/s of a measured GEMV row (a dict with "
+           "'bytes' moved per call and 'seconds', the median time per call).",
+    value=_gbps, dimension="bandwidth", rel_tol=1e-3,
+    detect=[d.bits_vs_bytes()],
+    mistakes=[
+        Mistake(lambda row: _gbps(row) / row["element_bytes"],
+                "That is elements per second: multiply by the bytes per element."),
+        Mistake(lambda row: row["flops"] / row["seconds"] / 1e9,
+                "That is GFLOP/s (2·m·k / time); the question asks for bytes."),
+        Mistake(lambda row: _gbps(row) * 1000, "That is MB/s: the question asks for GB/s (divide by 1000)."),
+        Mistake(lambda row: _gbps(row) / 1.073741824,
+                "That is GiB/s (2^30 bytes); the question asks for GB/s (10^9 bytes)."),
+        Mistake(lambda row: row["bytes"] / row["seconds"],
+                "That is bytes per second: divide by 10^9 for GB/s."),
+    ],
+    hints=["Achieved bandwidth = bytes moved per call / seconds per call.",
            "Divide bytes per second by 10^9 for GB/s."],
-    solution="`row.bytes / row.seconds / 1e9`, which is what `row.gb_per_s` reports. The check accepts "
-             "anything within your runs' interquartile spread (1 % to 3 %).",
+    solution="```python\nreturn row['bytes'] / row['seconds'] / 1e9\n```\n(what `row['gb_per_s']` holds). "
+             "The check runs it on your row and on reference rows, so it is right on any machine.",
 )
 
 
-def _decode_ms(m: dict) -> dict:
-    tol = measured_tolerance(m)
-    bw = m["bytes"] / m["seconds"]
-    ms = _LLAMA3.decode_weight_bytes("fp16") / bw * 1e3
-    cands = [
-        Mistake(_LLAMA3.decode_weight_bytes("fp32") / bw * 1e3, "That is fp32 weights; the question says fp16."),
-        Mistake(_LLAMA3.weight_bytes("fp16") / bw * 1e3,
-                "That reads the whole embedding table; a decode step reads one row of it (lesson 02)."),
-        Mistake(_LLAMA3.decode_weight_bytes("int8") / bw * 1e3, "That is 1 byte per weight; fp16 is 2."),
-        Mistake(ms / 1000, "That is in seconds; the question asks for milliseconds."),
-        Mistake(ms * 8, "That divides bits by bytes per second: use bytes."),
-    ]
-    return {"expected": ms, "rel_tol": tol, "mistakes": _distinct(ms, tol, cands)}
-
-
-q8 = MeasuredQuestion(
+q8 = RowQuestion(
     id="q8", set="ex05", objective="O5 calibrate predictions with a measured bandwidth", points=2,
-    prompt="At the bandwidth YOUR largest GEMV achieved, how many milliseconds would one batch-1 decode step "
-           "of Llama-3-8B in fp16 take (weights only, get_model('llama-3-8b').decode_weight_bytes('fp16'))?",
-    unit="ms", dimension="time", derive=_decode_ms,
-    hints=["Your bandwidth: row.bytes / row.seconds.",
+    prompt="Write decode_ms(row) -> the milliseconds one batch-1 decode step of Llama-3-8B in fp16 would take "
+           "(weights only, get_model('llama-3-8b').decode_weight_bytes('fp16')) at the bandwidth the GEMV "
+           "row achieved.",
+    value=_decode_ms, dimension="time", rel_tol=1e-3,
+    detect=[d.bits_vs_bytes()],
+    mistakes=[
+        Mistake(lambda row: _LLAMA3.decode_weight_bytes("fp32") / (row["bytes"] / row["seconds"]) * 1e3,
+                "That is fp32 weights; the question says fp16."),
+        Mistake(lambda row: _LLAMA3.weight_bytes("fp16") / (row["bytes"] / row["seconds"]) * 1e3,
+                "That reads the whole embedding table; a decode step reads one row of it (lesson 02)."),
+        Mistake(lambda row: _LLAMA3.decode_weight_bytes("int8") / (row["bytes"] / row["seconds"]) * 1e3,
+                "That is 1 byte per weight; fp16 is 2."),
+        Mistake(lambda row: _decode_ms(row) / 1000, "That is in seconds; the question asks for milliseconds."),
+    ],
+    hints=["The row's bandwidth: row['bytes'] / row['seconds'].",
            "Bytes per step: decode_weight_bytes('fp16'). Time = bytes / bandwidth, then × 1000 for ms."],
-    solution="`get_model('llama-3-8b').decode_weight_bytes('fp16') / (row.bytes / row.seconds) * 1e3`. "
-             "This is the calibration step: the same number comes out of "
-             "`estimate('llama-3-8b', this_machine(...), 1, 2).tpot` when the GEMV sets the bandwidth.",
+    solution="```python\nbandwidth = row['bytes'] / row['seconds']\n"
+             "return get_model('llama-3-8b').decode_weight_bytes('fp16') / bandwidth * 1e3\n```\n"
+             "This is the weights-only floor at the bandwidth one GEMV shape achieved. "
+             "`estimate('llama-3-8b', this_machine(...), ...)` gives a different figure: it adds the K/V reads and "
+             "the lm_head's and embedding's bytes per step, and takes its bandwidth from the largest rotated GEMV of "
+             "its own sweep, not from this row.",
 )
 
 QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]

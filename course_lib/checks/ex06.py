@@ -240,8 +240,9 @@ q8 = NumericQuestion(
         Mistake(_Q8_ROOF_MS + _Q8_OPS * _Q8_OP_US, "Mixed units: 12 µs is 0.012 ms."),
     ],
     hints=["Overhead = ops × seconds per op.", "Step time = roofline time + overhead; keep one unit."],
-    solution=(f"0.4 ms + 150 × 0.012 ms = **{_Q8_MS:.1f} ms**: the fixed cost is most of the step, which is why a "
-              f"tiny model on a laptop runs far slower than bytes / bandwidth predicts."),
+    solution=(f"0.4 ms + 150 × 0.012 ms = **{_Q8_MS:.1f} ms**: in this example the fixed cost is most of the step, "
+              f"so such a model runs several times slower than bytes / bandwidth alone predicts (lesson 06 §9 "
+              f"measures t_op on your machine)."),
 )
 
 QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]

@@ -1,0 +1,358 @@
+"""The measured claims of lesson 05 (GEMV timing), as data.
+
+Lessons: 05, 06
+
+Every sentence of lesson 05 and of exercise set 05 that states a relation between measurements is one of
+these functions. Each returns a :class:`Claim`: the ``relation`` the numbers show, the ``operands`` it
+was decided from, and the measurement ``verdict`` (:mod:`course_lib.core.quality`). ``outcome`` is what
+the lesson renders (:mod:`course_lib.lessons.claims.gemv`): the relation when the timings behind it are
+reliable, else the verdict ("noisy" / "contended"), so that noise is never explained as overhead,
+caching or compute-boundness.
+
+::
+
+    from course_lib.core.claims import gemv as claims
+    c = claims.gemv_vs_copy(big, copy)          # big: a GEMV row, copy: the copy probe (objects or dicts)
+    c.relation, c.outcome, c.operands["ratio"]   # 'above', 'noisy', 1.9
+
+Timings are what :func:`course_lib.core.quality.timing_verdict` reads (probe results, the profiles'
+timing records). A GEMV row also needs ``bytes`` (and ``m``, ``k``, ``dtype`` where named); the copy
+``bytes`` (read + write counted). This module is torch-free.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from course_lib.core import quality
+from course_lib.core.validation import require_list, require_positive
+
+__all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
+           "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
+           "model_vs_estimate"]
+
+#: a measured time within this fraction of its bytes / bandwidth prediction "matches" it
+TOLERANCE = 0.25
+#: the most a per-call fixed cost (Python call, dispatcher, allocation) of one small CPU op costs: a few
+#: microseconds measured by ``probes.measure_op_overhead`` (lesson 06 §9), 50 µs leaves a wide margin.
+#: A time beyond bytes / bandwidth by more than this is not "per-call overhead": the calls waited for CPU.
+DISPATCH_SECONDS = 50e-6
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One measured relation: ``relation`` (what the numbers show), ``operands`` (the numbers), ``verdict``.
+
+    ``outcome``: ``relation`` when ``verdict`` is "reliable", else the verdict ("noisy", "contended"):
+    the sentence a lesson writes. ``reasons``: why the verdict is what it is (from the timings).
+    """
+
+    name: str
+    relation: str
+    operands: dict = field(default_factory=dict)
+    verdict: str = "reliable"
+    reasons: tuple = ()
+
+    @property
+    def outcome(self) -> str:
+        return outcome_of(self.relation, self.verdict)
+
+    @property
+    def reliable(self) -> bool:
+        return self.verdict == "reliable"
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+def outcome_of(relation: str, verdict: str) -> str:
+    """The relation when the verdict is reliable, else the verdict."""
+    if verdict not in quality.VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {verdict!r}")
+    return relation if verdict == "reliable" else verdict
+
+
+def verdict(timing, steal: float | None = None) -> str:
+    """One timing's verdict ("reliable", "noisy", "contended"): :func:`quality.timing_verdict`'s, for a table column."""
+    return quality.timing_verdict(timing, steal=steal).verdict
+
+
+def _get(obj, key: str, default=None):
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _bytes(name: str, obj) -> float:
+    value = _get(obj, "bytes")
+    if value is None:
+        raise TypeError(f"{name} must carry 'bytes' (a GEMV row or the copy probe), got {type(obj).__name__}")
+    return require_positive(f"{name}.bytes", value)
+
+
+def _verdict(name: str, timing, steal=None) -> quality.TimingVerdict:
+    return quality.timing_verdict(timing, steal=steal, name=name)
+
+
+def _worst(*verdicts: str) -> str:
+    return max(verdicts, key=quality.VERDICTS.index)
+
+
+def _named(reasons, a: str, b: str) -> tuple:
+    """``compare_timings``' reasons with its operands "a" and "b" named."""
+    out = []
+    for r in reasons:
+        if r.startswith("a is "):
+            r = a + r[1:]
+        elif r.startswith("b is "):
+            r = b + r[1:]
+        out.append(r)
+    return tuple(out)
+
+
+def _reasons(verdicts: dict) -> tuple:
+    return tuple(f"{label} is {v.verdict}: {v.reason}" for label, v in verdicts.items() if not v.reliable)
+
+
+def _bandwidth(name: str, obj) -> float:
+    return _bytes(name, obj) / _verdict(name, obj).median
+
+
+def _shape(row) -> str:
+    m, k = _get(row, "m"), _get(row, "k")
+    return f"{m} × {k}" if m is not None and k is not None else "?"
+
+
+# --------------------------------------------------------------------------------------------------
+def gemv_vs_copy(gemv, copy, *, tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
+    """The GEMV's achieved bandwidth against the copy's: "matches", "above" or "below" the copy ceiling.
+
+    A GEMV "above" the copy is a real result that needs its explanation (the copy counts bytes it writes
+    once though a write costs more, and the GEMV's buffers may not have left the cache: ``beyond_cache``
+    operand); it is never silently used as a ceiling.
+    """
+    tolerance = require_positive("tolerance", tolerance, maximum=10.0)
+    vg, vc = _verdict("gemv", gemv, steal), _verdict("copy", copy, steal)
+    g_bw, c_bw = _bytes("gemv", gemv) / vg.median, _bytes("copy", copy) / vc.median
+    ratio = g_bw / c_bw
+    agreement = quality.within(_bytes("gemv", gemv) / c_bw, gemv, tolerance, steal=steal)
+    relation = {"within": "matches", "over": "above", "under": "below"}[agreement.relation]
+    return Claim("gemv_vs_copy", relation,
+                 {"gemv_bandwidth": g_bw, "copy_bandwidth": c_bw, "ratio": ratio, "tolerance": tolerance,
+                  "shape": _shape(gemv), "beyond_cache": _get(gemv, "beyond_cache"),
+                  "gemv_seconds": vg.median, "predicted_seconds": _bytes("gemv", gemv) / c_bw},
+                 _worst(vg.verdict, vc.verdict), _reasons({"the GEMV timing": vg, "the copy timing": vc}))
+
+
+def time_vs_size(rows, *, steal: float | None = None) -> Claim:
+    """Does the time per call grow with the bytes of the rows (the rotated sweep)? "grows" is what bytes /
+    bandwidth says; "flat" (the same time whatever the size) means the calls waited for something else.
+
+    ``relation`` is :func:`quality.trend`'s direction over the rows' bytes; operands: bytes, medians, the
+    ratio of the time to the bytes ratio (``time_ratio`` / ``bytes_ratio``).
+    """
+    rows = require_list("rows", rows, "a list of GEMV rows")
+    if len(rows) < 2:
+        raise ValueError(f"rows must hold at least 2 GEMV rows of different sizes, got {len(rows)}")
+    by_bytes, xs = [], []
+    for r in sorted(rows, key=lambda r: _bytes("rows[i]", r)):
+        if not xs or _bytes("rows[i]", r) != xs[-1]:      # one row per byte count (m × k and k × m move the same)
+            by_bytes.append(r)
+            xs.append(_bytes("rows[i]", r))
+    if len(xs) < 2:
+        raise ValueError("rows must hold at least 2 GEMV rows of different sizes")
+    t = quality.trend(xs, by_bytes, steal=steal)
+    reasons = list(t.reasons[1:])
+    for x, r in sorted(zip(xs, by_bytes), key=lambda p: -p[0]):      # "x=16896" -> the matrix's shape
+        reasons = [why.replace(f"x={x:g} ", f"{_shape(r)} ").replace(f"x={x:g})", f"{_shape(r)})") for why in reasons]
+    direction = t.direction
+    if direction == "inconclusive" and t.verdict == "reliable":
+        direction = "mixed"
+    return Claim("time_vs_size", direction,
+                 {"bytes": tuple(xs), "seconds": t.medians, "bytes_ratio": xs[-1] / xs[0],
+                  "time_ratio": t.medians[-1] / t.medians[0], "first": _shape(by_bytes[0]),
+                  "last": _shape(by_bytes[-1])},
+                 t.verdict, tuple(reasons) if t.verdict != "reliable" else ())
+
+
+def _pairs(rotated, same):
+    rotated = require_list("rotated", rotated, "a list of rotated GEMV rows")
+    same = require_list("same", same, "a list of same-buffer GEMV rows")
+    if len(rotated) != len(same) or not rotated:
+        raise ValueError(f"rotated and same must hold the same sizes (one row each), got {len(rotated)} "
+                         f"and {len(same)}")
+    return list(zip(rotated, same))
+
+
+def _matrix_bytes(row) -> float:
+    mb = _get(row, "matrix_bytes")
+    if mb is None:
+        m, k, e = _get(row, "m"), _get(row, "k"), _get(row, "element_bytes")
+        mb = m * k * e if None not in (m, k, e) else _bytes("row", row)
+    return mb
+
+
+def cache_reuse(rotated, same, llc_bytes: int | None, *, steal: float | None = None) -> Claim:
+    """Among matrices well inside the last-level cache (at most half of it), the clearest case of the same
+    buffer against rotation: "cache_faster" (reuse is faster), "no_gain" (indistinguishable or slower),
+    "none_fits" (no matrix of the sweep fits), "unknown_cache" (the OS reported no LLC)."""
+    pairs = _pairs(rotated, same)
+    if not llc_bytes:
+        return Claim("cache_reuse", "unknown_cache", {})
+    fits = [(r, s) for r, s in pairs if _matrix_bytes(r) <= llc_bytes / 2]
+    if not fits:
+        return Claim("cache_reuse", "none_fits", {"llc_bytes": llc_bytes,
+                                                  "smallest_bytes": min(_matrix_bytes(r) for r, _ in pairs)})
+    r, s = max(fits, key=lambda p: _verdict("r", p[0]).median / _verdict("s", p[1]).median)
+    c = quality.compare_timings(s, r, steal=steal)
+    relation = "cache_faster" if c.relation == "faster" else "no_gain"
+    return Claim("cache_reuse", relation,
+                 {"shape": _shape(r), "matrix_bytes": _matrix_bytes(r), "llc_bytes": llc_bytes,
+                  "same_bandwidth": _bytes("same", s) / c.a.median,
+                  "rotated_bandwidth": _bytes("rotated", r) / c.b.median,
+                  "speedup": c.b.median / c.a.median},
+                 c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
+                 if c.verdict != "reliable" else ())
+
+
+def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = None) -> Claim:
+    """Beyond the cache the two curves should meet. At the largest matrix larger than the LLC: "meet"
+    (indistinguishable), "apart" (they still differ), or "none_beyond" (no matrix of the sweep exceeds
+    the LLC: the sweep cannot show it), "unknown_cache". Operands also count the rotated rows whose
+    working set exceeded 4 × the LLC (``rotated_beyond`` of ``rotated_rows``)."""
+    pairs = _pairs(rotated, same)
+    beyond_rows = sum(1 for r, _ in pairs if _get(r, "beyond_cache") is True)
+    base = {"llc_bytes": llc_bytes, "rotated_beyond": beyond_rows, "rotated_rows": len(pairs),
+            "largest_bytes": max(_matrix_bytes(r) for r, _ in pairs),
+            "largest": _shape(max((r for r, _ in pairs), key=_matrix_bytes))}
+    if not llc_bytes:
+        return Claim("beyond_cache", "unknown_cache", base)
+    big = [(r, s) for r, s in pairs if _matrix_bytes(r) > llc_bytes]
+    if not big:
+        return Claim("beyond_cache", "none_beyond", base)
+    r, s = max(big, key=lambda p: _matrix_bytes(p[0]))
+    c = quality.compare_timings(s, r, steal=steal)
+    relation = "meet" if c.relation == "indistinguishable" else "apart"
+    return Claim("beyond_cache", relation,
+                 {**base, "shape": _shape(r), "matrix_bytes": _matrix_bytes(r),
+                  "same_bandwidth": _bytes("same", s) / c.a.median,
+                  "rotated_bandwidth": _bytes("rotated", r) / c.b.median, "ratio": c.b.median / c.a.median},
+                 c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
+                 if c.verdict != "reliable" else ())
+
+
+def small_matrix(row, copy, *, tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
+    """The smallest rotated matrix against bytes / copy bandwidth: "matches", "faster" (faster than memory
+    allows: partly served from cache), "overhead" (slower by at most :data:`DISPATCH_SECONDS` per call:
+    a fixed per-call cost) or "waited" (slower by more than any per-call cost: the calls waited for CPU
+    time)."""
+    vr, vc = _verdict("row", row, steal), _verdict("copy", copy, steal)
+    c_bw = _bytes("copy", copy) / vc.median
+    predicted = _bytes("row", row) / c_bw
+    a = quality.within(predicted, row, tolerance, steal=steal)
+    excess = vr.median - predicted
+    if a.relation == "within":
+        relation = "matches"
+    elif a.relation == "over":
+        relation = "faster"
+    else:
+        relation = "overhead" if excess <= DISPATCH_SECONDS else "waited"
+    return Claim("small_matrix", relation,
+                 {"shape": _shape(row), "seconds": vr.median, "predicted_seconds": predicted,
+                  "excess_seconds": excess, "dispatch_seconds": DISPATCH_SECONDS, "ratio": vr.median / predicted},
+                 _worst(vr.verdict, vc.verdict), _reasons({"the smallest matrix's timing": vr, "the copy timing": vc}))
+
+
+# --------------------------------------------------------------------------------------------------
+# data types
+# --------------------------------------------------------------------------------------------------
+def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
+    """A half-precision GEMV against fp32 of the same shape.
+
+    ``relation``: "as_bytes_predict" (faster, within a factor 1.5 of the bytes ratio: memory-bound),
+    "faster_than_bytes" (faster than even the halved bytes allow: the fp32 reference missed the memory
+    ceiling), "faster_less" (faster, but well short of the halved bytes: partly limited by conversion
+    work), "same" (indistinguishable), "slower" (slower although it reads half the bytes:
+    compute-bound). Operands: ``ratio`` (time of half / time of fp32), ``predicted_ratio`` (bytes ratio).
+    """
+    c = quality.compare_timings(half, fp32, steal=steal)
+    predicted = _bytes("half", half) / _bytes("fp32", fp32)
+    if c.relation == "slower":
+        relation = "slower"
+    elif c.relation == "indistinguishable":
+        relation = "same"
+    elif c.ratio < predicted / 1.5:
+        relation = "faster_than_bytes"
+    elif c.ratio <= predicted * 1.5:
+        relation = "as_bytes_predict"
+    else:
+        relation = "faster_less"
+    return Claim("dtype_speed", relation,
+                 {"dtype": _get(half, "dtype"), "shape": _shape(half), "ratio": c.ratio,
+                  "interval": c.interval, "predicted_ratio": predicted, "speedup": 1 / c.ratio,
+                  "predicted_speedup": 1 / predicted},
+                 c.verdict, _named(c.reasons[1:], f"the {_get(half, 'dtype')} timing", "the fp32 timing")
+                 if c.verdict != "reliable" else ())
+
+
+def dtype_summary(rows) -> list[Claim]:
+    """:func:`dtype_speed` for every half-precision row of a GEMV table with an fp32 row of the same shape."""
+    rows = require_list("rows", rows, "a list of GEMV rows")
+    out = []
+    for r in rows:
+        if _get(r, "dtype") == "fp32":
+            continue
+        ref = [x for x in rows if _get(x, "dtype") == "fp32" and _shape(x) == _shape(r)
+               and _get(x, "rotate", True) == _get(r, "rotate", True)]
+        if ref:
+            out.append(dtype_speed(r, ref[0]))
+    return out
+
+
+def decode_from_gemv(weight_bytes: Mapping, rows) -> Claim:
+    """A batch-1 decode step estimated from the measured GEMV rate: weight bytes / achieved bandwidth.
+
+    ``weight_bytes``: {dtype: bytes one decode step reads in that dtype} (e.g.
+    ``get_model(...).decode_weight_bytes(dtype)``); ``rows``: GEMV rows of those dtypes, the largest
+    shape of each used. A decode step at batch 1 is a chain of GEMVs, so their measured rate (which
+    already contains any conversion cost of the dtype) prices it, not a matrix-multiply rate. The dtype
+    with the shortest estimate is chosen; ``relation`` is that dtype, ``verdict`` its row's.
+    """
+    if not isinstance(weight_bytes, Mapping) or not weight_bytes:
+        raise TypeError("weight_bytes must be a dict {dtype: bytes per decode step}")
+    rows = require_list("rows", rows, "a list of GEMV rows")
+    per = {}
+    for dt, wb in weight_bytes.items():
+        cands = [r for r in rows if _get(r, "dtype") == dt]
+        if not cands:
+            continue
+        r = max(cands, key=_matrix_bytes)
+        v = _verdict(f"rows[{dt}]", r)
+        bw = _bytes("row", r) / v.median
+        per[dt] = {"seconds": require_positive(f"weight_bytes[{dt!r}]", wb) / bw, "bandwidth": bw,
+                   "shape": _shape(r), "verdict": v.verdict, "reason": v.reason}
+    if not per:
+        raise ValueError(f"rows hold none of the dtypes {sorted(weight_bytes)}")
+    best = min(per, key=lambda d: per[d]["seconds"])
+    b = per[best]
+    return Claim("decode_from_gemv", best,
+                 {"dtype": best, "seconds": b["seconds"], "bandwidth": b["bandwidth"], "shape": b["shape"],
+                  "tokens_per_second": 1 / b["seconds"], "per_dtype": per},
+                 b["verdict"], (b["reason"],) if b["verdict"] != "reliable" else ())
+
+
+def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = TOLERANCE,
+                      steal: float | None = None) -> Claim:
+    """A measured model step against its estimate: "matches", "slower" or "faster" (than the estimate).
+
+    Operands: ``ratio`` = measured / predicted. A reliable "slower" on a small model is the fixed cost
+    of its many small operations; a noisy one says nothing.
+    """
+    a = quality.within(require_positive("predicted_seconds", predicted_seconds), measured, tolerance, steal=steal)
+    relation = {"within": "matches", "over": "faster", "under": "slower"}[a.relation]
+    m = a.measured
+    return Claim("model_vs_estimate", relation,
+                 {"seconds": m.median, "predicted_seconds": predicted_seconds, "ratio": m.median / predicted_seconds,
+                  "tolerance": tolerance},
+                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ())

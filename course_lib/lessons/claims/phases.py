@@ -1,0 +1,153 @@
+"""Lesson 06's measured sentences: one for each outcome of each claim (:mod:`course_lib.core.claims.phases`).
+
+Lessons: 06
+
+``say(claim)`` returns the Markdown for the claim's outcome (lesson 05's claims are rendered by
+:mod:`course_lib.lessons.claims.gemv`, which ``say`` defers to). ``formula_without_cache(name)`` shows a
+prefill formula with no cached tokens (P_c = 0, P_new = P): caching is lesson 07's subject.
+"""
+from __future__ import annotations
+
+from course_lib.core.claims.gemv import Claim
+from course_lib.core.units import format_time
+from course_lib.lessons.claims import gemv as _gemv
+from course_lib.lessons.claims.gemv import RERUN_ADVICE, unreliable
+
+__all__ = ["say", "formula_without_cache"]
+
+
+def formula_without_cache(name: str) -> str:
+    """``name``'s display equation with nothing cached: P_c = 0 and P_new written P."""
+    from course_lib.core import formulas     # lazily: sympy
+    S = formulas.S
+    e = formulas.expr(name).subs(S.cached, 0).subs(S.new_prompt, S.prompt)
+    lhs = formulas.equation(name).split(" = ", 1)[0]
+    return f"$${lhs} = {formulas.latex(e)}$$"
+
+
+def _tpot(c: Claim) -> str:
+    o = c.operands
+    xs = ", ".join(f"{x:g}" for x in o["xs"])
+    ts = ", ".join(format_time(t) for t in o["seconds"])
+    head = f"Measured TPOT at contexts {xs}: {ts}"
+    return head + ". " + {
+        "grows": "It **grows** with the context, as the K/V reads predict.",
+        "flat": "It stays **flat** within the spread: at these contexts the K/V reads are too small a share of the "
+                "step to show.",
+        "falls": "It **falls** as the context grows. More K/V cannot make a step cheaper: the machine got faster "
+                 "during the run (other work stopped). " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+        "mixed": "It goes up and down: the steps disagree, so the machine's speed changed during the run. "
+                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+    }.get(c.outcome, unreliable(c, "How TPOT changes with the context"))
+
+
+def _ttft(c: Claim) -> str:
+    o = c.operands
+    text = {
+        "grows": "TTFT **grows** with the prompt, as its FLOPs do.",
+        "flat": "TTFT stays flat within the spread over these prompt lengths: fixed costs dominate these short "
+                "prompts.",
+        "falls": "TTFT **fell** as the prompt grew: impossible for more work, so the machine's speed changed during "
+                 "the run. " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+        "mixed": "TTFT went up and down with the prompt length: the machine's speed changed during the run. "
+                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+    }.get(c.outcome, unreliable(c, "How TTFT grows with the prompt"))
+    if "physical" in o and not o["physical"]:
+        text += (" The fitted line has a negative intercept or slope, which no cost can have: the medians are too "
+                 "noisy for a line.")
+    return text
+
+
+def _step_vs_batch(c: Claim) -> str:
+    o = c.operands
+    head = (f"The step took {format_time(o['seconds'][0])} at batch {o['first_batch']:g} and "
+            f"{format_time(o['seconds'][-1])} at batch {o['last_batch']:g} ({o['growth']:.2f}×; the roofline line "
+            f"predicts {o['predicted_growth']:.2f}×), so throughput rose {o['throughput_gain']:.1f}×")
+    return head + ". " + {
+        "flat": "The step cost about the same at every batch: the weight read is shared by the whole batch.",
+        "as_predicted": "The step grew about as the roofline predicts.",
+        "grows_more": "The step grew more than the roofline predicts: on this machine the fp32 products with B rows "
+                      "do not run at GEMV bandwidth, and each extra row adds time of its own. A fixed per-op cost, "
+                      "paid once per step and shared by the batch, cannot explain a gap that grows with the batch.",
+        "falls": "The larger batch took **less** time per step, impossible for more work: the machine's speed "
+                 "changed during the run. " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+        "mixed": "The step time went up and down with the batch: the machine's speed changed during the run. "
+                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+    }.get(c.outcome, unreliable(c, "How the step time changes with the batch"))
+
+
+def _same_step(c: Claim) -> str:
+    o = c.operands
+    ts = ", ".join(f"{k}: {format_time(v)}" for k, v in o["seconds"].items())
+    if c.outcome == "agree":
+        return f"The batch-1 step measured in different cells agrees ({ts})."
+    return (f"The same batch-1 step measured in different cells gave {ts}, {o['spread']:.2f}× apart. "
+            + unreliable(c, "Which of these is this machine's TPOT"))
+
+
+def _roofline_sides(c: Claim) -> str:
+    o = c.operands
+    if o.get("phase") == "prefill":
+        return {"all_compute": "right of the ridge: compute-bound",
+                "all_memory": "still left of the ridge for this small model and short prompt",
+                "split": f"{o['left']} of {o['points']} left of the ridge"}[c.outcome]
+    return {
+        "all_memory": "all left of the ridge: memory-bound territory",
+        "split": f"the first {o['left']} left of the ridge (memory-bound), the others right of it: this ridge point "
+                 "is unusually low, a sign that the matmul rate was measured low (a busy machine?); rerun the "
+                 "measuring cells",
+        "all_compute": "all right of the ridge: this ridge point is unusually low, a sign that the matmul rate was "
+                       "measured low (a busy machine?); rerun the measuring cells",
+    }[c.outcome]
+
+
+def _below_roof(c: Claim) -> str:
+    above = c.operands["above"]
+    if c.outcome == "below":
+        return "The points sit **below** their roofs:"
+    return (f"Not every point sits below its roof ({', '.join(above)} at or above it): a ceiling measured lower "
+            "than the machine delivers (a busy moment during the ceiling's measurement) or data served from cache. "
+            "The points:")
+
+
+def _calibration_gain(c: Claim) -> str:
+    o = c.operands
+
+    def err(e):
+        return f"{e:+.0%}"
+    head = (f"Measured **{format_time(o['seconds'])}**; the calibrated model predicted "
+            f"{format_time(o['calibrated_seconds'])} ({err(o['calibrated_error'])}), the uncalibrated one "
+            f"(bytes / copy bandwidth) {format_time(o['uncalibrated_seconds'])} ({err(o['uncalibrated_error'])})")
+    return head + ". " + {
+        "calibrated_better": "Here the calibration earns its keep: the per-shape bandwidths and the per-op cost "
+                             "bring the prediction closer than the copy bandwidth alone.",
+        "uncalibrated_better": "Here the calibration did **not** help: the uncalibrated figure is closer. The probes "
+                               "and the model ran under different conditions, or a term is priced wrong on this "
+                               "machine; a single run cannot say which.",
+        "no_difference": "Within this measurement's spread the two predictions are equally close: on this run the "
+                         "calibration adds terms but no accuracy.",
+    }.get(c.outcome, unreliable(c, "Whether the calibration helps"))
+
+
+def _single_max(c: Claim) -> str:
+    o = c.operands
+    if c.outcome == "equal":
+        return (f"One max over the whole step and the sum over its operators agree here "
+                f"({format_time(o['per_operator_seconds'])}): every operator is bound the same way.")
+    return (f"Summed per operator the step costs **{format_time(o['per_operator_seconds'])}**; one max over the whole "
+            f"step gives **{format_time(o['single_max_seconds'])}**, {o['excess']:.0%} less. The single max lets "
+            "compute-bound matrix products overlap memory-bound attention, but kernels run one after another.")
+
+
+_SAY = {"tpot_vs_context": _tpot, "ttft_vs_prompt": _ttft, "step_vs_batch": _step_vs_batch, "same_step": _same_step,
+        "roofline_sides": _roofline_sides, "below_roof": _below_roof, "calibration_gain": _calibration_gain,
+        "single_max_vs_operators": _single_max}
+
+
+def say(claim: Claim) -> str:
+    """The Markdown for ``claim``'s outcome (lesson 05's claims included)."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
+    if claim.name in _SAY:
+        return _SAY[claim.name](claim)
+    return _gemv.say(claim)
