@@ -355,6 +355,27 @@ def test_calibrate_stores_what_each_probe_returns(monkeypatch):
                                                  streams=calibrate.cold_streams("cpu", fast=True)))
 
 
+def test_calibrate_passes_the_memory_budget_to_every_probe(monkeypatch):
+    """A lesson kernel that must stay small passes budget_bytes; every probe gets it through its settings."""
+    cal = _calibration()
+    budgets = set()
+
+    def fake(value):
+        def run(key, settings):
+            budgets.add(settings.budget_bytes)
+            return value(key) if callable(value) else value
+        return run
+
+    monkeypatch.setattr(calibrate, "PROBES", {
+        "copy": fake(cal.copy), "matmul": fake(cal.matmul), "overhead": fake(cal.overhead),
+        "cold": fake(lambda x: (1e-6, 2e-7)), "gemv": fake(1e10), "kv": fake(5e9), "gemm": fake(4e10),
+        "scores": fake(1e9), "attention": fake(2e10)})
+    calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False, budget_bytes=2**30)
+    assert budgets == {2**30}
+    with pytest.raises(ValueError, match="budget_bytes"):
+        calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False, budget_bytes=10)
+
+
 def test_cold_streams_are_sized_against_the_given_llc():
     assert calibrate.cold_streams("cpu", llc_bytes=2**20) == [0, 2**18, 2**19, 2**20, 2**21, 2**22]
     assert calibrate.cold_streams("cpu", fast=True, llc_bytes=2**30) == [0, 2**30]

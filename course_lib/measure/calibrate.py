@@ -324,6 +324,7 @@ class ProbeSettings:
     clock: str
     fast: bool
     rotate_gemm: bool = False
+    budget_bytes: int | None = None      # memory one probe may allocate (None: the device's memory budget)
 
     def timed(self, short: bool = False) -> dict:
         """Keyword arguments of a timed probe: 7 blocks of >= 2 ms (fast: 3 of >= 0.2 ms); ``short``: half, >= 3."""
@@ -353,13 +354,16 @@ def _cold_costs(flush: int, ps: ProbeSettings) -> tuple[float, float]:
 #: head_dim); gemm = (prompt rows, m, k); scores = (kv_heads, group, queries, keys); attention =
 #: (kv_heads, group, head_dim, queries, keys).
 PROBES: dict[str, Callable[[object, ProbeSettings], object]] = {
-    "copy": lambda _, ps: measure_copy_bandwidth(buffer_bytes=(16 << 20) if ps.fast else None, **ps.timed()),
+    "copy": lambda _, ps: measure_copy_bandwidth(buffer_bytes=(16 << 20) if ps.fast else None,
+                                                 budget_bytes=ps.budget_bytes, **ps.timed()),
     "matmul": lambda _, ps: measure_matmul_flops(n=ps.matmul_n, **ps.timed()),
     "overhead": lambda _, ps: measure_op_overhead(cold=False, **ps.timed()),
     "cold": _cold_costs,
-    "gemv": lambda mk, ps: measure_linear(1, *mk, **ps.timed()).bandwidth,
-    "kv": lambda layout, ps: measure_kv_read(*layout, ps.kv_context, **ps.timed()).bandwidth,
-    "gemm": lambda pmk, ps: measure_linear(*pmk, rotate=ps.rotate_gemm, **ps.timed(short=True)).flop_rate,
+    "gemv": lambda mk, ps: measure_linear(1, *mk, budget_bytes=ps.budget_bytes, **ps.timed()).bandwidth,
+    "kv": lambda layout, ps: measure_kv_read(*layout, ps.kv_context, budget_bytes=ps.budget_bytes,
+                                             **ps.timed()).bandwidth,
+    "gemm": lambda pmk, ps: measure_linear(*pmk, rotate=ps.rotate_gemm, budget_bytes=ps.budget_bytes,
+                                           **ps.timed(short=True)).flop_rate,
     "scores": lambda shape, ps: measure_score_passes(*shape, **ps.timed(short=True)),
     "attention": lambda shape, ps: measure_attention_products(*shape, **ps.timed(short=True)),
 }
@@ -403,7 +407,7 @@ def probe_jobs(specs: Mapping[str, ModelSpec], prompts: Iterable[int], ttft_spec
 
 def calibrate(threads: int | None = None, fast: bool = False, models=None, prompt_lengths=None,
               ttft_model=None, device=None, progress: bool = True, clock: str = "wall",
-              cached_prefills=(), rotate_gemm: bool = False) -> Calibration:
+              cached_prefills=(), rotate_gemm: bool = False, budget_bytes: int | None = None) -> Calibration:
     """Run the probes (never the model under test) and return a :class:`Calibration`.
 
     Copy bandwidth, square-matmul FLOP/s, the per-op overhead, the GEMV bandwidth of every weight
@@ -421,6 +425,9 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     hide the read. ``threads``: CPU threads (default: all physical cores); recorded in the result.
     ``clock``: "wall" (default) or "process" (CPU seconds of this process: for a shared machine, only
     with ``threads=1`` on a CPU; see :func:`course_lib.measure.timing.use_clock`).
+    ``budget_bytes``: the memory one probe may allocate (default: the device's memory budget,
+    :func:`course_lib.measure.device.memory_budget`); a lesson kernel that must stay small passes less, and
+    the probes' ``cache_reason`` says where that kept a working set within 4 × the last-level cache.
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
@@ -435,7 +442,9 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                              else prompt_lengths)
     ttft_spec = list(specs.values())[0] if ttft_model is None else dense_spec(ttft_model)
-    settings = ProbeSettings(dev, nthreads, clock, fast, rotate_gemm)
+    if budget_bytes is not None:
+        budget_bytes = require_count("budget_bytes", budget_bytes, minimum=2**20)
+    settings = ProbeSettings(dev, nthreads, clock, fast, rotate_gemm, budget_bytes)
     jobs = probe_jobs(specs, prompts, ttft_spec, pairs, cold_streams(dev, fast))
     t0 = time.perf_counter()
     load = load_average()
