@@ -1,8 +1,10 @@
 """Models added for 2026 learners: counts to the parameter against their config.json, MoE active vs total,
 and the engine configurations shared with course_lib/data/engine_configs.json."""
+import math
+
 import pytest
 
-from course_lib import get_model, list_models
+from course_lib import get_model
 from course_lib.core.data import load_catalog
 from course_lib.core.models import ModelSpec, catalog_entry
 
@@ -71,7 +73,145 @@ def test_family_shapes():
     assert get_model("llama-3.1-405b").kv_bytes_per_token("fp16") == 2 * 126 * 8 * 128 * 2
 
 
-def test_unrepresentable_models_are_listed_as_missing():
-    about = load_catalog("models")["_about"]
-    assert "Gemma" in about and "gpt-oss" in about
-    assert not [n for n in list_models() if n.startswith(("gemma", "gpt-oss"))]
+# interleaved local (sliding-window) and global layers: counts of the transformers model built from each config
+# (Gemma2ForCausalLM, Gemma3ForCausalLM from the text_config, GptOssForCausalLM; meta device, transformers 5.23)
+LOCAL_GLOBAL = {"gemma-2-2b": 2_614_341_888, "gemma-2-9b": 9_241_705_984, "gemma-2-27b": 27_227_128_320,
+                "gemma-3-4b": 3_880_263_168, "gemma-3-12b": 11_766_034_176, "gemma-3-27b": 27_009_346_304,
+                "gpt-oss-20b": 20_914_757_184, "gpt-oss-120b": 116_829_156_672}
+# (layers, local layers, window) from each config's layer pattern
+PATTERN = {"gemma-2-2b": (26, 13, 4096), "gemma-2-9b": (42, 21, 4096), "gemma-2-27b": (46, 23, 4096),
+           "gemma-3-4b": (34, 29, 1024), "gemma-3-12b": (48, 40, 1024), "gemma-3-27b": (62, 52, 1024),
+           "gpt-oss-20b": (24, 12, 128), "gpt-oss-120b": (36, 18, 128)}
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_GLOBAL))
+def test_local_global_models_match_their_configs_to_the_parameter(name):
+    m, e = get_model(name), catalog_entry(name)
+    assert m.params == e["published_params"] == LOCAL_GLOBAL[name]
+    assert e["source"].startswith("https://huggingface.co/") and "config.json" in e["source"]
+    assert (m.layers, m.local_layers, m.local_window) == PATTERN[name]
+    assert m.sliding_window is None and m.global_layers == m.layers - m.local_layers
+
+
+@pytest.mark.parametrize("name", ["gemma-2-2b", "gemma-2-9b", "gemma-2-27b"])
+def test_gemma2_non_embedding_count_is_the_reports(name):
+    m, e = get_model(name), catalog_entry(name)
+    assert m.params - m.vocab * m.hidden == e["published_non_embedding_params"]       # tied: one V x h matrix
+
+
+def test_gemma_by_hand():
+    m = get_model("gemma-3-27b")
+    h, f, v, L, H, K, d = 5376, 21504, 262208, 62, 32, 16, 128
+    attn = h * H * d + 2 * h * K * d + H * d * h                 # head_dim 128 x 32 heads = 4096 != hidden 5376
+    per_layer = attn + 3 * h * f + 4 * h + 2 * d                  # four RMSNorms, per-head Q/K RMSNorm
+    assert m.tied_embeddings and m.block_norms == 4 and m.qk_norm
+    assert m.params == v * h + L * per_layer + h
+    g2 = get_model("gemma-2-9b")
+    assert g2.block_norms == 4 and not g2.qk_norm and g2.tied_embeddings and g2.head_dim * g2.heads != g2.hidden
+
+
+def test_gpt_oss_by_hand():
+    m = get_model("gpt-oss-20b")
+    h, f, v, L, H, K, d, E = 2880, 2880, 201088, 24, 64, 8, 64, 32
+    attn = h * H * d + 2 * h * K * d + H * d * h + (H + 2 * K) * d + h + H     # biases, and one sink per head
+    expert = 3 * h * f + 2 * f + h                                            # gate_up and down, with biases
+    per_layer = attn + E * expert + E * h + E + 2 * h                         # router with bias, two norms
+    assert m.attention_sinks and m.mlp_bias and m.router_bias and not m.tied_embeddings
+    assert m.params == 2 * v * h + L * per_layer + h
+    assert m.active_params == m.params - L * (E - 4) * expert
+
+
+@pytest.mark.parametrize("name, total, active", [("gpt-oss-20b", 20.9e9, 3.6e9), ("gpt-oss-120b", 116.8e9, 5.1e9)])
+def test_gpt_oss_totals_and_active_match_the_model_card(name, total, active):
+    m, e = get_model(name), catalog_entry(name)
+    assert e["published_active_params"] == active
+    assert abs(m.params / total - 1) < 0.001
+    # the model card's active count leaves out the embedding table (and keeps the lm_head)
+    assert abs((m.active_params - m.embedding_params) / active - 1) < 0.01
+
+
+def _per_layer_kv_bytes(m, context, bytes_per_value):
+    """The KV bytes summed layer by layer: a local layer holds min(context, window) tokens, a global one all."""
+    per_token_layer = 2 * m.kv_heads * m.head_dim * bytes_per_value
+    kinds = catalog_entry(m.name)["config"].get("layer_types")
+    if kinds is None:                                   # Gemma 3: every 6th layer global
+        kinds = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(m.layers)]
+    return sum(per_token_layer * (min(context, m.local_window) if k == "sliding_attention" else context)
+               for k in kinds)
+
+
+@pytest.mark.parametrize("name, context", [("gemma-3-27b", 32_768), ("gemma-3-4b", 32_768), ("gemma-3-12b", 100_000),
+                                           ("gpt-oss-120b", 32_768), ("gpt-oss-20b", 131_072),
+                                           ("gemma-3-27b", 700), ("gpt-oss-20b", 100)])
+def test_kv_bytes_follow_the_layer_pattern(name, context):
+    from course_lib.core.estimator import kv_cache_bytes
+
+    m = get_model(name)
+    want = _per_layer_kv_bytes(m, context, 2)
+    assert kv_cache_bytes(m, context, "bf16") == pytest.approx(want, rel=1e-12)
+    assert m.attended_tokens(context) * m.kv_bytes_per_token("bf16") == pytest.approx(want, rel=1e-12)
+    assert kv_cache_bytes(m, context, "bf16", batch=3) == pytest.approx(3 * want, rel=1e-12)
+    if context <= m.local_window:                       # inside the window every layer holds the whole context
+        assert m.attended_tokens(context) == context
+
+
+def test_gemma3_27b_kv_at_32k_by_hand():
+    from course_lib.core.estimator import kv_cache_bytes
+
+    # 10 global layers x 32,768 tokens + 52 local layers x 1,024 tokens, 16 KV heads x 128, K and V, 2 bytes
+    want = (10 * 32_768 + 52 * 1_024) * 2 * 16 * 128 * 2
+    assert kv_cache_bytes("gemma-3-27b", 32_768, "bf16") == want == 3_120_562_176
+    full = get_model("gemma-3-27b").scaled(local_window=None, local_layers=0)
+    assert kv_cache_bytes(full, 32_768, "bf16") == 62 * 32_768 * 2 * 16 * 128 * 2       # 5.2x more without windows
+
+
+def test_decode_step_reads_follow_the_layer_pattern():
+    from course_lib import estimate
+
+    m = get_model("gpt-oss-120b")
+    e = estimate(m, "h100-sxm", prompt_tokens=32_767, new_tokens=1, precision="bf16")
+    attention = {o.name: o for o in e.decode_first.operators}["attention"]
+    assert attention.bytes == pytest.approx(_per_layer_kv_bytes(m, 32_768, 2), rel=1e-12)
+
+
+def test_a_mixed_pattern_needs_both_fields_and_some_global_layers():
+    m = get_model("gemma-3-27b")
+    with pytest.raises(ValueError, match="local_window and local_layers"):
+        m.scaled(local_window=None)
+    with pytest.raises(ValueError, match="local_layers"):
+        m.scaled(local_layers=62)
+    with pytest.raises(ValueError, match="exclude each other"):
+        m.scaled(sliding_window=4096)
+
+
+@pytest.mark.parametrize("name, prompt, new", [("gemma-3-27b", 900, 400), ("gpt-oss-20b", 50, 300),
+                                                ("gemma-2-9b", 5000, 64), ("gemma-3-4b", 20, 30)])
+def test_decode_sums_follow_the_layer_pattern(name, prompt, new):
+    """The estimator's decode sums equal step-by-step sums, across the window (requires the estimator patch)."""
+    from course_lib import estimate
+    from course_lib.core import estimator as est
+
+    m = get_model(name)
+    e = estimate(m, "h100-sxm", prompt_tokens=prompt, new_tokens=new, precision="bf16", batch=4)
+    hw = e.hardware
+    steps = [est.estimate(m, hw, prompt_tokens=c - 1, new_tokens=1, precision="bf16", batch=4).decode_first
+             for c in range(prompt + 1, prompt + new)]
+    assert e.decode_bytes_sum == pytest.approx(sum(s.bytes for s in steps), rel=1e-9)
+    assert e.decode_flops_sum == pytest.approx(sum(s.flops for s in steps), rel=1e-9)
+    assert e.decode_time_sum == pytest.approx(sum(s.time for s in steps), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["gemma-3-27b", "gpt-oss-120b"])
+def test_crossover_and_fit_follow_the_layer_pattern(name):
+    from course_lib.core.estimator import crossover_context, kv_cache_bytes, tokens_that_fit
+    from course_lib.core.hardware import get_hardware
+
+    m = get_model(name)
+    c = crossover_context(m, batch=8)
+    assert c > m.local_window
+    w = m.weight_bytes("fp16")
+    assert kv_cache_bytes(m, math.floor(c), batch=8) <= w < kv_cache_bytes(m, math.ceil(c), batch=8)
+    hw = get_hardware("h200")
+    n = tokens_that_fit(m, hw, batch=1, precision="fp8")
+    free = hw.capacity - m.weight_bytes("fp8")
+    assert n > m.local_window and kv_cache_bytes(m, n) <= free < kv_cache_bytes(m, n + 1)

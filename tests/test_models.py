@@ -116,3 +116,42 @@ def test_moe_parts_split_the_routed_experts():
     assert ds.streamed_param_parts(1)["dense_blocks"] + ds.active_expert_params == ds.active_block_params
     llama = get_model("llama-3-8b")
     assert llama.active_expert_params == 0 and llama.streamed_param_parts(5)["experts"] == 0
+
+
+def _small(mt, **kw):
+    return {"model_type": mt, "num_hidden_layers": 12, "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 1000,
+            "sliding_window": 32, **kw}
+
+
+def test_from_hf_config_reads_the_layer_pattern():
+    g2 = ModelSpec.from_hf_config(_small("gemma2"))                   # transformers' default: alternate
+    assert (g2.local_layers, g2.local_window, g2.global_layers) == (6, 32, 6) and g2.sliding_window is None
+    g3 = ModelSpec.from_hf_config(_small("gemma3_text"))              # every 6th layer global
+    assert (g3.local_layers, g3.global_layers) == (10, 2) and g3.qk_norm and g3.block_norms == 4
+    untied = ModelSpec.from_hf_config(_small("gemma3_text", tie_word_embeddings=False))
+    assert g3.tied_embeddings and untied.lm_head_params == 1000 * 64
+    kinds = ["sliding_attention"] * 9 + ["full_attention"] * 3
+    oss = ModelSpec.from_hf_config(_small("gpt_oss", layer_types=kinds, num_local_experts=4, num_experts_per_tok=2))
+    assert (oss.local_layers, oss.global_layers) == (9, 3) and oss.attention_sinks and oss.router_bias
+    every = ModelSpec.from_hf_config(_small("gpt_oss", layer_types=["sliding_attention"] * 12))
+    assert every.sliding_window == 32 and every.local_window is None   # every layer slides: one window for all
+    none = ModelSpec.from_hf_config(_small("gpt_oss", layer_types=["full_attention"] * 12))
+    assert none.sliding_window is None and none.local_window is None
+    with pytest.raises(ValueError, match="layer_types"):
+        ModelSpec.from_hf_config(_small("gpt_oss", layer_types=["full_attention"] * 3))
+
+
+def test_interleaved_layers_change_only_the_kv_and_the_counted_extras():
+    base = ModelSpec("m", layers=6, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=1000)
+    mixed = base.scaled(local_window=10, local_layers=5)
+    assert mixed.params == base.params and mixed.kv_values_per_token == base.kv_values_per_token
+    assert [mixed.attended_tokens(c) for c in (1, 10, 16)] == [1, 10, 11]     # (1 x 16 + 5 x 10) / 6 = 11
+    assert mixed.attended_tokens(11) == pytest.approx((11 + 5 * 10) / 6)
+    assert base.scaled(block_norms=4).params - base.params == 6 * 2 * 64
+    assert base.scaled(attention_sinks=True).params - base.params == 6 * 4
+    for bad, match in (({"local_window": 10}, "go together"), ({"local_layers": 2}, "go together"),
+                       ({"local_window": 10, "local_layers": 6}, "must be < layers"),
+                       ({"local_window": 0, "local_layers": 2}, "local_window"), ({"block_norms": 0}, "block_norms")):
+        with pytest.raises(ValueError, match=match):
+            base.scaled(**bad)

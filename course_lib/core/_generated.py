@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -79,6 +79,14 @@ def block_norm_params(hidden, norm_vectors, qk_norm, head_dim):
     sympy: 2*head_dim*qk_norm + 2*hidden*norm_vectors
     """
     return 2*head_dim*qk_norm + 2*hidden*norm_vectors
+
+
+def block_norms_params(hidden, norm_vectors, block_norms, qk_norm, head_dim):
+    """block_norm_params with `block_norms` norms per block (Gemma 2/3: four, before and after attention and the MLP). [parameters]
+
+    sympy: block_norms*hidden*norm_vectors + 2*head_dim*qk_norm
+    """
+    return block_norms*hidden*norm_vectors + 2*head_dim*qk_norm
 
 
 def cache_break_even_hit_rate(write_overhead, ttft_miss, ttft_hit):
@@ -215,6 +223,14 @@ def gemv_flops(rows, cols, batch):
     sympy: 2*batch*cols*rows
     """
     return 2*batch*cols*rows
+
+
+def interleaved_attended_tokens(layers, local_layers, local_window, context):
+    """Tokens per layer, on average, whose K/V a model holds and reads at `context` when `local_layers` of its `layers` attend only the last `local_window` tokens and the rest the whole context (Gemma 2/3, gpt-oss); times the per-token K/V of all layers it is the per-layer sum. [tokens]
+
+    sympy: (context*(layers - local_layers) + local_layers*Min(context, local_window))/layers
+    """
+    return (context*(layers - local_layers) + local_layers*min(context, local_window))/layers
 
 
 def kv_cache_bytes(kv_values, bytes_per_kv, tokens, batch):
@@ -509,6 +525,7 @@ ARGUMENTS = {
     'attention_scores_bytes': (('heads', 'count1'), ('new_prompt', 'count1'), ('bytes_per_element', 'positive')),
     'block_aligned_tokens': (('tokens', 'count0'), ('block_tokens', 'count1')),
     'block_norm_params': (('hidden', 'count1'), ('norm_vectors', 'positive'), ('qk_norm', 'nonnegative'), ('head_dim', 'count1')),
+    'block_norms_params': (('hidden', 'count1'), ('norm_vectors', 'positive'), ('block_norms', 'count1'), ('qk_norm', 'nonnegative'), ('head_dim', 'count1')),
     'cache_break_even_hit_rate': (('write_overhead', 'nonnegative'), ('ttft_miss', 'positive'), ('ttft_hit', 'positive')),
     'calibrated_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('ops', 'count0'), ('op_overhead', 'nonnegative'), ('view_ops', 'count0'), ('view_overhead', 'nonnegative')),
     'compute_time': (('flops', 'nonnegative'), ('peak_flops', 'positive'), ('compute_efficiency', 'positive')),
@@ -526,6 +543,7 @@ ARGUMENTS = {
     'fixed_cost_fit_rate_fraction': (('predicted_a', 'positive'), ('predicted_b', 'positive'), ('measured_a', 'positive'), ('measured_b', 'positive')),
     'fixed_cost_time': (('fixed_time', 'real'), ('predicted_time', 'positive'), ('rate_fraction', 'positive')),
     'gemv_flops': (('rows', 'count1'), ('cols', 'count1'), ('batch', 'count1')),
+    'interleaved_attended_tokens': (('layers', 'count1'), ('local_layers', 'count0'), ('local_window', 'count1'), ('context', 'count1')),
     'kv_cache_bytes': (('kv_values', 'positive'), ('bytes_per_kv', 'positive'), ('tokens', 'count0'), ('batch', 'count1')),
     'kv_read_time': (('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('kv_bandwidth', 'positive')),
     'kv_transfer_time': (('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('link_bandwidth', 'positive')),

@@ -71,7 +71,8 @@ def weight_bytes(params, precision="fp16") -> float:
 def kv_cache_bytes(model, tokens, precision="fp16", batch=1) -> float:
     """KV-cache bytes for ``tokens`` tokens in each of ``batch`` sequences.
 
-    A sliding-window model (Mistral-7B v0.1) keeps only the last ``sliding_window`` tokens.
+    A sliding-window model (Mistral-7B v0.1) keeps only the last ``sliding_window`` tokens; one with local and
+    global layers (Gemma 2/3, gpt-oss) the last ``local_window`` tokens in its local layers and all in the others.
     """
     m = get_model(model)
     t = require_count("tokens", tokens)
@@ -93,6 +94,10 @@ def crossover_context(model, batch: int = 1, precision: str = "fp16", kv_precisi
     c = m.weight_bytes(precision) / per_token
     if m.sliding_window is not None and c > m.sliding_window:
         return math.inf
+    if m.local_window is not None and c > m.local_window:   # past the window only the global layers grow
+        w = m.local_window
+        at_w = kv_cache_bytes(m, w, kv_precision, batch)
+        return w + (m.weight_bytes(precision) - at_w) / (kv_cache_bytes(m, w + 1, kv_precision, batch) - at_w)
     return c
 
 
@@ -116,6 +121,10 @@ def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv
     n = math.floor(free / per_token)
     if m.sliding_window is not None and n >= m.sliding_window:
         return math.inf
+    if m.local_window is not None and n > m.local_window:   # past the window only the global layers grow
+        w = m.local_window
+        at_w = kv_cache_bytes(m, w, kv_precision, batch)
+        return w + math.floor((free - at_w) / (kv_cache_bytes(m, w + 1, kv_precision, batch) - at_w))
     return n
 
 
@@ -480,6 +489,27 @@ def _sum_operators(lines, lo, hi, window):
     return total, n_compute
 
 
+def _interleaved_sums(m: ModelSpec, lines, step_flops, step_bytes, lo, hi):
+    """(time, compute-bound steps, FLOPs, bytes) summed over contexts lo..hi for a model with local and global
+    layers: the attended tokens a(c) are c up to ``local_window`` W, then alpha + beta·c (the global layers keep
+    growing), so every per-step cost, linear in a, stays linear in c on each side of W."""
+    w = m.local_window
+    beta = m.attended_tokens(w + 1) - m.attended_tokens(w)       # past W: the share of global layers
+    segments = ([(lo, min(hi, w), 0.0, 1.0)] if lo <= w else []) + (
+        [(max(lo, w + 1), hi, m.attended_tokens(w) - beta * w, beta)] if hi > w else [])
+    t_sum = f_sum = b_sum = 0.0
+    n_comp = 0
+    for p, q, alpha, slope in segments:
+        in_c = [((mem[0] + mem[1] * alpha, mem[1] * slope), (comp[0] + comp[1] * alpha, comp[1] * slope))
+                for mem, comp in lines]
+        t, k = _sum_operators(in_c, p, q, None)
+        t_sum, n_comp = t_sum + t, n_comp + k
+        (fi, fs), (bi, bs) = _linear(step_flops), _linear(step_bytes)
+        f_sum += g.linear_step_sum(fi + fs * alpha, fs * slope, p, q)
+        b_sum += g.linear_step_sum(bi + bs * alpha, bs * slope, p, q)
+    return t_sum, n_comp, f_sum, b_sum
+
+
 def _count_positive(intercept, slope, p, q) -> int:
     """How many integers a in p..q have intercept + slope·a > 0."""
     if slope == 0:
@@ -566,7 +596,9 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
                          tuple(op(*w) for w in step_work(a)))
 
     first_c, last_c = P + 1, P + max(n - 1, 1)
-    if n > 1:
+    if n > 1 and m.local_window is not None:
+        t_sum, n_comp, f_sum, b_sum = _interleaved_sums(m, lines, step_flops, step_bytes, first_c, last_c)
+    elif n > 1:
         t_sum, n_comp = _sum_operators(lines, first_c, last_c, m.sliding_window)
         windows = _windows(first_c, last_c, m.sliding_window)
         f_sum = sum(_segment_sum(_linear(step_flops), a, b, cl) for a, b, cl in windows)

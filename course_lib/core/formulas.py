@@ -52,6 +52,9 @@ class S:
     mlp_bias = _sym("mlp_bias", r"\beta_{mlp}", **_nn)
     norm_vectors = _sym("norm_vectors", r"\nu", **_pos)  # 1 for RMSNorm (weight), 2 for LayerNorm (weight, bias)
     qk_norm = _sym("qk_norm", r"\kappa", **_nn)
+    block_norms = _sym("block_norms", r"n_{norm}", integer=True, positive=True)  # norms per block (Gemma 2/3: 4)
+    local_layers = _sym("local_layers", r"L_{loc}", integer=True, nonnegative=True)  # sliding-window layers
+    local_window = _sym("local_window", r"W_{loc}", integer=True, positive=True)
     q_rank = _sym("q_rank", r"r_q", **_nn)         # MLA query LoRA rank (0: no query compression)
     kv_rank = _sym("kv_rank", r"r_{kv}", integer=True, positive=True)
     rope_dim = _sym("rope_dim", r"d_{R}", integer=True, nonnegative=True)
@@ -182,6 +185,12 @@ _f("mla_kv_values_per_token", s.layers * (s.kv_rank + s.rope_dim), (s.layers, s.
 _f("kv_cache_bytes", s.kv_values * s.bytes_per_kv * s.tokens * s.batch,
    (s.kv_values, s.bytes_per_kv, s.tokens, s.batch),
    "Bytes of KV cache for `tokens` tokens in each of `batch` sequences.", "B")
+_f("interleaved_attended_tokens",
+   ((s.layers - s.local_layers) * s.context + s.local_layers * sp.Min(s.context, s.local_window)) / s.layers,
+   (s.layers, s.local_layers, s.local_window, s.context),
+   "Tokens per layer, on average, whose K/V a model holds and reads at `context` when `local_layers` of its `layers` "
+   "attend only the last `local_window` tokens and the rest the whole context (Gemma 2/3, gpt-oss); times the "
+   "per-token K/V of all layers it is the per-layer sum.", "tokens")
 
 # --- parameter counts of one transformer block --------------------------------------------------------
 _f("attention_params",
@@ -204,6 +213,10 @@ _f("mlp_params", (2 + s.gated) * s.hidden * s.intermediate + s.mlp_bias * ((1 + 
 _f("block_norm_params", 2 * s.norm_vectors * s.hidden + 2 * s.qk_norm * s.head_dim,
    (s.hidden, s.norm_vectors, s.qk_norm, s.head_dim),
    "The two norms of a block (weight, + bias for LayerNorm) and optional per-head Q/K norms.", "parameters")
+_f("block_norms_params", s.block_norms * s.norm_vectors * s.hidden + 2 * s.qk_norm * s.head_dim,
+   (s.hidden, s.norm_vectors, s.block_norms, s.qk_norm, s.head_dim),
+   "block_norm_params with `block_norms` norms per block (Gemma 2/3: four, before and after attention and the MLP).",
+   "parameters")
 _f("expected_experts",
    s.experts * (1 - (1 - s.experts_per_token / s.experts) ** s.routed_tokens),
    (s.experts, s.experts_per_token, s.routed_tokens),

@@ -53,8 +53,8 @@ class KVRow:
 
     @property
     def capped(self) -> bool:
-        """True when the sliding window keeps fewer tokens than the context."""
-        return self.cached_tokens < self.context
+        """True when the sliding window (every layer's) keeps fewer tokens than the context."""
+        return self.sliding_window is not None and self.cached_tokens < self.context
 
 
 def _models(models) -> tuple[ModelSpec, ...]:
@@ -166,8 +166,8 @@ class ContextLimits:
 
     @property
     def window_capped(self) -> bool:
-        """True when the sliding window keeps fewer tokens than ``tokens``."""
-        return self.attended < self.tokens
+        """True when the sliding window (every layer's) keeps fewer tokens than ``tokens``."""
+        return self.sliding_window is not None and self.attended < self.tokens
 
     @property
     def beyond_trained(self) -> bool:

@@ -13,6 +13,9 @@ Conventions (taught in lessons 02 and 03):
   is read in full: V x h weights every step.
 * MoE: a step streams the shared weights plus the experts its tokens are routed to; with B tokens the
   expected number of distinct experts per layer is E (1 - (1 - k/E)^B) (uniform routing).
+* Interleaved local and global attention (Gemma 2/3, gpt-oss): ``local_layers`` layers hold and read the K/V of
+  the last ``local_window`` tokens, the others of the whole context; ``attended_tokens`` is their mean over the
+  layers, so KV bytes = attended tokens x ``kv_bytes_per_token`` is the per-layer sum.
 """
 from __future__ import annotations
 
@@ -52,6 +55,12 @@ class ModelSpec:
     positional: str = "rope"           # "rope" (no parameters) or "learned" (max_positions x hidden table)
     max_positions: int | None = None
     sliding_window: int | None = None  # attention (and the KV cache read) limited to the last W tokens
+    # interleaved local and global attention (Gemma 2/3, gpt-oss): `local_layers` of the layers attend only the last
+    # `local_window` tokens (and cache only those), the others the whole context; `sliding_window` stays None
+    local_window: int | None = None
+    local_layers: int = 0
+    block_norms: int = 2               # norms per block: 2 (pre-attention, pre-MLP); Gemma 2/3: 4 (also after each)
+    attention_sinks: bool = False      # gpt-oss: one learned sink logit per head per layer
     # multi-head latent attention (DeepSeek-V2/V3); kv_rank set => MLA
     q_rank: int | None = None
     kv_rank: int | None = None
@@ -82,6 +91,19 @@ class ModelSpec:
             raise ValueError("max_positions is required when positional='learned'")
         if self.sliding_window is not None:
             require_count("sliding_window", self.sliding_window, minimum=1)
+        require_count("block_norms", self.block_norms, minimum=1)
+        require_count("local_layers", self.local_layers)
+        if (self.local_window is None) != (self.local_layers == 0):
+            raise ValueError("local_window and local_layers go together: a window for the local layers and how many "
+                             f"there are (>= 1); got local_window={self.local_window!r}, "
+                             f"local_layers={self.local_layers!r}")
+        if self.local_window is not None:
+            require_count("local_window", self.local_window, minimum=1)
+            if self.local_layers >= self.layers:
+                raise ValueError(f"local_layers ({self.local_layers}) must be < layers ({self.layers}); a model whose "
+                                 "every layer slides takes sliding_window instead")
+            if self.sliding_window is not None:
+                raise ValueError("sliding_window (every layer) and local_window (some layers) exclude each other")
         if self.max_positions is not None:
             require_count("max_positions", self.max_positions, minimum=1)
         if self.nominal_params is not None:
@@ -108,6 +130,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.experts is not None
+
+    @property
+    def global_layers(self) -> int:
+        """Layers that attend (and cache) the whole context: all but the ``local_layers``."""
+        return self.layers - self.local_layers
 
     @property
     def attention_kind(self) -> str:
@@ -143,13 +170,16 @@ class ModelSpec:
         if self.is_mla:
             return g.mla_attention_params(self.hidden, self.heads, self.q_rank or 0, self.kv_rank, self.rope_dim,
                                           self.nope_dim, self.v_dim)
+        sinks = self.heads if self.attention_sinks else 0     # one learned logit per head (gpt-oss)
         return g.attention_params(self.hidden, self.heads, self.kv_heads, self.head_dim, int(self.qkv_bias),
-                                  int(self.o_bias))
+                                  int(self.o_bias)) + sinks
 
     @property
     def norm_params_per_layer(self) -> int:
-        return g.block_norm_params(self.hidden, 2 if self.norm == "layernorm" else 1, int(self.qk_norm),
-                                   self.head_dim)
+        nv = 2 if self.norm == "layernorm" else 1
+        if self.block_norms != 2:
+            return g.block_norms_params(self.hidden, nv, self.block_norms, int(self.qk_norm), self.head_dim)
+        return g.block_norm_params(self.hidden, nv, int(self.qk_norm), self.head_dim)
 
     @property
     def dense_mlp_params(self) -> int:
@@ -233,12 +263,19 @@ class ModelSpec:
         """KV-cache bytes one token occupies (one sequence)."""
         return g.kv_cache_bytes(self.kv_values_per_token, bytes_per_element(precision), 1, 1)
 
-    def attended_tokens(self, context: int) -> int:
+    def attended_tokens(self, context: int) -> int | float:
         """Tokens whose K/V a step at ``context`` reads (capped by the sliding window).
 
+        With interleaved local and global layers (``local_window``) the mean over the layers,
+        ``interleaved_attended_tokens``: the global layers hold and read ``context`` tokens, the local ones
+        ``min(context, local_window)``, so ``attended_tokens(c) * kv_bytes_per_token()`` is their per-layer sum
+        (a float where the mean is not whole).
         ``context`` may reach ``2 * MAX_COUNT``: a prompt and an answer of up to ``MAX_COUNT`` tokens each.
         """
         context = require_count("context", context, maximum=2 * MAX_COUNT)
+        if self.local_window is not None:
+            a = g.interleaved_attended_tokens(self.layers, self.local_layers, self.local_window, context)
+            return int(a) if a == int(a) else a
         return context if self.sliding_window is None else min(context, self.sliding_window)
 
     # --- bytes streamed ------------------------------------------------------------------------
@@ -334,6 +371,7 @@ class ModelSpec:
         hidden = require_count("hidden", hidden, minimum=1)
         heads = require_count("heads", heads, minimum=1)
         is_gpt2 = mt in ("gpt2", "gpt_neo", "gptj")
+        is_gemma = mt in ("gemma2", "gemma3_text")        # tied embeddings and four norms per block by default
         kw: dict[str, Any] = dict(
             name=name or c.get("_name_or_path") or mt or "custom",
             layers=layers, hidden=hidden, heads=heads,
@@ -341,18 +379,34 @@ class ModelSpec:
             head_dim=get("head_dim", default=hidden // heads),
             intermediate=get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
             vocab=get("vocab_size"),
-            tied_embeddings=bool(get("tie_word_embeddings", default=is_gpt2)),
+            tied_embeddings=bool(get("tie_word_embeddings", default=is_gpt2 or is_gemma)),
             mlp="plain" if is_gpt2 else "gated",
             norm="layernorm" if is_gpt2 else "rmsnorm",
             qkv_bias=bool(is_gpt2 or mt == "qwen2" or get("attention_bias", default=False)),
             o_bias=bool(is_gpt2 or get("attention_bias", default=False)),
-            mlp_bias=bool(is_gpt2 or get("mlp_bias", default=False)),
-            qk_norm=mt in ("qwen3", "qwen3_moe"),
+            mlp_bias=bool(is_gpt2 or mt == "gpt_oss" or get("mlp_bias", default=False)),
+            qk_norm=mt in ("qwen3", "qwen3_moe", "gemma3_text"),
             positional="learned" if is_gpt2 else "rope",
             max_positions=get("n_positions", "max_position_embeddings"),
         )
         if get("use_sliding_window", default=True) and get("sliding_window") and mt in ("mistral", "qwen2", "qwen3"):
             kw["sliding_window"] = c["sliding_window"]
+        if is_gemma:
+            kw["block_norms"] = 4
+        if mt == "gpt_oss":
+            kw["attention_sinks"] = True
+        if get("sliding_window") and mt in ("gemma2", "gemma3_text", "gpt_oss"):
+            kinds = c.get("layer_types")
+            if kinds is None:       # transformers' defaults: Gemma 2 alternates; Gemma 3 has every 6th layer global
+                every = 2 if mt == "gemma2" else get("sliding_window_pattern", default=6)
+                kinds = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+            if not isinstance(kinds, list) or len(kinds) != layers:
+                raise ValueError(f"config: layer_types must list one attention kind per layer ({layers})")
+            n_local = sum(k == "sliding_attention" for k in kinds)
+            if n_local == layers:
+                kw["sliding_window"] = c["sliding_window"]
+            elif n_local:
+                kw.update(local_window=c["sliding_window"], local_layers=n_local)
         mla_keys = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
         if get("kv_lora_rank") is not None and any(c.get(k) is None for k in mla_keys):
             raise ValueError(f"config: kv_lora_rank (multi-head latent attention) needs {', '.join(mla_keys)}")
@@ -366,7 +420,7 @@ class ModelSpec:
                       shared_experts=get("n_shared_experts", default=0),
                       moe_intermediate=get("moe_intermediate_size", default=kw["intermediate"]),
                       dense_layers=get("first_k_dense_replace", default=0),
-                      router_bias=get("topk_method") == "noaux_tc")
+                      router_bias=get("topk_method") == "noaux_tc" or mt == "gpt_oss")
         kw.update(overrides)
         return cls(**kw)
 

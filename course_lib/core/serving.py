@@ -948,8 +948,7 @@ def speculative_decoding(model, hardware, batch, context, draft_tokens, acceptan
     a = require_fraction("acceptance", acceptance, allow_zero=True)
     t_draft = require_nonnegative("draft_step_time", draft_step_time)
     m = cost.model
-    w = m.sliding_window
-    att = lambda x: x if w is None else min(x, w)  # noqa: E731
+    att = m.attended_tokens                    # min(x, sliding window); local/global layers: their mean
     plain = cost(0, B, B * att(c + 1))
     q = k + 1
     pairs = B * sum(att(c + j) for j in range(1, q + 1))

@@ -126,7 +126,10 @@ def tpot_reading(model, hardware, precision="fp16", context: int = 1024) -> Tpot
                           f"{Quantity(e.decode_tps, 'number').format()} tokens/s", "")
     w_bytes, kv_bytes = reading.weight_bytes_per_step, reading.kv_bytes_per_step
     limits = context_limits(m, context + 1)
-    kv_note = f"K/V of {limits.attended:,} tokens in {esc(e.kv_precision)}"
+    kv_note = f"K/V of {limits.attended:,.0f} tokens in {esc(e.kv_precision)}"
+    if m.local_window is not None and limits.tokens > m.local_window:
+        kv_note += (f" per layer on average: its {m.global_layers} global layers read all {limits.tokens:,}, its "
+                    f"{m.local_layers} local layers the last {m.local_window:,}")
     if limits.window_capped:
         kv_note += (f": the sliding window caps the read at the last {m.sliding_window:,} tokens, "
                     f"so the TPOT stops growing")
