@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import re
+
 import nbformat
 import pytest
 
@@ -111,15 +113,49 @@ def test_ex08_geomean_reference_matches_compare_summary():
 
 
 # --- notebooks -------------------------------------------------------------------------------------
-def test_measuring_cells_are_ignored_by_nbval(nb_paths):
+#: the measuring calls and host reads: each is handed to measured(key, ...), or made inside a function that is
+MEASURES = re.compile(r"(?<![/\w.])measure_machine\b|(?<![/\w.])model_timing\.measure_\w+"
+                      r"|(?<![/\w.])hf\.(?:measure_engine|probe_engine_overhead|calibrate_for|build_model)"
+                      r"|(?<![/\w.])(?:device_name|last_level_cache_bytes)\b")
+THROUGH = re.compile(r"measured\(f?\"[\w/{}]+\", (lambda: )?$")
+
+
+def _measuring_uses(source: str) -> list[tuple[str, bool]]:
+    handed = set(re.findall(r"measured\(f?\"[\w/{}]+\", (\w+)\)", source))
+    out, inside = [], None
+    for line in source.splitlines():
+        d = re.match(r"def (\w+)\(", line)
+        if d:
+            inside = d.group(1)
+            continue
+        if line and not line[0].isspace():
+            inside = None
+        if line.lstrip().startswith(("from ", "import ")):
+            continue
+        for m in MEASURES.finditer(line):
+            out.append((m.group(0), inside in handed or bool(THROUGH.search(line[:m.start()]))))
+    return out
+
+
+def test_every_measurement_goes_through_measured(nb_paths):
+    for path, least in ((nb_paths.lesson, 8), (nb_paths.solution, 2)):
+        nb = nbformat.read(path, as_version=4)
+        uses = [u for c in nb.cells if c.cell_type == "code" for u in _measuring_uses(c.source)]
+        assert len(uses) >= least, path
+        assert all(ok for _, ok in uses), [name for name, ok in uses if not ok]
     nb = nbformat.read(nb_paths.lesson, as_version=4)
-    def code_lines(c):  # the import lines name measure_machine without measuring anything
-        return "\n".join(ln for ln in c.source.splitlines() if not ln.lstrip().startswith(("from ", "import ")))
-    measuring = [c for c in nb.cells if c.cell_type == "code"
-                 and any(k in code_lines(c) for k in ("measure_", "machine_cases", "mine"))]
-    assert measuring
-    for c in measuring:
-        assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source[:80]
+    assert not [c.source[:60] for c in nb.cells if "nbval-ignore-output" in c.metadata.get("tags", [])]
+
+
+def test_the_lessons_verdicts_come_from_the_claims_and_the_engine_section(nb_paths):
+    nb = nbformat.read(nb_paths.lesson, as_version=4)
+    src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for call in ("claims.efficiency(", "claims.floor_beaten(", "claims.fixed_cost_reading(", "claims.engine_vs_floor(",
+                 "claims.engine_vs_prediction(", "claims.engine_time_split(", "hf.predict_engine_tpot(",
+                 "hf.predict_engine_ttft("):
+        assert call in src, call
+    for gone in ("r.efficiency > 1.05", "if 0.8 <= eta_4090", "a factor of", "from the program alone"):
+        assert gone not in src, gone
 
 
 def test_lesson_uses_course_lib_compare_and_its_plots(nb_paths):
@@ -133,3 +169,20 @@ def test_lesson_uses_course_lib_compare_and_its_plots(nb_paths):
 def test_set_08_has_six_questions_two_of_them_multi_step():
     assert len(ex08.QUESTIONS) >= 6
     assert sum("Multi-step" in q.prompt for q in ex08.QUESTIONS) >= 2
+
+
+def test_ex08_q9_is_a_function_of_the_learners_engine_row():
+    row = {"model": "gpt2", "prompt": 128, "new_tokens": 16, "ttft_seconds": 0.31, "tpot_seconds": 0.052}
+
+    def right(r):
+        return (r["ttft_seconds"] + (r["new_tokens"] - 1) * r["tpot_seconds"]) * 1e3
+
+    def n_steps(r):
+        return (r["ttft_seconds"] + r["new_tokens"] * r["tpot_seconds"]) * 1e3
+
+    assert ex08.q9.evaluate(right).correct and ex08.q9.evaluate(right, row=row).correct
+    wrong = ex08.q9.evaluate(n_steps, row=row)
+    assert not wrong.correct and "new_tokens - 1" in str(wrong)
+    assert not ex08.q9.evaluate(lambda r: right(r) / 1e3, row=row).correct
+    assert ex08.q9.bind(row).cases[-1][1] == pytest.approx(right(row))
+    assert "Can't use that row" in str(ex08.q9.evaluate(right, row={"prompt": 1}))

@@ -19,8 +19,10 @@ Lessons: 08
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.display import INCORRECT
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake, numbers_only
@@ -32,7 +34,8 @@ from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 
-__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "geomean_efficiency_reference"]
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "geomean_efficiency_reference",
+           "ENGINE_ROWS", "EngineRowQuestion", "read_engine_row"]
 
 SET = "ex08"
 
@@ -302,4 +305,95 @@ q8 = NumericQuestion(
 
 numbers_only(q6, "return a number, not text")  # its result is a plain number: text is a mistake
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8]
+
+# --------------------------------------------------------------------------------------------------
+# q9: the learner's own engine measurement, answered as a function of its row
+# --------------------------------------------------------------------------------------------------
+_ROW_KEYS = ("prompt", "new_tokens", "ttft_seconds", "tpot_seconds")
+
+
+def read_engine_row(row) -> dict:
+    """``row`` as the dict a q9 function receives (``claims.compare.engine_row``): checked for its keys."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"row must be the dict of your engine measurement (claims.compare.engine_row), got "
+                        f"{type(row).__name__}")
+    missing = [k for k in _ROW_KEYS if k not in row]
+    if missing:
+        raise ValueError(f"row lacks {', '.join(missing)}")
+    for k in _ROW_KEYS:
+        v = row[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"row[{k!r}] must be a positive number, got {v!r}")
+    return dict(row)
+
+
+def _eng_row(prompt, new_tokens, ttft, tpot) -> dict:
+    return {"model": "gpt2", "prompt": prompt, "new_tokens": new_tokens, "ttft_seconds": ttft, "tpot_seconds": tpot}
+
+
+#: rows every q9 function is run on besides the learner's own (illustrative inputs, not measurements)
+ENGINE_ROWS = (_eng_row(128, 16, 0.30, 0.050), _eng_row(16, 8, 0.065, 0.061), _eng_row(960, 16, 1.74, 0.067))
+
+
+def _generate_ms(row):
+    return (row["ttft_seconds"] + (row["new_tokens"] - 1) * row["tpot_seconds"]) * 1e3
+
+
+class EngineRowQuestion(FunctionQuestion):
+    """A function of ``row`` (the learner's engine measurement), checked on :data:`ENGINE_ROWS` and, when
+    ``check(answer, row=row)`` passes one, on that row too: right on any machine, so the grader can evaluate it
+    on its own row."""
+
+    def __init__(self, *, value, **kw):
+        self._value = value
+        self._kw = kw
+        super().__init__(expected=value, cases=[((r,), value(r)) for r in ENGINE_ROWS], **kw)
+
+    def bind(self, row) -> FunctionQuestion:
+        """The same question with ``row`` added to its cases."""
+        r = read_engine_row(row)
+        return FunctionQuestion(expected=self._value, cases=[((x,), self._value(x)) for x in (*ENGINE_ROWS, r)],
+                                **self._kw)
+
+    def evaluate(self, answer, *, strict: bool = False, row=None):
+        if row is None:
+            return super().evaluate(answer, strict=strict)
+        try:
+            bound = self.bind(row)
+        except (TypeError, ValueError) as exc:
+            return self._result(INCORRECT, f"Can't use that row: {exc}", strict)
+        return bound.evaluate(answer, strict=strict)
+
+    def check(self, answer, strict: bool = False, row=None):
+        result = self.evaluate(answer, strict=strict, row=row)
+        result._show()
+        if strict and not result.correct:
+            raise AssertionError(str(result))
+        return result
+
+
+q9 = EngineRowQuestion(
+    id="q9", set=SET, points=2,
+    objective="O5 read your own engine's measurement",
+    prompt=("Write generate_ms(row) -> how many milliseconds one generate() call of your engine takes for "
+            "row['new_tokens'] new tokens, from its measured TTFT (row['ttft_seconds'], which includes the first "
+            "token) and TPOT (row['tpot_seconds'], the median time of each later token)."),
+    value=_generate_ms, dimension="time", rel_tol=1e-3,
+    mistakes=[
+        Mistake(lambda row: (row["ttft_seconds"] + row["new_tokens"] * row["tpot_seconds"]) * 1e3,
+                "That counts new_tokens decode steps after the first token; the first token comes with the TTFT, "
+                "so new_tokens - 1 steps follow."),
+        Mistake(lambda row: row["ttft_seconds"] + (row["new_tokens"] - 1) * row["tpot_seconds"],
+                "That is in seconds; the question asks for milliseconds."),
+        Mistake(lambda row: row["new_tokens"] * row["tpot_seconds"] * 1e3,
+                "That leaves out the prefill: the TTFT comes first."),
+        Mistake(lambda row: (row["new_tokens"] - 1) * row["tpot_seconds"] * 1e3,
+                "That is the decode steps only: add the TTFT."),
+    ],
+    hints=["The first token arrives after the TTFT; each later token takes one TPOT.",
+           "new_tokens tokens: the first one, then new_tokens - 1 decode steps. Multiply seconds by 1000."],
+    solution=("```python\nreturn (row['ttft_seconds'] + (row['new_tokens'] - 1) * row['tpot_seconds']) * 1e3\n```\n"
+              "The check runs it on your row and on reference rows, so it is right on any machine."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9]

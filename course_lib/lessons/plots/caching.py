@@ -21,6 +21,8 @@ Lines carry a ``gid`` (``"miss"``, ``"hit"``, ``"expected:<h>"``, ``"nocache"``,
 """
 from __future__ import annotations
 
+import textwrap
+
 from typing import Mapping, Sequence
 
 from course_lib.core.caching import cache_memory_bytes, prefix_reuse, session_cost
@@ -127,12 +129,16 @@ def plot_measured_vs_predicted_ttft(cases: Mapping[str, Sequence[float]], title:
         v = cases[n]
         if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or len(v) != k:
             raise ValueError(f"cases[{n!r}] must hold {k} times in seconds ({', '.join(series)}), got {v!r}")
-    fig, ax = new_figure(title, "case (name)", "TTFT (ms)")
+    fig, ax = new_figure(title, "case (name)", "TTFT (ms, log scale)")
     xs = range(len(names))
     width = 0.8 / k
     for j, label in enumerate(series):
         offset = (j - (k - 1) / 2) * width
         ax.bar([x + offset for x in xs], [cases[n][j] * 1e3 for n in names], width=width, label=label, gid=label)
-    ax.set_xticks(list(xs), names)
+    # the cases span two or three orders of magnitude (a cached pass of a few ms beside sums of a second):
+    # a log axis shows every bar; long case names are wrapped so that the labels do not overlap
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs), [textwrap.fill(n, 16) for n in names])
+    ax.tick_params(axis="x", labelsize=8)
     ax.legend()
     return fig

@@ -1,0 +1,284 @@
+"""The measured claims of lesson 07 (first-token optimisation), as data.
+
+Lessons: 07
+
+Every sentence of lesson 07 §7 that states a relation between measurements is one of these functions: the
+cache against no cache (prefix and session), the calibrated model within ±25 % or not (per case), the
+roofline against the measurement, where the profile and the model disagree most, and how far reused modules
+move the logits. Each returns a :class:`~course_lib.core.claims.gemv.Claim` (relation, operands, verdict;
+``outcome`` is what :mod:`course_lib.lessons.claims.caching` renders). Torch-free.
+
+Timings: a prefix measurement is anything with ``full_seconds``/``full_q1``/``full_q3``,
+``cached_seconds``/``cached_q1``/``cached_q3`` and ``repeats`` (``cache_timing.PrefixTiming`` or its dict);
+a session measurement anything with per-turn medians ``ttft_nocache``/``ttft_cached`` and ``repeats``
+(``cache_timing.SessionTiming``). A session records medians only, so its verdict comes from the one check
+the run itself offers: turn 1 is the same full prefill with and without the cache, and its two medians must
+agree within :data:`~course_lib.core.claims.phases.CONSISTENT_RATIO`.
+
+::
+
+    from course_lib.core.claims import caching as claims
+    claims.prefix_cache(pt).outcome                   # 'cache_faster', 'same', 'cache_slower', 'noisy', ...
+    claims.session_cache(st).operands["turn1"]       # (no cache, cache) seconds of turn 1
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from course_lib.core import quality
+from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, _named, _worst
+from course_lib.core.claims.phases import CONSISTENT_RATIO
+from course_lib.core.validation import require_list, require_positive
+
+__all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_case", "calibrated_cases",
+           "calibrated_summary", "roofline_vs_measured", "largest_gap", "profile_vs_measured", "module_positions",
+           "PROFILE_KINDS"]
+
+#: the kinds of work a ``cache_timing.profile_prefill`` profile splits a pass into, and the calibrated terms
+#: (``predict.Prediction.terms``) that price each kind
+PROFILE_KINDS = {
+    "the matrix products": (("matrix products",), ("linear", "attention")),
+    "the softmax and masking of the scores": (("softmax and masking",), ("scores",)),
+    "the other operators and the Python between them": (("other",), ("overhead", "views", "kv_load")),
+}
+
+
+def _timing(obj, prefix: str) -> dict:
+    med = _get(obj, f"{prefix}_seconds")
+    if med is None:
+        raise TypeError(f"the prefix measurement must carry {prefix}_seconds (a cache_timing.PrefixTiming), got "
+                        f"{type(obj).__name__}")
+    out = {"seconds": med, "repeats": _get(obj, "repeats")}
+    q1, q3 = _get(obj, f"{prefix}_q1"), _get(obj, f"{prefix}_q3")
+    if q1 is not None and q3 is not None:
+        out.update(q1_seconds=q1, q3_seconds=q3)
+    return out
+
+
+def prefix_timings(measurement) -> tuple[dict, dict]:
+    """(full, cached) timing records of a prefix measurement, as :func:`quality.timing_verdict` reads them."""
+    return _timing(measurement, "full"), _timing(measurement, "cached")
+
+
+def prefix_cache(measurement, *, steal: float | None = None) -> Claim:
+    """The cached prefill against the full one: "cache_faster", "same" (indistinguishable) or "cache_slower".
+
+    Operands: ``full_seconds``, ``cached_seconds``, ``speedup`` (full / cached), ``tokens`` (prefix, new)."""
+    full, cached = prefix_timings(measurement)
+    c = quality.compare_timings(cached, full, steal=steal)
+    relation = {"faster": "cache_faster", "slower": "cache_slower", "indistinguishable": "same"}[c.relation]
+    return Claim("prefix_cache", relation,
+                 {"full_seconds": c.b.median, "cached_seconds": c.a.median, "speedup": c.b.median / c.a.median,
+                  "prefix_tokens": _get(measurement, "prefix_tokens"), "new_tokens": _get(measurement, "new_tokens")},
+                 c.verdict, _named(c.reasons[1:], "the cached timing", "the full timing")
+                 if c.verdict != "reliable" else ())
+
+
+def _per_turn(name: str, values) -> tuple[float, ...]:
+    values = require_list(name, values, "a list of seconds, one per turn")
+    return tuple(require_positive(f"{name}[{i}]", v, maximum=1e6) for i, v in enumerate(values))
+
+
+def session_cache(measurement, *, ratio: float = CONSISTENT_RATIO, min_repeats: int | None = None) -> Claim:
+    """Turns 2 .. T of a session with the cache against without it.
+
+    ``relation``: "cache_faster" (every later turn faster with the cache, by more than ``ratio``),
+    "cache_slower" (some later turn slower with it), "mixed" (otherwise), or "one_turn" (a one-turn session
+    has nothing to compare). ``verdict``: "noisy" when turn 1 -- the same full prefill in both sessions --
+    gave medians more than ``ratio`` apart (the run's timings of one piece of work disagree), or when fewer
+    than ``quality.THRESHOLDS.min_repeats`` sessions were timed; else "reliable". Operands: per-turn
+    seconds, ``turn1`` (no cache, cache), ``turn1_ratio``, the summed totals and their ``speedup``.
+    """
+    nc = _per_turn("ttft_nocache", _get(measurement, "ttft_nocache"))
+    ca = _per_turn("ttft_cached", _get(measurement, "ttft_cached"))
+    if len(nc) != len(ca):
+        raise ValueError(f"ttft_nocache and ttft_cached must have one entry per turn, got {len(nc)} and {len(ca)}")
+    ratio = require_positive("ratio", ratio, maximum=100.0)
+    repeats = _get(measurement, "repeats")
+    need = quality.THRESHOLDS.min_repeats if min_repeats is None else min_repeats
+    t1 = max(nc[0], ca[0]) / min(nc[0], ca[0])
+    reasons = []
+    if t1 > ratio:
+        reasons.append(f"turn 1 is the same full prefill with and without the cache, yet its two medians are "
+                       f"{t1:.2f}x apart (above {ratio:g}x)")
+    if repeats is not None and repeats < need:
+        reasons.append(f"only {repeats} session{'s' if repeats != 1 else ''} timed (at least {need} are needed to "
+                       f"trust a median)")
+    later = list(zip(nc[1:], ca[1:]))
+    if not later:
+        relation = "one_turn"
+    elif all(n > c * ratio for n, c in later):
+        relation = "cache_faster"
+    elif any(c > n for n, c in later):
+        relation = "cache_slower"
+    else:
+        relation = "mixed"
+    total_nc, total_c = sum(nc), sum(ca)
+    return Claim("session_cache", relation,
+                 {"nocache": nc, "cached": ca, "turn1": (nc[0], ca[0]), "turn1_ratio": t1, "ratio": ratio,
+                  "total_nocache": total_nc, "total_cached": total_c, "speedup": total_nc / total_c,
+                  "slower_turns": tuple(i + 2 for i, (n, c) in enumerate(later) if c > n),
+                  "repeats": repeats, "turns": len(nc)},
+                 "noisy" if reasons else "reliable", tuple(reasons))
+
+
+# --------------------------------------------------------------------------------------------------
+# The calibrated model, case by case
+# --------------------------------------------------------------------------------------------------
+def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLERANCE, verdict: str | None = None,
+               reasons=(), kind: str = "time") -> Claim:
+    """One case of the calibrated model: "within" ``tolerance`` of the measurement, "over" (predicted too long)
+    or "under" (too short).
+
+    ``measured``: a timing (then :func:`quality.within` decides, with the timing's own verdict) or a number
+    (seconds, or a ratio for ``kind="ratio"``; then ``verdict`` and ``reasons`` give the verdict of the
+    measurements behind it, default "reliable"). Operands: ``measured``, ``predicted``, ``error`` =
+    (predicted - measured) / measured, ``tolerance``, ``kind``.
+    """
+    if not isinstance(case, str) or not case:
+        raise TypeError(f"case must be a non-empty string, got {case!r}")
+    if kind not in ("time", "ratio"):
+        raise ValueError(f"kind must be 'time' or 'ratio', got {kind!r}")
+    tolerance = require_positive("tolerance", tolerance, maximum=10.0)
+    predicted = require_positive("predicted", predicted, maximum=1e6)
+    if isinstance(measured, (int, float)) and not isinstance(measured, bool):
+        m = require_positive("measured", measured, maximum=1e6)
+        error = predicted / m - 1
+        relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")
+        v = verdict or "reliable"
+        if v not in quality.VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {v!r}")
+        why = tuple(reasons) if v != "reliable" else ()
+    else:
+        a = quality.within(predicted, measured, tolerance)
+        m, error, relation, v = a.measured.median, a.error, a.relation, a.verdict
+        if verdict is not None:
+            v = _worst(v, verdict)
+        why = ((f"the measurement is {a.measured.verdict}: {a.measured.reason}",) if not a.measured.reliable
+               else ()) + (tuple(reasons) if v != "reliable" else ())
+    return Claim("model_case", relation, {"case": case, "measured": m, "predicted": predicted, "error": error,
+                                          "tolerance": tolerance, "kind": kind}, v, why)
+
+
+def calibrated_cases(prefix, session, prefix_pred, session_pred, *, tolerance: float = TOLERANCE,
+                     labels: Mapping | None = None) -> list[Claim]:
+    """The calibrated model on lesson 07's six cases: the full and the cached prefill (timings), the two
+    session sums, and the two speed-ups (ratios; their verdict is the worse of the timings behind them).
+
+    ``prefix_pred``/``session_pred``: anything with ``ttft_miss``/``ttft_hit`` and ``total_nocache``/
+    ``total_cached`` (``cache_timing.CalibratedPrefix`` / ``CalibratedSession``). ``labels``: the case names,
+    keys "full", "cached", "nocache_sum", "cached_sum", "prefix_speedup", "session_speedup".
+    """
+    names = {"full": "full prefill", "cached": "cached prefix", "nocache_sum": "session, no cache (sum)",
+             "cached_sum": "session, session cache (sum)", "prefix_speedup": "prefix cache speed-up",
+             "session_speedup": "session cache speed-up"}
+    if labels is not None:
+        if not isinstance(labels, Mapping):
+            raise TypeError(f"labels must be a dict of case names, got {type(labels).__name__}")
+        unknown = set(labels) - set(names)
+        if unknown:
+            raise ValueError(f"labels has unknown keys {sorted(unknown)}; known: {sorted(names)}")
+        names.update(labels)
+    full, cached = prefix_timings(prefix)
+    pc, sc = prefix_cache(prefix), session_cache(session)
+    out = [model_case(names["full"], full, _get(prefix_pred, "ttft_miss"), tolerance=tolerance),
+           model_case(names["cached"], cached, _get(prefix_pred, "ttft_hit"), tolerance=tolerance)]
+    for key, attr in (("nocache_sum", "total_nocache"), ("cached_sum", "total_cached")):
+        out.append(model_case(names[key], sc.operands[attr], _get(session_pred, attr), tolerance=tolerance,
+                              verdict=sc.verdict, reasons=sc.reasons))
+    p_speed = _get(prefix_pred, "ttft_miss") / _get(prefix_pred, "ttft_hit")
+    s_speed = _get(session_pred, "total_nocache") / _get(session_pred, "total_cached")
+    pv = _worst(quality.timing_verdict(full).verdict, quality.timing_verdict(cached).verdict)
+    out.append(model_case(names["prefix_speedup"], pc.operands["speedup"], p_speed, tolerance=tolerance,
+                          verdict=pv, reasons=("a ratio of two timings, at least one of them not reliable",),
+                          kind="ratio"))
+    out.append(model_case(names["session_speedup"], sc.operands["speedup"], s_speed, tolerance=tolerance,
+                          verdict=sc.verdict, reasons=sc.reasons, kind="ratio"))
+    return out
+
+
+def calibrated_summary(cases) -> Claim:
+    """How many of ``cases`` (:func:`model_case` claims) are within tolerance: "all_within", "some_within" or
+    "none_within". ``verdict``: the worst of the cases'. Operands: ``inside``/``outside`` case names,
+    ``unreliable`` (the cases whose measurements are not reliable)."""
+    cases = require_list("cases", cases, "a list of model_case claims")
+    for i, c in enumerate(cases):
+        if not isinstance(c, Claim) or c.name != "model_case":
+            raise TypeError(f"cases[{i}] must be a model_case Claim, got {type(c).__name__}")
+    inside = tuple(c.operands["case"] for c in cases if c.relation == "within")
+    outside = tuple(c.operands["case"] for c in cases if c.relation != "within")
+    relation = "all_within" if not outside else ("none_within" if not inside else "some_within")
+    bad = [c for c in cases if not c.reliable]
+    return Claim("calibrated_summary", relation,
+                 {"inside": inside, "outside": outside, "tolerance": cases[0].operands["tolerance"],
+                  "unreliable": tuple(c.operands["case"] for c in bad)},
+                 _worst(*(c.verdict for c in cases)),
+                 tuple(f"{c.operands['case']}: {c.reason}" for c in bad))
+
+
+def roofline_vs_measured(case: str, measured, roofline_seconds: float) -> Claim:
+    """The roofline (a floor) against a measurement: "below" (the floor is under the measured time, as a floor
+    must be) or "above" (the measurement beat its floor: a ceiling was measured too low). Operands:
+    ``factor`` = measured / roofline. ``measured``: a timing or seconds (then "reliable")."""
+    roofline_seconds = require_positive("roofline_seconds", roofline_seconds, maximum=1e6)
+    if isinstance(measured, (int, float)) and not isinstance(measured, bool):
+        med, v, why = require_positive("measured", measured, maximum=1e6), "reliable", ()
+    else:
+        tv = quality.timing_verdict(measured, name="measured")
+        med, v, why = tv.median, tv.verdict, ((tv.reason,) if not tv.reliable else ())
+    return Claim("roofline_vs_measured", "below" if roofline_seconds <= med else "above",
+                 {"case": case, "measured": med, "roofline": roofline_seconds, "factor": med / roofline_seconds},
+                 v, why)
+
+
+# --------------------------------------------------------------------------------------------------
+# The profile against the model; modular reuse
+# --------------------------------------------------------------------------------------------------
+def largest_gap(profile: Mapping, terms: Mapping, measured_seconds: float) -> Claim:
+    """The kind of work (:data:`PROFILE_KINDS`) where a ``torch.profiler`` split of one pass
+    (``cache_timing.profile_prefill``: seconds per kind and ``total``) and the calibrated model's ``terms``
+    differ most. The Python between the operators, which the profiler does not see (measured - profiled
+    total, when positive), is counted with "the other operators". ``relation``: that kind; operands:
+    ``profiled`` and ``predicted`` seconds for each kind."""
+    if not isinstance(profile, Mapping) or not isinstance(terms, Mapping):
+        raise TypeError("profile and terms must be dicts (cache_timing.profile_prefill(), Prediction.terms)")
+    measured_seconds = require_positive("measured_seconds", measured_seconds, maximum=1e6)
+    unseen = max(measured_seconds - float(profile.get("total", 0.0)), 0.0)
+    kinds = {}
+    for name, (pkeys, tkeys) in PROFILE_KINDS.items():
+        prof = sum(float(profile.get(k, 0.0)) for k in pkeys) + (unseen if "other" in pkeys else 0.0)
+        kinds[name] = (prof, sum(float(terms.get(k, 0.0)) for k in tkeys))
+    name = max(kinds, key=lambda k: abs(kinds[k][0] - kinds[k][1]))
+    return Claim("largest_gap", name, {"kinds": kinds, "profiled": kinds[name][0], "predicted": kinds[name][1]})
+
+
+def profile_vs_measured(measured_seconds: float, profiled_seconds: float) -> Claim:
+    """The measured median of a pass against its profiled operator time: "measured_longer" (the Python between
+    the operators, which the profiler leaves out) or "profiled_longer" (the profiler's own cost per call)."""
+    m = require_positive("measured_seconds", measured_seconds, maximum=1e6)
+    p = require_positive("profiled_seconds", profiled_seconds, maximum=1e6)
+    return Claim("profile_vs_measured", "measured_longer" if m > p else "profiled_longer",
+                 {"measured": m, "profiled": p, "gap": abs(m - p)})
+
+
+def module_positions(agreement, *, ratio: float = CONSISTENT_RATIO) -> Claim:
+    """Modules reused at their own positions against modules re-encoded at position 0
+    (``cache_timing.ModuleAgreement``: ``modules_in_place`` and ``modules_at_zero`` dicts with ``kl_mean``,
+    ``top1_agreement``, ``max_abs_diff``; ``prefix_exact`` likewise).
+
+    ``relation``: "same" when their mean KL is within ``ratio`` of each other (the wrong positions add
+    little to the error that skipping cross-module attention already makes), "zero_worse" or "zero_better".
+    Deterministic (no timing): verdict "reliable"."""
+    ratio = require_positive("ratio", ratio, maximum=100.0)
+    rows = {}
+    for key in ("prefix_exact", "modules_in_place", "modules_at_zero"):
+        row = _get(agreement, key)
+        if not isinstance(row, Mapping) or "kl_mean" not in row:
+            raise TypeError(f"agreement.{key} must be a dict with 'kl_mean' (cache_timing.measure_module_reuse)")
+        rows[key] = row
+    a, z = max(rows["modules_in_place"]["kl_mean"], 1e-300), max(rows["modules_at_zero"]["kl_mean"], 1e-300)
+    r = z / a
+    relation = "same" if 1 / ratio <= r <= ratio else ("zero_worse" if r > 1 else "zero_better")
+    return Claim("module_positions", relation,
+                 {"kl_ratio": r, "ratio": ratio, **{k: dict(v) for k, v in rows.items()},
+                  "module_tokens": _get(agreement, "module_tokens"), "new_tokens": _get(agreement, "new_tokens")})

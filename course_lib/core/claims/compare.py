@@ -1,0 +1,159 @@
+"""The measured claims of lesson 08 (predicted vs measured), as data.
+
+Lessons: 08
+
+Every sentence of lesson 08 that reads a measurement against its floor or its prediction is one of these
+functions: a case's efficiency (close to the floor, within 2x, far from it, or *above* 1 -- a ceiling measured
+too low), whether any case beat its floor, what a fixed-cost fit says, and the learner's engine (Hugging Face
+``generate()``) against its floor and the calibrated prediction, with where its time goes. Each returns a
+:class:`~course_lib.core.claims.gemv.Claim` (relation, operands, verdict) that
+:mod:`course_lib.lessons.claims.compare` renders, one sentence per outcome. Torch-free.
+
+::
+
+    from course_lib.core.claims import compare as claims
+    claims.efficiency(row, timing).outcome       # 'close', 'within_2x', 'far', 'above_floor', 'noisy', ...
+    claims.engine_vs_prediction(t.step_times, pred.seconds).outcome
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from course_lib.core import quality
+from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
+from course_lib.core.validation import require_list, require_positive
+
+__all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
+           "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row"]
+
+#: an efficiency (floor / measured) at or above this is "close" to the floor
+CLOSE = 0.8
+#: at or above this (and below :data:`CLOSE`) "within 2x" of the floor
+WITHIN_2X = 0.5
+#: above this an efficiency beat its floor by more than rounding: a ceiling was measured too low
+ABOVE = 1.05
+
+#: the terms of ``hf.predict_engine_tpot``'s prediction, grouped as lesson 08 names them
+ENGINE_TERMS = {"weights": ("weights",), "K/V": ("kv", "cache_concat"), "per-step overhead": ("engine", "logits")}
+
+
+def _band(eff: float) -> str:
+    if eff > ABOVE:
+        return "above_floor"
+    if eff >= CLOSE:
+        return "close"
+    if eff >= WITHIN_2X:
+        return "within_2x"
+    return "far"
+
+
+def _judged(timing) -> tuple[float | None, str, tuple]:
+    if timing is None:
+        return None, "reliable", ()
+    v = quality.timing_verdict(timing, name="timing")
+    return v.median, v.verdict, ((v.reason,) if not v.reliable else ())
+
+
+def efficiency(row, timing=None) -> Claim:
+    """One case's efficiency (predicted floor / measured): "close" (>= :data:`CLOSE`), "within_2x"
+    (>= :data:`WITHIN_2X`), "far", or "above_floor" (> :data:`ABOVE`: faster than the floor, so a measured
+    ceiling was too low). ``row``: a ``compare.Comparison`` (or anything with ``predicted_s``/``measured_s``);
+    ``timing``: the measurement behind it, whose verdict the claim carries (None: a published figure,
+    "reliable"). Operands: ``efficiency``, ``slowdown``, ``case``, ``metric``."""
+    pred = require_positive("row.predicted_s", _get(row, "predicted_s"), maximum=1e6)
+    meas = require_positive("row.measured_s", _get(row, "measured_s"), maximum=1e6)
+    _, verdict, reasons = _judged(timing)
+    eff = pred / meas
+    return Claim("efficiency", _band(eff), {"efficiency": eff, "slowdown": meas / pred, "case": _get(row, "case"),
+                                            "metric": _get(row, "metric"), "predicted": pred, "measured": meas},
+                 verdict, reasons)
+
+
+def floor_beaten(rows) -> Claim:
+    """Did any measurement beat its floor? "none_beat" or "some_beat" (a floor beaten means one of its inputs
+    is wrong). Operands: ``beat`` (case names), ``cases`` (how many)."""
+    rows = require_list("rows", rows, "a list of Comparison rows")
+    beat = tuple(_get(r, "case") for r in rows if _get(r, "predicted_s") >= _get(r, "measured_s"))
+    return Claim("floor_beaten", "some_beat" if beat else "none_beat", {"beat": beat, "cases": len(rows)})
+
+
+def fixed_cost_reading(t0: float, eta: float) -> Claim:
+    """What a fit t = t0 + floor / eta through two runs says (``compare.fixed_cost_fit``): "fixed_cost_only"
+    (eta in [:data:`CLOSE`, :data:`ABOVE`]: the bytes move at the floor's rate and a fixed cost per step explains
+    the rest), "impossible_eta" (eta > :data:`ABOVE`: the two runs do not lie on one line) or "both" (eta below
+    :data:`CLOSE`: a slow bandwidth and a fixed cost)."""
+    if isinstance(t0, bool) or not isinstance(t0, (int, float)):
+        raise TypeError(f"t0 must be seconds (a number), got {type(t0).__name__}")
+    eta = require_positive("eta", eta, maximum=1e6)
+    relation = "impossible_eta" if eta > ABOVE else ("fixed_cost_only" if eta >= CLOSE else "both")
+    return Claim("fixed_cost_reading", relation, {"t0": float(t0), "eta": eta})
+
+
+def _timing_of(name: str, timing):
+    if timing is None:
+        raise TypeError(f"{name} must be a timing (the engine's step_times or ttft_times, or a timing record)")
+    return timing
+
+
+def engine_vs_prediction(timing, predicted_seconds: float, *, tolerance: float = TOLERANCE,
+                         metric: str = "tpot") -> Claim:
+    """The engine's measured TPOT or TTFT (``timing``: ``EngineTiming.step_times`` / ``ttft_times`` or a
+    record) against the calibrated prediction: "within" ``tolerance``, "over" (predicted too long) or "under".
+    Operands: ``measured``, ``predicted``, ``error`` = (predicted - measured) / measured, ``metric``."""
+    if metric not in ("tpot", "ttft"):
+        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6),
+                       _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0))
+    m = a.measured
+    return Claim("engine_vs_prediction", a.relation,
+                 {"measured": m.median, "predicted": predicted_seconds, "error": a.error, "tolerance": tolerance,
+                  "metric": metric, "spread": m.spread},
+                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ())
+
+
+def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot") -> Claim:
+    """The engine's measured time against the first-principles floor (``course_lib.estimate`` on this machine's
+    measured ceilings): the efficiency bands of :func:`efficiency`. Operands: ``efficiency``, ``slowdown``,
+    ``beyond`` (measured - floor, seconds)."""
+    if metric not in ("tpot", "ttft"):
+        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    floor = require_positive("floor_seconds", floor_seconds, maximum=1e6)
+    v = quality.timing_verdict(_timing_of("timing", timing), name="timing")
+    eff = floor / v.median
+    return Claim("engine_vs_floor", _band(eff),
+                 {"efficiency": eff, "slowdown": v.median / floor, "beyond": v.median - floor, "floor": floor,
+                  "measured": v.median, "metric": metric},
+                 v.verdict, (v.reason,) if not v.reliable else ())
+
+
+def engine_time_split(terms: Mapping) -> Claim:
+    """Where the predicted decode step goes (``hf.predict_engine_tpot(...).terms``), grouped as
+    :data:`ENGINE_TERMS`: ``relation`` is the largest group; operands ``seconds`` and ``shares`` per group.
+    A prediction, not a timing: verdict "reliable"."""
+    if not isinstance(terms, Mapping) or not terms:
+        raise TypeError("terms must be the prediction's terms, a dict {name: seconds}")
+    groups = {g: sum(float(terms.get(k, 0.0)) for k in keys) for g, keys in ENGINE_TERMS.items()}
+    known = {k for keys in ENGINE_TERMS.values() for k in keys}
+    other = sum(float(v) for k, v in terms.items() if k not in known)
+    if other:
+        groups["other"] = other
+    total = sum(groups.values())
+    if total <= 0:
+        raise ValueError("terms must add up to a positive time")
+    top = max(groups, key=groups.get)
+    return Claim("engine_time_split", top, {"seconds": groups, "shares": {g: t / total for g, t in groups.items()},
+                                            "total": total})
+
+
+def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra) -> dict:
+    """The learner's engine measurement as a plain dict (the ``row`` exercise set 08 asks a function of):
+    ``prompt``, ``new_tokens``, ``ttft_seconds`` and ``tpot_seconds`` (medians) of an ``hf.EngineTiming``
+    (or anything with those attributes), the model's ``model``, ``params``, ``weight_bytes`` (read per decode
+    step), and any ``extra`` numbers (e.g. ``floor_tpot_seconds``)."""
+    row = {"model": str(model), "params": int(params), "weight_bytes": float(weight_bytes),
+           "prompt": int(_get(timing, "prompt")), "new_tokens": int(_get(timing, "new_tokens")),
+           "ttft_seconds": float(_get(timing, "ttft")), "tpot_seconds": float(_get(timing, "tpot"))}
+    for k in ("ttft_seconds", "tpot_seconds", "weight_bytes"):
+        require_positive(k, row[k], maximum=1e15)
+    row.update({k: float(v) for k, v in extra.items()})
+    return row

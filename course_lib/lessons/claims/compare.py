@@ -1,0 +1,112 @@
+"""Lesson 08's measured sentences: one for each outcome of each claim (:mod:`course_lib.core.claims.compare`).
+
+Lessons: 08
+
+``say(claim)`` returns the Markdown for the claim's outcome. Rendering only: every relation and number comes from
+the claims.
+"""
+from __future__ import annotations
+
+from course_lib.core.claims.gemv import Claim
+from course_lib.core.units import format_time
+from course_lib.lessons.claims.gemv import RERUN_ADVICE, unreliable
+
+__all__ = ["say"]
+
+_ADVICE = RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + "."
+_METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
+
+
+def _efficiency(c: Claim) -> str:
+    o = c.operands
+    head = f"efficiency {o['efficiency']:.2f}"
+    if c.verdict != "reliable":
+        return (head + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'} "
+                "(close other programs and rerun section 6 to settle it).")
+    return head + ", " + {
+        "above_floor": "faster than the floor, which is impossible for a true floor: a ceiling measured here was too "
+                       "low (small matrices in `COURSE_FAST` mode, or a busy moment during the ceiling measurement); "
+                       "rerun section 6",
+        "close": "close to the floor: bytes and FLOPs explain the time",
+        "within_2x": f"within 2× of the floor ({o['slowdown']:.1f}×): bytes and FLOPs explain most of the time, "
+                     "kernels below the measured ceilings and fixed costs the rest",
+        "far": f"{o['slowdown']:.1f}× the floor, dominated by overhead: the tiny model's matrices are small, so the "
+               "fixed cost per operation of eager PyTorch and kernels below the measured ceilings take a large share "
+               "of the time",
+    }[c.outcome] + "."
+
+
+def _floor_beaten(c: Claim) -> str:
+    if c.outcome == "none_beat":
+        return "Every point lies **above** the line y = x: no measurement beat its floor."
+    return (f"{len(c.operands['beat'])} of {c.operands['cases']} points lie on or below the line y = x "
+            f"({', '.join(c.operands['beat'])}): a measurement that beats its floor means one of the floor's inputs is "
+            "wrong.")
+
+
+def _fixed_cost(c: Claim) -> str:
+    o = c.operands
+    return {
+        "fixed_cost_only": f"the bytes move at {o['eta']:.0%} of the floor's rate in both runs, so a fixed cost per "
+                           "step alone explains the shortfall. The run with the smaller floor loses the larger share "
+                           "only because the same fixed cost is a bigger fraction of a shorter step.",
+        "impossible_eta": "η above 1 is impossible for a true floor: the two runs do not lie on one line, so here the "
+                          "fixed cost is only a rough estimate.",
+        "both": f"the bytes move at only {o['eta']:.0%} of the floor's rate, and a fixed cost per step comes on top: "
+                "both effects are needed to explain the shortfall.",
+    }[c.outcome]
+
+
+def _engine_vs_prediction(c: Claim) -> str:
+    o = c.operands
+    what = _METRIC[o["metric"]]
+    head = (f"Measured {what}: **{format_time(o['measured'])}**; the calibrated prediction "
+            f"{format_time(o['predicted'])} ({o['error']:+.0%})")
+    if c.verdict != "reliable":
+        return head + ". " + unreliable(c, f"Whether the prediction of the {what} holds")
+    return head + ". " + {
+        "within": f"Within ±{o['tolerance']:.0%}: the probes, never this model, predicted it.",
+        "over": f"The prediction is too long, outside ±{o['tolerance']:.0%}: a term is priced above what this engine "
+                "pays here (read the terms below).",
+        "under": f"The prediction is too short, outside ±{o['tolerance']:.0%}: the engine does work the terms below "
+                 "do not count, or pays more for it.",
+    }[c.outcome]
+
+
+def _engine_vs_floor(c: Claim) -> str:
+    o = c.operands
+    what = _METRIC[o["metric"]]
+    head = (f"The first-principles floor of the {what} is {format_time(o['floor'])}: efficiency "
+            f"**{o['efficiency']:.2f}**, {format_time(abs(o['beyond']))} {'beyond' if o['beyond'] >= 0 else 'below'} "
+            "the floor")
+    if c.verdict != "reliable":
+        return head + ". " + unreliable(c, f"How far the engine's {what} is from its floor")
+    return head + ". " + {
+        "above_floor": "Faster than the floor, impossible for a true floor: a ceiling of section 6 was measured too "
+                       f"low. {_ADVICE}",
+        "close": "Close to the floor: the engine streams its bytes about as fast as the machine allows.",
+        "within_2x": f"Within 2× of the floor ({o['slowdown']:.1f}×): most of the time is the bytes and FLOPs, "
+                     "the rest the engine's own work.",
+        "far": f"{o['slowdown']:.1f}× the floor: most of the time is not the bytes or the FLOPs but what the engine "
+               "does around them.",
+    }[c.outcome]
+
+
+def _engine_split(c: Claim) -> str:
+    o = c.operands
+    parts = ", ".join(f"{g} {format_time(t)} ({o['shares'][g]:.0%})" for g, t in o["seconds"].items())
+    return (f"Of the predicted {format_time(o['total'])} per step: {parts}. The largest share is **{c.relation}**.")
+
+
+_SAY = {"efficiency": _efficiency, "floor_beaten": _floor_beaten, "fixed_cost_reading": _fixed_cost,
+        "engine_vs_prediction": _engine_vs_prediction, "engine_vs_floor": _engine_vs_floor,
+        "engine_time_split": _engine_split}
+
+
+def say(claim: Claim) -> str:
+    """The Markdown for ``claim``'s outcome."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
+    if claim.name not in _SAY:
+        raise ValueError(f"lesson 08 has no sentence for the claim {claim.name!r}")
+    return _SAY[claim.name](claim)

@@ -1,0 +1,162 @@
+"""Lesson 07's measured claims (course_lib.core.claims.caching) against every recorded machine profile.
+
+The cache against no cache, the calibrated model per case, the roofline against the measurement: each claim
+agrees with its operands, its verdict comes from the timings (a noisy one gives the noisy sentence of
+course_lib.lessons.claims.caching), and the profile's timings stand in for a prefix / session measurement.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from profiles import all_profiles
+
+from course_lib.core import quality
+from course_lib.core.claims import caching as claims
+from course_lib.core.claims.phases import CONSISTENT_RATIO
+from course_lib.lessons.claims.caching import cases_table, say
+
+PROFILES = all_profiles()
+RUNS = [(p, r) for p in PROFILES for r in p.runs]
+RUN_IDS = [f"{p.name}:{r.label}" for p, r in RUNS]
+
+
+def _record(t: dict) -> dict:
+    v = quality.timing_verdict(t)
+    return {"seconds": v.median, "q1": v.q1, "q3": v.q3, "repeats": v.repeats}
+
+
+def _prefix(full: dict, cached: dict) -> dict:
+    f, c = _record(full), _record(cached)
+    out = {"full_seconds": f["seconds"], "cached_seconds": c["seconds"], "repeats": min(
+        x for x in (f["repeats"], c["repeats"], 10**6) if x is not None), "prefix_tokens": 1024, "new_tokens": 32}
+    if f["q1"] is not None and c["q1"] is not None:
+        out.update(full_q1=f["q1"], full_q3=f["q3"], cached_q1=c["q1"], cached_q3=c["q3"])
+    return out
+
+
+def _pairs(run):
+    ts = list(run.timings.values())
+    return list(itertools.combinations(ts, 2))[:6]
+
+
+def _check(c):
+    assert c.outcome == (c.relation if c.verdict == "reliable" else c.verdict)
+    text = say(c)
+    assert isinstance(text, str) and text
+    assert ("unreliable" in text) == (c.verdict != "reliable")
+
+
+@pytest.mark.parametrize("profile,run", RUNS, ids=RUN_IDS)
+def test_prefix_cache_agrees_with_compare_timings(profile, run):
+    for a, b in _pairs(run):
+        pt = _prefix(a, b)
+        full, cached = claims.prefix_timings(pt)
+        c = claims.prefix_cache(pt)
+        cmp = quality.compare_timings(cached, full)
+        assert c.verdict == cmp.verdict
+        assert c.relation == {"faster": "cache_faster", "slower": "cache_slower",
+                              "indistinguishable": "same"}[cmp.relation]
+        assert c.operands["speedup"] == pytest.approx(pt["full_seconds"] / pt["cached_seconds"])
+        if c.relation == "cache_faster":
+            assert c.operands["cached_seconds"] < c.operands["full_seconds"]
+        if c.relation == "cache_slower":
+            assert c.operands["cached_seconds"] > c.operands["full_seconds"]
+        _check(c)
+
+
+@pytest.mark.parametrize("profile,run", RUNS, ids=RUN_IDS)
+def test_model_cases_agree_with_their_errors(profile, run):
+    for a, b in _pairs(run):
+        pt = _prefix(a, b)
+        for factor in (0.5, 0.9, 1.0, 1.2, 3.0):
+            pred = {"ttft_miss": pt["full_seconds"] * factor, "ttft_hit": pt["cached_seconds"] * factor}
+            session = {"ttft_nocache": (pt["full_seconds"], pt["full_seconds"] * 2),
+                       "ttft_cached": (pt["full_seconds"], pt["cached_seconds"]), "repeats": 3}
+            spred = {"total_nocache": 3 * pt["full_seconds"] * factor,
+                     "total_cached": (pt["full_seconds"] + pt["cached_seconds"]) * factor}
+            cases = claims.calibrated_cases(pt, session, pred, spred, tolerance=0.25)
+            assert len(cases) == 6
+            for c in cases:
+                o = c.operands
+                assert o["error"] == pytest.approx(o["predicted"] / o["measured"] - 1)
+                assert (c.relation == "within") == (abs(o["error"]) <= 0.25)
+                if c.relation == "over":
+                    assert o["predicted"] > o["measured"]
+                if c.relation == "under":
+                    assert o["predicted"] < o["measured"]
+                _check(c)
+            full_v = quality.timing_verdict(claims.prefix_timings(pt)[0]).verdict
+            assert cases[0].verdict == full_v
+            s = claims.calibrated_summary(cases)
+            assert set(s.operands["inside"]) | set(s.operands["outside"]) == {c.operands["case"] for c in cases}
+            assert s.verdict == max((c.verdict for c in cases), key=quality.VERDICTS.index)
+            _check(s)
+            roof = {c.operands["case"]: c.operands["predicted"] / 2 for c in cases}
+            assert cases_table(cases, roof).count("\n") == 7
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
+def test_session_claim_from_the_profiles_series(profile):
+    for s in profile.series or ():
+        med = [quality.timing_verdict(t).median for t in s.timings]
+        for cached in (tuple(m / 3 for m in med), tuple(m * 1.5 for m in med)):
+            cached = (med[0],) + cached[1:]
+            st = {"ttft_nocache": tuple(med), "ttft_cached": cached, "repeats": 3}
+            c = claims.session_cache(st)
+            assert c.verdict == "reliable"      # turn 1 is the same number twice
+            later = list(zip(med[1:], cached[1:]))
+            if c.relation == "cache_faster":
+                assert all(n > k * CONSISTENT_RATIO for n, k in later)
+            if c.relation == "cache_slower":
+                assert any(k > n for n, k in later)
+            _check(c)
+        skewed = {"ttft_nocache": tuple(med), "ttft_cached": (med[0] * 2.5,) + tuple(med[1:]), "repeats": 3}
+        c = claims.session_cache(skewed)
+        assert c.verdict == "noisy" and c.operands["turn1_ratio"] == pytest.approx(2.5)
+        _check(c)
+
+
+def test_session_cache_needs_repeats_and_the_issue_case():
+    # the issue's case: turn 1 took 1.53 ms without the cache and 3.81 ms with it
+    st = {"ttft_nocache": (1.53e-3, 2.0e-3), "ttft_cached": (3.81e-3, 0.5e-3), "repeats": 2}
+    c = claims.session_cache(st)
+    assert c.verdict == "noisy" and len(c.reasons) == 2
+    text = say(c)
+    assert "1.53 ms" in text and "3.81 ms" in text and "unreliable" in text
+    with pytest.raises(ValueError, match="one entry per turn"):
+        claims.session_cache({"ttft_nocache": (1.0,), "ttft_cached": (1.0, 2.0)})
+
+
+@pytest.mark.parametrize("profile,run", RUNS, ids=RUN_IDS)
+def test_roofline_claim_agrees_with_its_factor(profile, run):
+    for t in run.timings.values():
+        v = quality.timing_verdict(t)
+        for f in (0.3, 1.0, 2.0):
+            c = claims.roofline_vs_measured("full prefill", t, v.median * f)
+            assert c.relation == ("below" if v.median * f <= v.median else "above")
+            assert c.operands["factor"] == pytest.approx(1 / f)
+            assert c.verdict == v.verdict
+            _check(c)
+
+
+def test_profile_claims_and_module_positions():
+    prof = {"matrix products": 0.2, "softmax and masking": 0.08, "other": 0.03, "total": 0.31}
+    terms = {"linear": 0.15, "attention": 0.1, "scores": 0.17, "overhead": 0.001, "views": 0.0003}
+    g = claims.largest_gap(prof, terms, 0.40)
+    diffs = {k: abs(a - b) for k, (a, b) in g.operands["kinds"].items()}
+    assert g.relation == max(diffs, key=diffs.get)
+    assert g.operands["kinds"]["the other operators and the Python between them"][0] == pytest.approx(0.03 + 0.09)
+    assert "profile puts" in say(g)
+    assert claims.profile_vs_measured(0.02, 0.014).relation == "measured_longer"
+    assert claims.profile_vs_measured(0.01, 0.014).relation == "profiled_longer"
+    row = {"top1_agreement": 0.1, "max_abs_diff": 1.6}
+    ma = {"prefix_exact": {**row, "kl_mean": 1e-14}, "modules_in_place": {**row, "kl_mean": 0.060},
+          "modules_at_zero": {**row, "kl_mean": 0.061}, "module_tokens": (256,) * 3, "new_tokens": 32}
+    assert claims.module_positions(ma).relation == "same"
+    ma["modules_at_zero"] = {**row, "kl_mean": 0.3}
+    assert claims.module_positions(ma).relation == "zero_worse"
+    for c in (claims.module_positions(ma),):
+        _check(c)
+    with pytest.raises(TypeError, match="kl_mean"):
+        claims.module_positions({"prefix_exact": {}, "modules_in_place": {}, "modules_at_zero": {}})

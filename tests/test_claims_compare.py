@@ -1,0 +1,107 @@
+"""Lesson 08's measured claims (course_lib.core.claims.compare) against every recorded machine profile.
+
+A case's efficiency band, the engine against its floor and its calibrated prediction, where the engine's step
+goes, whether a floor was beaten and what a fixed-cost fit says: each claim agrees with its operands, its verdict
+comes from the timing (profiles' timings stand in for the engine's), and a noisy verdict gives the noisy sentence
+of course_lib.lessons.claims.compare.
+"""
+from __future__ import annotations
+
+import pytest
+from profiles import all_profiles
+
+from course_lib.core import compare, quality
+from course_lib.core.claims import compare as claims
+from course_lib.lessons.claims.compare import say
+
+PROFILES = all_profiles()
+TIMINGS = [(p, r, k, t) for p in PROFILES for r in p.runs for k, t in list(r.timings.items())[:6]]
+IDS = [f"{p.name}:{r.label}:{k}" for p, r, k, _ in TIMINGS]
+FACTORS = (0.3, 0.6, 0.9, 1.0, 1.2, 2.0)
+
+
+def _check(c):
+    assert c.outcome == (c.relation if c.verdict == "reliable" else c.verdict)
+    text = say(c)
+    assert isinstance(text, str) and text
+    assert ("unreliable" in text) == (c.verdict != "reliable")
+
+
+def _band_ok(relation, eff):
+    return {"above_floor": eff > claims.ABOVE, "close": claims.CLOSE <= eff <= claims.ABOVE,
+            "within_2x": claims.WITHIN_2X <= eff < claims.CLOSE, "far": eff < claims.WITHIN_2X}[relation]
+
+
+@pytest.mark.parametrize("profile,run,key,timing", TIMINGS, ids=IDS)
+def test_efficiency_and_engine_floor_claims_agree_with_their_operands(profile, run, key, timing):
+    v = quality.timing_verdict(timing)
+    for f in FACTORS:
+        row = compare.Comparison(case=f"x/{key}", source="this machine", model="m", hardware="h", metric="tpot",
+                                 predicted_s=v.median * f, measured_s=v.median)
+        c = claims.efficiency(row, timing)
+        assert c.operands["efficiency"] == pytest.approx(f)
+        assert _band_ok(c.relation, c.operands["efficiency"])
+        assert c.verdict == v.verdict
+        _check(c)
+        e = claims.engine_vs_floor(timing, v.median * f)
+        assert e.operands["efficiency"] == pytest.approx(f) and _band_ok(e.relation, f)
+        assert e.operands["beyond"] == pytest.approx(v.median * (1 - f))
+        assert e.verdict == v.verdict
+        _check(e)
+
+
+@pytest.mark.parametrize("profile,run,key,timing", TIMINGS, ids=IDS)
+def test_engine_prediction_claim_agrees_with_within(profile, run, key, timing):
+    v = quality.timing_verdict(timing)
+    for f in FACTORS:
+        c = claims.engine_vs_prediction(timing, v.median * f, tolerance=0.25, metric="ttft")
+        a = quality.within(v.median * f, timing, 0.25)
+        assert c.relation == a.relation and c.verdict == a.verdict
+        assert c.operands["error"] == pytest.approx(f - 1)
+        assert (c.relation == "within") == (abs(f - 1) <= 0.25)
+        _check(c)
+
+
+def test_published_efficiencies_are_reliable_and_banded():
+    for r in compare.published_cases() + compare.h200_cases("datasheet"):
+        c = claims.efficiency(r)
+        assert c.verdict == "reliable" and _band_ok(c.relation, r.efficiency)
+        _check(c)
+    pub = compare.published_cases()
+    fb = claims.floor_beaten(pub)
+    assert (fb.relation == "none_beat") == all(r.efficiency < 1 for r in pub)
+    _check(fb)
+
+
+def test_fixed_cost_reading_follows_eta():
+    pub = compare.published_cases()
+    for r in pub:
+        if r.metric == "tpot" and "-f16-" in r.case:
+            t0, eta = compare.fixed_cost_fit(r, compare.find(pub, r.case.replace("-f16-", "-q4_0-")))
+            c = claims.fixed_cost_reading(t0, eta)
+            want = "impossible_eta" if eta > claims.ABOVE else ("fixed_cost_only" if eta >= claims.CLOSE else "both")
+            assert c.relation == want
+            _check(c)
+
+
+def test_engine_time_split_names_the_largest_group():
+    terms = {"weights": 0.105, "kv": 0.0027, "cache_concat": 0.0019, "logits": 0.00006, "engine": 0.0055}
+    c = claims.engine_time_split(terms)
+    assert c.relation == "weights"
+    assert sum(c.operands["seconds"].values()) == pytest.approx(sum(terms.values()))
+    assert sum(c.operands["shares"].values()) == pytest.approx(1.0)
+    assert c.operands["seconds"]["K/V"] == pytest.approx(0.0046)
+    assert claims.engine_time_split({"weights": 0.001, "engine": 0.05}).relation == "per-step overhead"
+    _check(c)
+    with pytest.raises(TypeError):
+        claims.engine_time_split({})
+
+
+def test_engine_row_and_bad_input():
+    t = type("T", (), {"prompt": 128, "new_tokens": 16, "ttft": 0.3, "tpot": 0.05})()
+    row = claims.engine_row(t, model="gpt2", params=124_439_808, weight_bytes=4.9e8, floor_tpot_seconds=0.04)
+    assert row["tpot_seconds"] == 0.05 and row["new_tokens"] == 16 and row["floor_tpot_seconds"] == 0.04
+    with pytest.raises(ValueError, match="metric"):
+        claims.engine_vs_prediction([0.1, 0.1, 0.1], 0.1, metric="x")
+    with pytest.raises(TypeError, match="timing"):
+        claims.engine_vs_floor(None, 0.1)
