@@ -48,7 +48,7 @@ def test_every_lesson_notebook_is_on_the_map_and_ready_ones_exist(repo_root):
     stems = {les["stem"] for les in lessons.lessons()}
     on_disk = {p.stem for p in (repo_root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     assert on_disk <= stems, f"notebooks missing from the map: {sorted(on_disk - stems)}"
-    assert [les["n"] for les in lessons.lessons()] == [f"{i:02d}" for i in range(10)]
+    assert [les["n"] for les in lessons.lessons()] == [f"{i:02d}" for i in range(len(lessons.lessons()))]
     for les in lessons.lessons():
         assert les["time_min"] > 0 and les["outcome"] and les["title"]
 

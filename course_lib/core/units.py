@@ -1,6 +1,6 @@
 """Reading and printing quantities with units: bytes, parameter counts, bandwidth, time, FLOP, FLOP/s.
 
-Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 
 Inside the library every quantity is a plain float in a base unit -- bytes, bytes per second,
 seconds, FLOP, FLOP per second, or a count of parameters. This module converts at the edges:

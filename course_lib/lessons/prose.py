@@ -1,6 +1,6 @@
 """Prose whose numbers are computed: Markdown display objects built from code.
 
-Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 
 The course's rule is that every number with a unit that a lesson states comes out of
 ``course_lib``, never typed by hand. A lesson therefore writes such sentences in a (hidden)
