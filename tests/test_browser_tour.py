@@ -38,10 +38,20 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TIMEOUT_MS = 240_000           # Run All of one lesson on two shared cores
 SHOTS = ARTIFACTS / "tour"
 
-# every code cell has run: no prompt still "[*]" or empty
-_ALL_RAN_JS = """() => {
-  const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-  return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+# Run All has finished: the kernel is idle and every code cell has an execution count -- or a cell failed
+# (Run All stops there), which the test then reports with its traceback
+_RUN_ALL_DONE_JS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  if (!w || !w.content || !w.content.model || !w.sessionContext.session) return false;
+  if (document.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+      && [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+           .some(e => /Traceback|Error/.test(e.textContent))) return true;
+  const cells = w.content.model.cells;
+  for (let i = 0; i < cells.length; i++) {
+    const c = cells.get(i);
+    if (c.type === 'code' && (c.executionCount === null || c.executionCount === undefined)) return false;
+  }
+  return w.sessionContext.session.kernel.status === 'idle';
 }"""
 
 
@@ -99,9 +109,7 @@ def test_lesson_runs_and_its_widgets_respond(lab, browser, name):
         wait_for_notebook_kernel(page)
         t0 = time.monotonic()
         run_all_cells(page)
-        page.wait_for_function(_ALL_RAN_JS, timeout=TIMEOUT_MS)
-        page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
-                               " return w && w.sessionContext.session.kernel.status === 'idle'; }")
+        page.wait_for_function(_RUN_ALL_DONE_JS, timeout=TIMEOUT_MS, polling=1000)
         ran_s = time.monotonic() - t0
         lab.remember_children()
         page.screenshot(path=str(SHOTS / f"{stem}_run_all.png"), full_page=True)

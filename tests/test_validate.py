@@ -391,3 +391,9 @@ def test_validate_offers_the_names_it_had():
     assert all(hasattr(validate, name) for name in old)
     assert validate.calibrate is calibrate.calibrate and validate.predict_ttft is predict.predict_ttft
     assert validate.measure_score_passes is probes.measure_score_passes
+
+
+def test_decode_rounds_keep_the_median_round_and_measure_their_disagreement():
+    t = [type("T", (), {"seconds": x})() for x in (0.012, 0.010, 0.011)]
+    mid, agree = validate._median_round(t)
+    assert mid.seconds == 0.011 and agree == pytest.approx((0.012 - 0.010) / 0.011)

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from course_lib.core.quality import timing_verdict
+from course_lib.core.quality import THRESHOLDS, timing_verdict
 from course_lib.core.validation import require_count, require_counts
 from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_MODELS, FAST_PROMPTS, TTFT_PROMPTS,
                                           VALIDATION_MODELS, Calibration, calibrate, check_clock, dense_spec,
@@ -195,9 +195,11 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     """Calibrate from the probes, predict, then measure TinyLM and compare.
 
     Decode: every model × every context (median of ``runs`` timed steps, default 8; spread = IQR /
-    median). TTFT: ``ttft_model`` (default: the first model) at every prompt length (median of
-    ``runs`` fresh prompts, default 5). ``fast``: tiny models and contexts (seconds). ``clock``: see
-    :func:`calibrate`; the same clock times the probes and the model.
+    median), in :data:`DECODE_ROUNDS` interleaved rounds over the contexts (the median round is kept;
+    rounds that disagree by more than the noisy spread make the point noisy). TTFT: ``ttft_model``
+    (default: the first model) at every prompt length (median of ``runs`` fresh prompts, default 5).
+    ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
+    the probes and the model.
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
@@ -222,6 +224,18 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     return ValidationReport(calibration, points, load_average(), time.perf_counter() - t0)
 
 
+#: decode points are measured in this many interleaved rounds over the contexts; the point is the round with the
+#: median TPOT, and rounds that disagree by more than the noisy spread make the point noisy
+DECODE_ROUNDS = 3
+
+
+def _median_round(timings: list):
+    """The round with the median TPOT, and how far the rounds disagree: (max - min) / median of their TPOTs."""
+    ordered = sorted(timings, key=lambda t: t.seconds)
+    mid = ordered[len(ordered) // 2]
+    return mid, (ordered[-1].seconds - ordered[0].seconds) / mid.seconds
+
+
 def _judged(timing, repeats: int):
     """The verdict of one measured point, from its median, quartiles and number of repeats."""
     return timing_verdict({"seconds": timing.seconds, "q1_seconds": timing.q1_seconds,
@@ -240,16 +254,27 @@ def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthre
             lm = TinyLM(s, device=dev, max_seq=need, seed=0)
             wbytes = s.weight_bytes("fp32")
             if kind == "tpot":
+                # interleaved rounds (c1 c2 c3, c1 c2 c3, ...): a drift of the machine lands on every context alike
+                rounds: dict[int, list] = {c: [] for c in ctxs}
+                for r in range(DECODE_ROUNDS):
+                    for c in ctxs:
+                        bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
+                        rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads,
+                                                                 clock=clock)[0])
                 for c in ctxs:
-                    bar.set_postfix_str(f"{s.name} TPOT @ {c}")
-                    t = measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0]
+                    t, agree = _median_round(rounds[c])
                     p1 = predict_tpot(s, t.first_context, calibration)
                     p2 = predict_tpot(s, t.last_context, calibration)
                     pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
                     unc = (p1.uncalibrated + p2.uncalibrated) / 2
                     v = _judged(t, t.steps)
+                    verdict, reason = v.verdict, v.reason
+                    if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
+                        verdict = "noisy"
+                        reason = (f"the {DECODE_ROUNDS} interleaved rounds disagree by {agree:.0%} of their median "
+                                  f"(above {THRESHOLDS.noisy_relative_iqr:.0%}): the machine drifted")
                     points.append(Point("tpot", s.name, wbytes, c, pred, t.seconds, t.spread, unc, t.steps, p1,
-                                        v.verdict, v.reason))
+                                        verdict, reason))
                     bar.update()
             else:
                 for p in prompts:

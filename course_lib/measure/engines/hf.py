@@ -1,6 +1,6 @@
 """Hugging Face transformers on this machine: ``generate()`` measured, and predicted from probes only.
 
-Lessons: 07
+Lessons: 07, 08
 
 (Reached through ``python -m course_lib.validate --engine hf``; lesson 08's engine section is to use it.)
 
@@ -94,7 +94,7 @@ from course_lib.measure.timing import Threads, progress_bar
 __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_PROMPTS",
            "FAST_NEW_TOKENS", "PROBE_LAYERS", "ModelTooLarge", "transformers_available", "require_transformers",
            "engine_configs", "load_config", "check_config", "spec_of", "count_parameters", "available_memory_bytes",
-           "check_fits", "tiny_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
+           "check_fits", "tiny_config", "fast_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
            "measure_engine", "EngineOverhead", "probe_engine_overhead",
            "cold_factor",
            "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "EnginePoint", "EngineReport", "run",
@@ -327,6 +327,13 @@ def _with_overrides(cfg: dict, layers: int | None = None, vocab_size: int | None
         for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
             out.pop(k, None)
     return out
+
+
+def fast_config(config) -> dict:
+    """The smoke-run cut of ``config`` (a name, path or dict) that ``--fast`` measures: :data:`FAST_OVERRIDES`
+    (2 layers, a vocabulary of 8192; token ids dropped, they may not fit it)."""
+    _, cfg = load_config(config)
+    return _with_overrides(cfg, FAST_OVERRIDES["layers"], FAST_OVERRIDES["vocab_size"])
 
 
 def build_model(config, *, seed: int = 0, available: int | None = None):
@@ -677,17 +684,18 @@ def predict_engine_ttft(spec: ModelSpec, prompt: int, calibration: Calibration,
 # Calibration for the engine's shapes
 # --------------------------------------------------------------------------------------------------
 def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, threads: int | None = None,
-                  fast: bool = False, progress: bool = False) -> Calibration:
+                  fast: bool = False, progress: bool = False, budget_bytes: int | None = None) -> Calibration:
     """The course's calibration (probes only) for ``specs``: GEMV and K/V probes of every model, and the
-    GEMM and attention-product probes of every model at every prompt length (weights read from memory)."""
+    GEMM and attention-product probes of every model at every prompt length (weights read from memory).
+    ``budget_bytes``: the memory one probe may allocate (default the device's; a lesson kernel passes less)."""
     specs = dict(specs)
     if not specs:
         raise ValueError("specs must hold at least one model")
     prompts = require_counts("prompts", prompts)
     first, *rest = specs.values()
     cal = calibrate(threads, fast, models=specs, prompt_lengths=prompts, ttft_model=first, device="cpu",
-                    progress=progress, rotate_gemm=True)
-    settings = ProbeSettings(torch.device("cpu"), cal.threads, cal.clock, fast, True)
+                    progress=progress, rotate_gemm=True, budget_bytes=budget_bytes)
+    settings = ProbeSettings(torch.device("cpu"), cal.threads, cal.clock, fast, True, budget_bytes)
     for s in rest:
         for kind, key in probe_jobs({s.name: s}, prompts, s):
             store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
@@ -845,8 +853,7 @@ def _configs(configs, fast: bool) -> list[tuple[str, dict]]:
         names = FAST_CONFIGS if fast else DEFAULT_CONFIGS
         out = [load_config(n) for n in names]
         if fast:
-            out = [(f"{n}-2L", _with_overrides(c, FAST_OVERRIDES["layers"], FAST_OVERRIDES["vocab_size"]))
-                   for n, c in out]
+            out = [(f"{n}-2L", fast_config(c)) for n, c in out]
         return out
     if isinstance(configs, (str, Path, Mapping)):
         configs = [configs]
