@@ -7,7 +7,10 @@
 * every answered exercise notebook saved before the split (``tests/fixtures/answered_before_split/``,
   the solutions' answers with the old imports: ``course_lib.measurements``, ``course_lib.precision``,
   ``course_lib.bench`` ...) runs top to bottom in a course kernel (``course_lib.authoring.kernel``,
-  ``COURSE_FAST=1``) without an error, and every check in it reports ``correct``.
+  ``COURSE_FAST=1``) without an error, and every check in it reports ``correct``. Where a question itself
+  changed since (ex05 q7/q8 became functions of ``row``, ex08 gained q9, ex09's q3/q7-q9 price collective
+  latency), the copy holds the new answers, still imported through the old paths (``course_lib.bench``,
+  ``course_lib.measurements``, ``course_lib.dashboard``, ``from course_lib import compare``).
 """
 from __future__ import annotations
 

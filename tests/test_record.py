@@ -99,3 +99,11 @@ def test_only_course_classes_are_rebuilt():
         record.decode({"__dataclass__": "os:stat_result", "fields": {}})
     with pytest.raises(TypeError, match="cannot record"):
         record.encode(object())
+
+
+def test_dicts_replay_in_the_order_they_were_measured(tmp_path, monkeypatch):
+    """A lesson printing dict.items() (e.g. matmul rates per dtype) prints the same rows under replay."""
+    _use(monkeypatch, "record", tmp_path)
+    record.measured("08/rates", lambda: {"fp32": 1.0, "fp16": 2.0, "bf16": 3.0})
+    _use(monkeypatch, "replay", tmp_path)
+    assert list(record.measured("08/rates", lambda: None)) == ["fp32", "fp16", "bf16"]

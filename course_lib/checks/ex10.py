@@ -89,6 +89,8 @@ q2 = NumericQuestion(
     mistakes=[
         Mistake(_Q2_RATE / _Q2_W, "That divides the rate by the time. Little's law multiplies them: L = lambda W."),
         Mistake(_Q2_W / _Q2_RATE, "That divides the time by the rate. Little's law multiplies them: L = lambda W."),
+        Mistake(_Q2_RATE * _Q2_W * 60, "That multiplies the rate per second by the time and then by 60: both are "
+                                        "already in seconds, so L = lambda W needs no conversion."),
     ],
     hints=["Little's law: the mean number in the system L = arrival rate x mean time in the system."],
     solution=f"L = lambda W = {_Q2_RATE:g} x {_Q2_W:g} = {_Q2:g} requests (`littles_law({_Q2_RATE:g}, {_Q2_W:g})`).",
@@ -240,6 +242,9 @@ q8 = FunctionQuestion(
                 "Your function forgets the target model's own token: k drafts give up to k + 1 tokens."),
         Mistake(lambda a, k: k * a + 1, "Your function counts each draft independently; a rejection ends the round, "
                                         "so draft i counts with probability a^i."),
+        Mistake(lambda a, k: sum(a ** i for i in range(1, k + 1)),
+                "Your function counts only the accepted drafts: the verification step always adds the target "
+                "model's own token (the i = 0 term, 1)."),
     ],
     hints=["Sum a**i for i in range(k + 1), or use the closed form and treat acceptance 1 apart."],
     solution=("```python\ndef tokens_per_step(acceptance, draft_tokens):\n"

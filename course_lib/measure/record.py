@@ -133,7 +133,7 @@ def measured(key: str, fn, /, *args, **kwargs):
             _started.add(path)
         data["results"].setdefault(key, []).append(encode(result))
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")   # key order kept: dicts replay in order
         tmp.replace(path)
     return result
 
