@@ -93,7 +93,11 @@ def browser(lab):
 
 
 def _close_and_shut_down(page) -> None:
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:close-and-shutdown')")
+    """Shut the notebook's kernel down (its session context: no confirmation dialog), then the page closes."""
+    page.evaluate("""async () => {
+      const w = window.jupyterapp.shell.currentWidget;
+      if (w && w.sessionContext) { await w.sessionContext.shutdown(); }
+    }""")
 
 
 @pytest.mark.parametrize("name", LESSONS)
@@ -105,7 +109,8 @@ def test_lesson_runs_and_its_widgets_respond(lab, browser, name):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        page.goto(lab.url(f"lab/tree/{name}"))
+        # a workspace of its own: JupyterLab would otherwise restore the lessons opened before in the same tab set
+        page.goto(lab.url(f"lab/workspaces/tour-{stem.replace('_', '-')}/tree/{name}?reset"))
         wait_for_notebook_kernel(page)
         t0 = time.monotonic()
         run_all_cells(page)
