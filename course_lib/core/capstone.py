@@ -60,6 +60,7 @@ from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
+from course_lib.core.serving import _steady_state_search  # the one steady-state search
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
                                         require_nonnegative, require_positive)
@@ -823,26 +824,8 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     def memory(c):
         return one.weights_per_gpu + kv_tok * k + c * kv_tok * (P + n - k)
 
-    def numbers_at(c):
-        t_dec = compute(state.replace(batch=c)).tpot
-        return t_dec, g.steady_state_tpot(t_dec, c, t_pf, n - 1), t_pf + t_dec
-
-    def broken(c) -> list[str]:
-        _, tpot, ttft = numbers_at(c)
-        out = []
-        if tpot > tpot_budget:
-            out.append("TPOT budget")
-        if ttft_budget is not None and ttft > ttft_budget:
-            out.append("TTFT budget")
-        if memory(c) > limit:
-            out.append("memory")
-        return out
-
-    # TPOT, TTFT and memory never fall as C grows: the C that pass form a prefix 1..C (bisection)
-    best = _largest_passing(lambda c: not broken(c), cap_c)
-    binds = "sequence limit" if best == cap_c else " and ".join(broken(best + 1))
-    c = max(best, 1)
-    t_dec, tpot, ttft = numbers_at(c)
+    best, binds, c, (t_dec, tpot, ttft) = _steady_state_search(
+        lambda c: compute(state.replace(batch=c)).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget, cap_c)
     replicas = math.ceil(users / best) if best else None
     return ContinuousPlan(state=state.replace(batch=c), users=users, sequences=best, replicas=replicas,
                           gpus=None if replicas is None else replicas * state.tensor_parallel, binds=binds,

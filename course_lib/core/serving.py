@@ -815,6 +815,38 @@ class ServingPlan:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
+def _steady_state_search(decode_tpot, memory, t_pf: float, n: int, limit: float, tpot_budget: float,
+                        ttft_budget: float | None, cap_c: int):
+    """The largest number of sequences in flight C (1 .. ``cap_c``) whose continuous-batching steady state keeps
+    its TPOT (``steady_state_tpot`` of the decode step ``decode_tpot(C)`` and ``t_pf``), its TTFT (``t_pf`` + one
+    decode step) and ``memory(C)`` within the budgets and ``limit``.
+
+    Returns ``(best, binds, c, (t_dec, tpot, ttft))``: ``best`` (0 when even one sequence breaks a limit), what
+    ``best + 1`` breaks (``binds``; "sequence limit" at ``cap_c``), and the numbers at ``c = max(best, 1)``.
+    The one search behind :func:`continuous_batching_plan` and :func:`course_lib.core.capstone.continuous_plan`.
+    """
+    def numbers_at(c):
+        t_dec = decode_tpot(c)
+        return t_dec, g.steady_state_tpot(t_dec, c, t_pf, n - 1), t_pf + t_dec
+
+    def broken(c) -> list[str]:
+        _, tpot, ttft = numbers_at(c)
+        out = []
+        if tpot > tpot_budget:
+            out.append("TPOT budget")
+        if ttft_budget is not None and ttft > ttft_budget:
+            out.append("TTFT budget")
+        if memory(c) > limit:
+            out.append("memory")
+        return out
+
+    # TPOT, TTFT and memory never fall as C grows: the C that pass form a prefix 1..C (bisection)
+    best = _largest_passing(lambda c: not broken(c), cap_c)
+    binds = "sequence limit" if best == cap_c else " and ".join(broken(best + 1))
+    c = max(best, 1)
+    return best, binds, c, numbers_at(c)
+
+
 def continuous_batching_plan(model, hardware, users, prompt_tokens, output_tokens, *, precision="fp16",
                              kv_precision=None, cached_prefix_tokens=0, tpot_budget=0.05, ttft_budget=None,
                              kv_memory_fraction=0.9, compute_efficiency=1.0, bandwidth_efficiency=1.0,
@@ -859,27 +891,9 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
         return weights + g.kv_cache_bytes(m.kv_values_per_token, get_precision(kvname).bytes, k, 1) \
             + c * kv_tok * (P + n - k)
 
-    def numbers_at(c):
-        t_dec = estimate(m, hw, P, n, batch=c, **kw).tpot
-        tpot = t_dec + c * t_pf / (n - 1)
-        return t_dec, tpot, t_pf + t_dec
-
-    def broken(c) -> list[str]:
-        _, tpot, ttft = numbers_at(c)
-        out = []
-        if tpot > tpot_budget:
-            out.append("TPOT budget")
-        if ttft_budget is not None and ttft > ttft_budget:
-            out.append("TTFT budget")
-        if memory(c) > limit:
-            out.append("memory")
-        return out
-
-    # TPOT, TTFT and memory never fall as C grows: the C that pass form a prefix 1..C (bisection)
-    best = _largest_passing(lambda c: not broken(c), cap_c)
-    binds = "sequence limit" if best == cap_c else " and ".join(broken(best + 1))
-    c = max(best, 1)
-    t_dec, tpot, ttft = numbers_at(c)
+    best, binds, c, (t_dec, tpot, ttft) = _steady_state_search(
+        lambda c: estimate(m, hw, P, n, batch=c, **kw).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget,
+        cap_c)
     share = c * t_pf / ((n - 1) * t_dec + c * t_pf)
     return ServingPlan(model=m.name, hardware=hw.name, precision=wname, kv_precision=kvname, users=users,
                        sequences_per_gpu=best, gpus=math.ceil(users / best) if best else None, binds=binds,
