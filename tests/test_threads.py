@@ -206,6 +206,26 @@ def test_steady_retries_with_fewer_threads_and_longer_blocks_until_reliable():
     assert [a.verdict.verdict for a in s.attempts] == ["noisy", "noisy", "reliable"]
 
 
+def test_inside_keep_threads_a_retry_keeps_the_thread_count():
+    """A calibration predicts a model run with N threads: its retries lengthen the block but keep N."""
+    from course_lib.measure.steady import keep_threads
+    calls = []
+
+    def run(threads, min_block):
+        calls.append((threads, min_block))
+        return NOISY if len(calls) < 3 else TIGHT
+
+    with keep_threads():
+        s = steady(run, threads=4, min_block=1e-3, stat=no_stat)
+    assert calls == [(4, 1e-3), (4, 4e-3), (4, 1.6e-2)] and s.threads == 4 and s.verdict.verdict == "reliable"
+    calls.clear()
+    s = steady(run, threads=4, min_block=1e-3, stat=no_stat)        # outside the block: fewer threads again
+    assert calls[1][0] == 2
+    calls.clear()
+    steady(run, threads=4, min_block=1e-3, stat=no_stat, fewer=False)
+    assert [c[0] for c in calls] == [4, 4, 4]
+
+
 def test_steady_stops_at_max_attempts_and_reports_the_last_verdict():
     s = steady(lambda t, b: NOISY, threads=1, min_block=1e-3, max_attempts=2, stat=no_stat)
     assert [(a.threads, a.min_block) for a in s.attempts] == [(1, 1e-3), (1, 4e-3)]
@@ -226,7 +246,7 @@ def test_steady_reads_the_steal_of_each_attempt():
     ({"run": None}, TypeError, "run"), ({"threads": 0}, ValueError, "threads"),
     ({"min_block": 0}, ValueError, "min_block"), ({"min_block": "1"}, TypeError, "min_block"),
     ({"max_attempts": 0}, ValueError, "max_attempts"), ({"block_growth": 0.5}, ValueError, "block_growth"),
-    ({"stat": 3}, TypeError, "stat"),
+    ({"stat": 3}, TypeError, "stat"), ({"fewer": "yes"}, TypeError, "fewer"),
 ])
 def test_steady_refuses_bad_input(kwargs, error, name):
     args = {"run": lambda t, b: TIGHT, "threads": 1, "min_block": 1e-3, "stat": no_stat} | kwargs

@@ -396,4 +396,77 @@ def test_validate_offers_the_names_it_had():
 def test_decode_rounds_keep_the_median_round_and_measure_their_disagreement():
     t = [type("T", (), {"seconds": x})() for x in (0.012, 0.010, 0.011)]
     mid, agree = validate._median_round(t)
-    assert mid.seconds == 0.011 and agree == pytest.approx((0.012 - 0.010) / 0.011)
+    assert mid == 2 and t[mid].seconds == 0.011 and agree == pytest.approx((0.012 - 0.010) / 0.011)
+
+
+def _fake_decode(seconds_by_call):
+    """A stand-in for measure_decode_contexts: each call returns the next of ``seconds_by_call`` (no model runs)."""
+    from course_lib.measure.model_timing import DecodeTiming
+    it = iter(seconds_by_call)
+
+    def fake(lm, contexts, steps=8, threads=None, clock=None, **kw):
+        sec = next(it)
+        return [DecodeTiming(sec, sec * 0.99, sec * 1.01, steps, contexts[0] - 2, threads, 2, 1)]
+    return fake
+
+
+class _Bar:
+    def set_postfix_str(self, s):
+        pass
+
+    def update(self, n=1):
+        pass
+
+
+def test_each_decode_round_is_predicted_from_the_gemv_probes_around_it(monkeypatch):
+    """probe, round, probe, round ...: a round's prediction uses the mean of the probes just before and after it, so
+    a bandwidth that drifts between the calibration and the measurement is not counted as the model's error."""
+    cal = _calibration(gemv_bw=10e9)
+    factors = iter([1.0, 1.2, 1.4, 1.6])       # the machine speeds up: 10, 12, 14, 16 GB/s at the four probes
+    calls = []
+
+    def reprobe(c, shapes):
+        assert c is cal
+        f = next(factors)
+        calls.append(f)
+        return {sh: 10e9 * f for sh in shapes}
+    monkeypatch.setattr(validate, "reprobe_gemv", reprobe)
+    # one context, three rounds: 30, 20, 25 ms -> the median round is the third (between the 14 and 16 GB/s probes)
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([0.030, 0.020, 0.025]))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert calls == [1.0, 1.2, 1.4, 1.6] and pt.measured == 0.025
+    round3 = validate._bracketed(cal, {sh: 14e9 for sh in cal.gemv}, {sh: 16e9 for sh in cal.gemv})
+    def mean_step(c):
+        return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
+    assert pt.predicted == pytest.approx(mean_step(round3)) and pt.predicted < mean_step(cal)
+    # the drift is reported: the weights term at 10 GB/s (calibration) against 16 GB/s: 60 % (the norm vectors are at the copy rate)
+    assert pt.drift.relative == pytest.approx(0.6, rel=1e-3) and "move by 60%" in pt.drift.line()
+    # rounds that disagree by 50 % of their median: noisy, and it says why
+    assert pt.verdict == "noisy" and "interleaved rounds disagree" in pt.reason
+
+
+def test_a_round_whose_probes_disagree_is_noisy(monkeypatch):
+    cal = _calibration(gemv_bw=10e9)
+    factors = iter([1.0, 1.0, 1.0, 1.5])       # the bandwidth jumps during the third round
+    monkeypatch.setattr(validate, "reprobe_gemv",
+                        lambda c, shapes: {sh: 10e9 * f for f in [next(factors)] for sh in shapes})
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([0.020, 0.0205, 0.0202]))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert pt.measured == 0.0202 and pt.verdict == "noisy"
+    assert "GEMV probes just before and just after it disagree by 50%" in pt.reason
+
+
+def test_reprobe_gemv_runs_the_gemv_probe_with_the_calibrations_settings(monkeypatch):
+    cal = calibrate.Calibration(**{**_calibration().__dict__, "fast": True, "budget_bytes": 64 << 20})
+    seen = []
+
+    def fake(mk, ps):
+        seen.append((mk, ps.fast, ps.budget_bytes, ps.threads))
+        return 1e9 * mk[0]
+    monkeypatch.setitem(calibrate.PROBES, "gemv", fake)
+    assert calibrate.reprobe_gemv(cal, [(4, 8), (2, 8), (4, 8)]) == {(2, 8): 2e9, (4, 8): 4e9}
+    assert seen == [((2, 8), True, 64 << 20, 1), ((4, 8), True, 64 << 20, 1)]
+    with pytest.raises(TypeError, match="calibration must be a Calibration"):
+        calibrate.reprobe_gemv("cal", [(2, 8)])
+    with pytest.raises(ValueError, match="shapes must name at least one"):
+        calibrate.reprobe_gemv(cal, [])

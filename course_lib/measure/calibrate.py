@@ -35,11 +35,13 @@ from course_lib.measure.device import FALLBACK_LLC_BYTES, device_name, last_leve
 from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult, measure_attention_products,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
                                        measure_op_overhead, measure_score_passes)
+from course_lib.measure.steady import keep_threads
 from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
-           "check_clock", "load_average", "PROBES", "ProbeSettings", "probe_jobs", "cold_streams"]
+           "check_clock", "load_average", "PROBES", "ProbeSettings", "probe_jobs", "cold_streams", "reprobe_gemv",
+           "Drift"]
 
 _BASE = get_model("llama-3-8b")
 
@@ -140,6 +142,9 @@ class Calibration:
     gemm_rotated: bool = False
     #: {(kv_heads, group, head_dim, queries, keys): FLOP/s} of a prefill's attention products (q·kᵀ, p·v)
     attention: dict = field(default_factory=dict)
+    #: the probe settings a re-probe (:func:`reprobe_gemv`) repeats: fast settings, and one probe's memory budget
+    fast: bool = False
+    budget_bytes: int | None = None
 
     def op_costs(self, streamed_bytes: float) -> tuple[float, float]:
         """(t_op, t_view): seconds per small op / view when ``streamed_bytes`` went through memory since
@@ -449,7 +454,8 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     t0 = time.perf_counter()
     load = load_average()
     res: dict[str, dict] = {kind: {} for kind in PROBES}
-    with progress_bar(jobs, desc="calibrate (probes)", unit="probe", enabled=progress) as bar:
+    # a retry keeps the thread count: the rates predict a model run with these threads
+    with progress_bar(jobs, desc="calibrate (probes)", unit="probe", enabled=progress) as bar, keep_threads():
         for kind, key in bar:
             res[kind][key] = PROBES[kind](key, settings)
     return Calibration(device=dev.type, device_name=device_name(dev), threads=nthreads,
@@ -458,4 +464,51 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
                        gemm=res["gemm"], kv=res["kv"], seconds=time.perf_counter() - t0,
                        cold_ops=[(x, t_op, t_view) for x, (t_op, t_view) in res["cold"].items()], clock=clock,
                        scores=res["scores"], gemm_rotated=rotate_gemm, attention=res["attention"],
-                       thread_policy="" if policy is None else policy.description)
+                       thread_policy="" if policy is None else policy.description, fast=fast,
+                       budget_bytes=budget_bytes)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the machine's GEMV bandwidth moved while one model was measured (decode).
+
+    ``calibrated``: the model's weights term (seconds, at its shortest context) from the calibration;
+    ``bracketed``: the same term from each set of GEMV probes run before, between and after its measurements.
+    """
+
+    model: str
+    calibrated: float
+    bracketed: tuple
+
+    @property
+    def relative(self) -> float:
+        """(max - min) / min over the calibration and every bracket."""
+        xs = (self.calibrated, *self.bracketed)
+        return (max(xs) - min(xs)) / min(xs)
+
+    def line(self) -> str:
+        lo, hi = min(self.bracketed), max(self.bracketed)
+        return (f"{self.model}: weights term {self.calibrated * 1e3:.1f} ms from the calibration, {lo * 1e3:.1f} to "
+                f"{hi * 1e3:.1f} ms from the {len(self.bracketed)} sets of probes around its measurements "
+                f"(all together they move by {self.relative:.0%})")
+
+
+def reprobe_gemv(calibration: Calibration, shapes: Iterable[tuple[int, int]]) -> dict:
+    """The GEMV probes of ``shapes`` run again with ``calibration``'s settings: {(m, k): bytes/s} now.
+
+    A machine's memory bandwidth drifts (on a shared VM by about 10 % within a minute, with no CPU steal to
+    show for it: other tenants share the memory controllers). A benchmark that compares a prediction with a
+    measurement taken minutes after the calibration would count that drift as the model's error, so
+    :func:`course_lib.measure.validate.run` re-runs the GEMV probes of each model before and after each
+    round of its measurements (probe, model, probe, ...) and predicts that round from the probes around it.
+    Only probes run here, never the model.
+    """
+    if not isinstance(calibration, Calibration):
+        raise TypeError(f"calibration must be a Calibration, got {type(calibration).__name__}")
+    keys = sorted({(require_count("m", m, minimum=1), require_count("k", k, minimum=1)) for m, k in shapes})
+    if not keys:
+        raise ValueError("shapes must name at least one (m, k) weight shape")
+    settings = ProbeSettings(resolve_device(calibration.device), calibration.threads, calibration.clock,
+                             calibration.fast, calibration.gemm_rotated, calibration.budget_bytes)
+    with keep_threads():
+        return {key: PROBES["gemv"](key, settings) for key in keys}

@@ -27,14 +27,35 @@ work, so the policy is tested with fake timings.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from course_lib.core.quality import THRESHOLDS, Thresholds, TimingVerdict, read_cpu_steal, timing_verdict
 from course_lib.core.validation import require_count, require_positive
 from course_lib.measure.threads import fewer_threads, proc_stat
 
-__all__ = ["Attempt", "SteadyTiming", "steady", "interleave", "steady_timeit", "probe_attempts"]
+__all__ = ["Attempt", "SteadyTiming", "steady", "interleave", "steady_timeit", "probe_attempts", "keep_threads"]
+
+#: inside :func:`keep_threads`: retries keep the thread count (they only lengthen the block)
+_KEEP_THREADS: ContextVar[bool] = ContextVar("course_keep_threads", default=False)
+
+
+@contextmanager
+def keep_threads() -> Iterator[None]:
+    """Within this block a retry of :func:`steady` keeps its thread count and only lengthens the block.
+
+    A calibration predicts a model that runs with a given thread count: a rate timed with fewer threads is
+    the rate of another configuration (a GEMV on one of two cores streams well under the bandwidth of two),
+    so :func:`course_lib.measure.calibrate.calibrate` and ``reprobe_gemv`` run their probes in this block.
+    A probe that shows a rate on its own (lessons 05-08) retries with fewer threads, as issue 13 asks.
+    """
+    token = _KEEP_THREADS.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_THREADS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -77,13 +98,18 @@ def _steal_between(stat: Callable[[], str | None], before: str | None) -> float 
 
 def steady(run: Callable[[int | None, float], list], *, threads: int | None, min_block: float,
            max_attempts: int = 3, block_growth: float = 4.0, thresholds: Thresholds = THRESHOLDS,
-           stat: Callable[[], str | None] = proc_stat) -> SteadyTiming:
+           stat: Callable[[], str | None] = proc_stat, fewer: bool | None = None) -> SteadyTiming:
     """Time with ``run(threads, min_block)`` until the verdict is "reliable" or ``max_attempts`` are spent.
 
     After a noisy or contended attempt the next uses :func:`fewer_threads` (unchanged at 1 thread, or
     on a GPU where ``threads`` is None) and a block ``block_growth`` times longer. ``run`` returns the
     per-call seconds of each repeat; ``stat`` returns a ``/proc/stat`` snapshot (None: no steal figure).
+    ``fewer``: whether a retry may use fewer threads (None: yes, except inside :func:`keep_threads`).
     """
+    if fewer is None:
+        fewer = not _KEEP_THREADS.get()
+    elif not isinstance(fewer, bool):
+        raise TypeError(f"fewer must be True, False or None, got {fewer!r}")
     if not callable(run):
         raise TypeError(f"run must be a function run(threads, min_block) -> seconds, got {type(run).__name__}")
     if threads is not None:
@@ -102,7 +128,7 @@ def steady(run: Callable[[int | None, float], list], *, threads: int | None, min
         attempts.append(Attempt(threads, min_block, verdict))
         if verdict.reliable or n == max_attempts - 1:
             break
-        if threads is not None:
+        if threads is not None and fewer:
             threads = fewer_threads(threads) or threads
         min_block = min(min_block * block_growth, 1e5)
     return SteadyTiming(times=times, threads=attempts[-1].threads, min_block=attempts[-1].min_block,

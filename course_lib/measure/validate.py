@@ -42,14 +42,15 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from course_lib.core.quality import THRESHOLDS, timing_verdict
 from course_lib.core.validation import require_count, require_counts
 from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_MODELS, FAST_PROMPTS, TTFT_PROMPTS,
                                           VALIDATION_MODELS, Calibration, calibrate, check_clock, dense_spec,
-                                          load_average, model_specs, stream_between_ops, weight_matrices)
+                                          Drift, load_average, model_specs, reprobe_gemv,
+                                          stream_between_ops, weight_matrices)
 from course_lib.measure.device import default_device, resolve_device
 from course_lib.measure.model_timing import measure_decode_contexts, measure_prefill
 from course_lib.measure.predict import (DECODE_COUNT_CONTEXT, REUSE_PATHS, Prediction, check_calibration, count_ops,
@@ -84,6 +85,7 @@ class Point:
     prediction: Prediction
     verdict: str = "reliable"        # course_lib.core.quality.timing_verdict of the measurement
     reason: str = ""
+    drift: "Drift | None" = None     # decode: the GEMV probes that bracketed the model's rounds
 
     @property
     def error(self) -> float:
@@ -149,6 +151,14 @@ class ValidationReport:
                 f"the machine's noise, so the last line does not judge the model; close other programs and run "
                 f"again, or use --threads 1 --clock process (exit status {NOISY_EXIT})")
 
+    def drift_lines(self) -> list[str]:
+        """The bandwidth drift seen by the probes that bracketed each model's decode rounds (one line per model)."""
+        seen = {p.model: p.drift for p in self.decode if p.drift is not None}
+        if not seen:
+            return []
+        return ["bandwidth drift (each measurement is predicted from the GEMV probes run just before and after it):",
+                *("  " + d.line() for d in seen.values())]
+
     def rows(self) -> list[tuple]:
         out = []
         for p in self.points:
@@ -183,6 +193,7 @@ class ValidationReport:
                  f"uncalibrated decode: geomean |error| {statistics.geometric_mean(unc) if unc else math.nan:.3f}, "
                  f"max {max(unc, default=math.nan):.3f}",
                  f"TTFT: max |error| {max(ttft, default=math.nan):.3f} (reported, not in the target)",
+                 *self.drift_lines(),
                  f"total {self.seconds:.1f} s",
                  self.quality_line(),
                  self.last_line()]
@@ -196,7 +207,13 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
 
     Decode: every model × every context (median of ``runs`` timed steps, default 8; spread = IQR /
     median), in :data:`DECODE_ROUNDS` interleaved rounds over the contexts (the median round is kept;
-    rounds that disagree by more than the noisy spread make the point noisy). TTFT: ``ttft_model``
+    rounds that disagree by more than the noisy spread make the point noisy). The GEMV probes of the
+    model's shapes run again before the first measurement and after each one (:func:`reprobe_gemv`),
+    and each measurement is predicted from the probes just before and after it: the machine's
+    bandwidth drifts between the calibration and the measurement (by tens of % on a shared VM), and
+    comparing the model with probes minutes older would count that drift as its error. The report's
+    drift lines show how far the probes moved; probes before and after one measurement that disagree
+    by more than the noisy spread make it noisy. TTFT: ``ttft_model``
     (default: the first model) at every prompt length (median of ``runs`` fresh prompts, default 5).
     ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
     the probes and the model.
@@ -229,17 +246,72 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
 DECODE_ROUNDS = 3
 
 
-def _median_round(timings: list):
-    """The round with the median TPOT, and how far the rounds disagree: (max - min) / median of their TPOTs."""
-    ordered = sorted(timings, key=lambda t: t.seconds)
-    mid = ordered[len(ordered) // 2]
-    return mid, (ordered[-1].seconds - ordered[0].seconds) / mid.seconds
+def _median_round(timings: list) -> tuple[int, float]:
+    """The index of the round with the median TPOT, and how far the rounds disagree: (max - min) / median."""
+    order = sorted(range(len(timings)), key=lambda i: timings[i].seconds)
+    mid = order[len(order) // 2]
+    spread = (timings[order[-1]].seconds - timings[order[0]].seconds) / timings[mid].seconds
+    return mid, spread
 
 
 def _judged(timing, repeats: int):
     """The verdict of one measured point, from its median, quartiles and number of repeats."""
     return timing_verdict({"seconds": timing.seconds, "q1_seconds": timing.q1_seconds,
                            "q3_seconds": timing.q3_seconds, "repeats": repeats})
+
+
+def _bracketed(calibration, rates_before: dict, rates_after: dict) -> Calibration:
+    """``calibration`` with the GEMV rates of one round: the mean of the probes run just before and just after it."""
+    gemv = {**calibration.gemv, **{k: (rates_before[k] + rates_after[k]) / 2 for k in rates_before}}
+    return replace(calibration, gemv=gemv)
+
+
+def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> list:
+    """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`)."""
+    shapes = sorted(weight_matrices(s))
+    n = DECODE_ROUNDS * len(ctxs)
+    brackets = []
+    rounds: dict[int, list] = {c: [] for c in ctxs}
+    where: dict[int, list] = {c: [] for c in ctxs}     # context -> index of the measurement in the sequence
+    # probe, c1, probe, c2, probe, c3, probe, c1, ... : interleaved rounds, so that a drift of the machine lands on
+    # every context alike, and each measurement between two sets of GEMV probes of the model's shapes
+    for j in range(n + 1):
+        bar.set_postfix_str(f"{s.name} GEMV probes ({j + 1}/{n + 1})")
+        brackets.append(reprobe_gemv(calibration, shapes))
+        if j == n:
+            break
+        r, c = j // len(ctxs), ctxs[j % len(ctxs)]
+        bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
+        rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
+        where[c].append(j)
+    cals = [_bracketed(calibration, a, b) for a, b in zip(brackets, brackets[1:])]
+    c0 = min(ctxs)
+    weights_terms = [predict_tpot(s, c0, cal).terms["weights"] for cal in
+                     [replace(calibration, gemv={**calibration.gemv, **b}) for b in brackets]]
+    drift = Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"], tuple(weights_terms))
+    points = []
+    for c in ctxs:
+        r, agree = _median_round(rounds[c])
+        t, j = rounds[c][r], where[c][r]
+        p1 = predict_tpot(s, t.first_context, cals[j])
+        p2 = predict_tpot(s, t.last_context, cals[j])
+        pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
+        unc = (p1.uncalibrated + p2.uncalibrated) / 2
+        v = _judged(t, t.steps)
+        verdict, reason = v.verdict, v.reason
+        around = abs(weights_terms[j + 1] - weights_terms[j]) / min(weights_terms[j], weights_terms[j + 1])
+        if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
+            verdict = "noisy"
+            reason = (f"the {DECODE_ROUNDS} interleaved rounds disagree by {agree:.0%} of their median "
+                      f"(above {THRESHOLDS.noisy_relative_iqr:.0%}): the machine drifted")
+        elif verdict == "reliable" and around > THRESHOLDS.noisy_relative_iqr:
+            verdict = "noisy"
+            reason = (f"the GEMV probes just before and just after it disagree by {around:.0%} (above "
+                      f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
+        points.append(Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1,
+                            verdict, reason, drift))
+        bar.update()
+    return points
 
 
 def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration, progress, clock):
@@ -254,28 +326,7 @@ def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthre
             lm = TinyLM(s, device=dev, max_seq=need, seed=0)
             wbytes = s.weight_bytes("fp32")
             if kind == "tpot":
-                # interleaved rounds (c1 c2 c3, c1 c2 c3, ...): a drift of the machine lands on every context alike
-                rounds: dict[int, list] = {c: [] for c in ctxs}
-                for r in range(DECODE_ROUNDS):
-                    for c in ctxs:
-                        bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
-                        rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads,
-                                                                 clock=clock)[0])
-                for c in ctxs:
-                    t, agree = _median_round(rounds[c])
-                    p1 = predict_tpot(s, t.first_context, calibration)
-                    p2 = predict_tpot(s, t.last_context, calibration)
-                    pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
-                    unc = (p1.uncalibrated + p2.uncalibrated) / 2
-                    v = _judged(t, t.steps)
-                    verdict, reason = v.verdict, v.reason
-                    if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
-                        verdict = "noisy"
-                        reason = (f"the {DECODE_ROUNDS} interleaved rounds disagree by {agree:.0%} of their median "
-                                  f"(above {THRESHOLDS.noisy_relative_iqr:.0%}): the machine drifted")
-                    points.append(Point("tpot", s.name, wbytes, c, pred, t.seconds, t.spread, unc, t.steps, p1,
-                                        verdict, reason))
-                    bar.update()
+                points += _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar)
             else:
                 for p in prompts:
                     bar.set_postfix_str(f"{s.name} TTFT @ {p}")

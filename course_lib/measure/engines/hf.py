@@ -71,9 +71,9 @@ import os
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -81,13 +81,14 @@ from course_lib.core import data
 from course_lib.core import numeric
 from course_lib.core.estimator import estimate
 from course_lib.core.models import ModelSpec
-from course_lib.core.quality import read_cpu_steal, summarize_verdicts, timing_verdict
+from course_lib.core.quality import THRESHOLDS, read_cpu_steal, summarize_verdicts, timing_verdict
 from course_lib.core.roofline import compute_time, memory_time
 from course_lib.core.validation import require_choice, require_count, require_counts
-from course_lib.measure.calibrate import (PROBES, Calibration, ProbeSettings, calibrate, probe_jobs,
-                                          stream_between_ops, weight_matrices)
+from course_lib.measure.calibrate import (PROBES, Calibration, Drift, ProbeSettings, calibrate, probe_jobs,
+                                          reprobe_gemv, stream_between_ops, weight_matrices)
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.predict import Prediction, check_calibration
+from course_lib.measure.steady import keep_threads
 from course_lib.measure.threads import host_thread_policy, proc_stat
 from course_lib.measure.timing import Threads, progress_bar
 
@@ -467,12 +468,17 @@ class EngineTiming:
 
 
 def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, repeats: int = REPEATS, *,
-                   seed: int = 0, warmup: bool = True, threads: int | None = None) -> list[EngineTiming]:
+                   seed: int = 0, warmup: bool = True, threads: int | None = None,
+                   between: Callable[[], object] | None = None) -> list[EngineTiming]:
     """Time ``generate()`` at each prompt length, ``repeats`` times, interleaved (P1 P2 ... P1 P2 ...).
 
     ``threads``: CPU threads (default: :func:`~course_lib.measure.threads.host_thread_policy`). A warm-up
-    generation (8 tokens, 2 new) runs first unless ``warmup=False``.
+    generation (8 tokens, 2 new) runs first unless ``warmup=False``. ``between``: called (untimed) before
+    the first repeat and after each one; the benchmark re-runs its GEMV probes there, so that the prediction
+    sees the bandwidth the machine had while the engine ran.
     """
+    if between is not None and not callable(between):
+        raise TypeError(f"between must be a function of no arguments or None, got {type(between).__name__}")
     prompts = require_counts("prompts", prompts)
     new_tokens = require_count("new_tokens", new_tokens, minimum=2, maximum=4096)
     repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
@@ -490,11 +496,15 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
             generate_timed(model, torch.randint(0, vocab, (1, 8), generator=gen), 2)
         before = proc_stat()
         for _ in range(repeats):
+            if between is not None:
+                between()
             for p in prompts:
                 t, gaps = generate_timed(model, torch.randint(0, vocab, (1, p), generator=gen), new_tokens)
                 ttft[p].append(t)
                 steps[p].extend(gaps)
         steal = _steal(before, proc_stat())
+        if between is not None:
+            between()
     return [EngineTiming(p, new_tokens, tuple(ttft[p]), tuple(steps[p]), steal) for p in prompts]
 
 
@@ -696,11 +706,12 @@ def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, thr
     cal = calibrate(threads, fast, models=specs, prompt_lengths=prompts, ttft_model=first, device="cpu",
                     progress=progress, rotate_gemm=True, budget_bytes=budget_bytes)
     settings = ProbeSettings(torch.device("cpu"), cal.threads, cal.clock, fast, True, budget_bytes)
-    for s in rest:
-        for kind, key in probe_jobs({s.name: s}, prompts, s):
-            store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
-            if store is not None and key not in store:
-                store[key] = PROBES[kind](key, settings)
+    with keep_threads():                 # as calibrate(): a retry keeps the thread count
+        for s in rest:
+            for kind, key in probe_jobs({s.name: s}, prompts, s):
+                store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
+                if store is not None and key not in store:
+                    store[key] = PROBES[kind](key, settings)
     return cal
 
 
@@ -748,6 +759,8 @@ class EngineReport:
     llc_bytes: int | None = None
     #: the CPU threads the measurements used
     thread_count: int | None = None
+    #: configuration name -> the GEMV probes run around its repeats (:class:`~course_lib.measure.calibrate.Drift`)
+    drifts: dict = field(default_factory=dict)
 
     def in_cache(self) -> list[str]:
         """Models whose fp32 weights fit in the last-level cache: a decode step reads them from the cache, not
@@ -844,6 +857,10 @@ class EngineReport:
                          f"{self.llc_bytes / 2**20:.0f} MiB last-level cache: decode reads them from the cache and "
                          f"the weights term, probed beyond the cache, over-predicts"
                          + (" (--fast uses small models; the targets apply to the full run)" if self.fast else ""))
+        if self.drifts:
+            lines.append("bandwidth drift (each model is predicted from the GEMV probes run before and after each "
+                         "of its repeats):")
+            lines += ["  " + d.line() for d in self.drifts.values()]
         lines += [f"total {self.seconds:.1f} s", self.last_line()]
         return "\n".join(lines)
 
@@ -906,6 +923,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
     else:
         check_calibration(calibration)
     overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe
+    drifts: dict[str, Drift] = {}                # configuration name -> the GEMV probes around its repeats
     probed: dict[str, EngineOverhead] = {}      # tiny configuration -> probe (one per distinct architecture)
     points = []
     with progress_bar(total=len(specs), desc="measure transformers generate()", unit="model",
@@ -917,19 +935,39 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                 probed[key] = probe_engine_overhead(cfg, threads=policy.threads)
             ov = overheads[name] = probed[key]
             model, _ = build_model(cfg, available=available)
-            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads)
+            shapes = sorted(weight_matrices(spec))
+            brackets: list[dict] = []
+            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
+                                     between=lambda: brackets.append(reprobe_gemv(calibration, shapes)))
             del model
             gc.collect()
+            during, drift = _during(spec, calibration, brackets, min(prompts), new_tokens)
+            drifts[name] = drift
+            moved = max(abs(b - a) / min(a, b) for a, b in zip(drift.bracketed, drift.bracketed[1:]))
             for t in timings:
-                pr = predict_engine_tpot(spec, t.prompt, new_tokens, calibration, ov)
+                pr = predict_engine_tpot(spec, t.prompt, new_tokens, during, ov)
                 v = t.tpot_verdict
+                verdict = "noisy" if v.verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr else v.verdict
                 points.append(EnginePoint("tpot", name, spec.params, t.prompt, pr.seconds, t.tpot, v.spread or 0.0,
-                                          v.verdict, pr.uncalibrated, pr))
+                                          verdict, pr.uncalibrated, pr))
             for t in timings:
-                pr = predict_engine_ttft(spec, t.prompt, calibration, ov)
+                pr = predict_engine_ttft(spec, t.prompt, during, ov)
                 v = t.ttft_verdict
                 points.append(EnginePoint("ttft", name, spec.params, t.prompt, pr.seconds, t.ttft, v.spread or 0.0,
                                           v.verdict, pr.uncalibrated, pr))
             bar.update()
     return EngineReport(points, overheads, calibration, policy.description, time.perf_counter() - t0, fast, skipped,
-                        last_level_cache_bytes("cpu"), policy.threads)
+                        last_level_cache_bytes("cpu"), policy.threads, drifts)
+
+
+def _during(spec: ModelSpec, calibration: Calibration, brackets: list, prompt: int, new_tokens: int):
+    """(``calibration`` with the mean GEMV rates of the probes run around the engine's repeats, their :class:`Drift`).
+
+    The probes run before the first repeat and after each one (:func:`measure_engine`'s ``between``); the
+    engine's times are medians over the repeats, so they are predicted from the mean of those probes.
+    """
+    mean = {k: statistics.fmean(b[k] for b in brackets) for k in brackets[0]}
+    during = replace(calibration, gemv={**calibration.gemv, **mean})
+    ctx = prompt + new_tokens // 2
+    terms = [_weights_and_kv(spec, ctx, replace(calibration, gemv={**calibration.gemv, **b}))[0] for b in brackets]
+    return during, Drift(spec.name, _weights_and_kv(spec, ctx, calibration)[0], tuple(terms))
