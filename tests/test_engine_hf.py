@@ -146,6 +146,24 @@ def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, mo
     assert t16.mean_context == 18 and t16.tpot_verdict.verdict in ("reliable", "contended")
     with pytest.raises(ValueError, match="positions"):
         hf.measure_engine(model, [510], new_tokens=4)
+    # between: before the first repeat and after each one (the benchmark's GEMV probes), never inside a timing
+    calls.clear()
+    hf.measure_engine(model, [16, 32], new_tokens=4, repeats=2, between=lambda: calls.append("probe"))
+    assert calls == [8, "probe", 16, 32, "probe", 16, 32, "probe"]
+    with pytest.raises(TypeError, match="between must be a function"):
+        hf.measure_engine(model, [16], new_tokens=4, between=3)
+
+
+def test_an_engine_run_is_predicted_from_the_mean_of_the_probes_around_its_repeats():
+    spec = hf.spec_of(hf.load_config("qwen2.5-0.5b")[1], "qwen2.5-0.5b")
+    cal = _calibration(gemv_bw=10e9)
+    shapes = sorted(calibrate.weight_matrices(spec))
+    brackets = [{sh: bw for sh in shapes} for bw in (10e9, 20e9, 30e9)]
+    during, drift = hf._during(spec, cal, brackets, 128, 16)
+    assert all(during.gemv[sh] == pytest.approx(20e9) for sh in shapes) and cal.gemv == {(1, 1): 10e9}
+    w = [hf._weights_and_kv(spec, 136, c)[0] for c in (cal, during)]
+    assert w[1] < w[0] and drift.calibrated == pytest.approx(w[0]) and len(drift.bracketed) == 3
+    assert drift.bracketed[0] > drift.bracketed[1] > drift.bracketed[2] and "3 sets of probes" in drift.line()
 
 
 def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch):
@@ -202,7 +220,7 @@ def _overhead(step=(1e-3, 2e-4), prefill=(3e-3, 5e-4)):
 def test_tpot_prediction_adds_the_engines_terms_to_the_calibrated_ones():
     spec = hf.spec_of(hf.load_config("qwen2.5-0.5b")[1], "qwen2.5-0.5b")
     cal, ov = _calibration(), _overhead()
-    p = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=None)
+    p = hf.predict_engine_tpot(spec, 128, 16, cal, ov)
     k_tok = spec.kv_bytes_per_token("fp32")
     assert p.tokens == 136 and k_tok == 2 * 24 * 2 * 64 * 4
     assert p.terms["weights"] == pytest.approx(spec.decode_weight_bytes("fp32") / 10e9, rel=0.01)
@@ -212,17 +230,12 @@ def test_tpot_prediction_adds_the_engines_terms_to_the_calibrated_ones():
     assert p.terms["engine"] == pytest.approx(1e-3 + 24 * 2e-4)                  # no cold probe: factor 1
     assert p.seconds == pytest.approx(sum(p.terms.values()))
     assert p.uncalibrated == pytest.approx((spec.decode_weight_bytes("fp32") + 136 * k_tok) / 8e9)
-    longer = hf.predict_engine_tpot(spec, 960, 16, cal, ov, llc_bytes=None)
+    longer = hf.predict_engine_tpot(spec, 960, 16, cal, ov)
     assert longer.terms["cache_concat"] > p.terms["cache_concat"] and longer.terms["weights"] == p.terms["weights"]
-    # one layer's K/V at context 136 is 136 * 1 KiB: a cache that holds it serves attention, one that does not, not
-    layer_kv = 136 * k_tok // 24
-    hot = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=layer_kv)
-    assert hot.terms["kv"] == 0 and hot.counts["kv_from_cache"] and hot.terms["cache_concat"] == p.terms["cache_concat"]
-    cold_kv = hf.predict_engine_tpot(spec, 128, 16, cal, ov, llc_bytes=layer_kv - 1)
-    assert cold_kv.terms["kv"] == p.terms["kv"] and not cold_kv.counts["kv_from_cache"]
+    assert longer.terms["kv"] == pytest.approx(968 / 136 * p.terms["kv"])      # attention reads every token's K/V
     stream = calibrate.stream_between_ops(spec)
     cal_cold = _calibration(cold_ops=[(0, 2e-6, 5e-7), (2 * stream, 6e-6, 1e-6)])
-    cold = hf.predict_engine_tpot(spec, 128, 16, cal_cold, ov, llc_bytes=None)
+    cold = hf.predict_engine_tpot(spec, 128, 16, cal_cold, ov)
     assert cold.counts["cold_factor"] == pytest.approx(2.0) and cold.terms["engine"] == pytest.approx(
         2 * p.terms["engine"])
 
@@ -239,7 +252,24 @@ def test_ttft_prediction_keeps_only_the_last_positions_logits_and_causal_attenti
     assert p.terms["lm_head"] == pytest.approx(head * 4 / 10e9)
     assert p.terms["attention"] == pytest.approx(4 * 12 * 12 * 64 * P * (P + 1) / 2 / 1e11)
     assert p.terms["engine"] == pytest.approx(3e-3 + 12 * 5e-4)
+    assert p.terms["passes"] == 0                        # the calibration did not probe the elementwise passes
     assert p.seconds == pytest.approx(sum(p.terms.values()))
+    probed = _calibration(gemm={(P, m, k): 5e10 for (m, k) in mats})
+    probed.passes[hf.passes_key(spec, P)] = 2e-4           # seconds per layer
+    q = hf.predict_engine_ttft(spec, P, probed, _overhead())
+    assert q.terms["passes"] == pytest.approx(12 * 2e-4) and q.seconds == pytest.approx(p.seconds + 12 * 2e-4)
+    assert hf.predict_engine_ttft(spec, 2 * P, probed, _overhead()).terms["passes"] == 0   # another row count
+
+
+def test_prefill_passes_probe_times_the_elementwise_work_of_a_layer():
+    spec = hf.spec_of(TINY["qwen3"], "tiny-qwen3")
+    few, many = (hf.measure_prefill_passes(spec, rows, threads=1, fast=True) for rows in (2, 512))
+    assert 0 < few < many            # 256 times the data: more time on any machine
+    assert hf.passes_key(spec, 8) != hf.passes_key(spec, 9) and hf.passes_key(spec, 8)[-1] == 8
+    with pytest.raises(ValueError, match="rows"):
+        hf.measure_prefill_passes(spec, 0)
+    with pytest.raises(TypeError, match="spec must be a ModelSpec"):
+        hf.measure_prefill_passes("qwen3", 8)
 
 
 @pytest.mark.parametrize("call,err,match", [

@@ -439,7 +439,7 @@ def test_each_decode_round_is_predicted_from_the_gemv_probes_around_it(monkeypat
     def mean_step(c):
         return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
     assert pt.predicted == pytest.approx(mean_step(round3)) and pt.predicted < mean_step(cal)
-    # the drift is reported: the weights term at 10 GB/s (calibration) against 16 GB/s: 60 % (the norm vectors are at the copy rate)
+    # the drift is reported: the weights term at 10 GB/s (calibration) against 16 GB/s: 60 % (norms at the copy rate)
     assert pt.drift.relative == pytest.approx(0.6, rel=1e-3) and "move by 60%" in pt.drift.line()
     # rounds that disagree by 50 % of their median: noisy, and it says why
     assert pt.verdict == "noisy" and "interleaved rounds disagree" in pt.reason

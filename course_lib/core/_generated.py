@@ -169,12 +169,12 @@ def engine_decode_time(weights_time, kv_time, context, kv_bytes_per_token, vocab
     return cold_factor*(layers*step_per_layer + step_fixed) + 2*context*kv_bytes_per_token/copy_bandwidth + kv_time + weights_time + 12*vocab/copy_bandwidth
 
 
-def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_bytes_per_token, vocab, copy_bandwidth, prefill_fixed, prefill_per_layer, layers, cold_factor):
-    """The prefill of transformers' generate(): block GEMMs at P rows, causal attention products, the lm_head on the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, and the engine's probed per-prefill cost. [s]
+def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_bytes_per_token, vocab, copy_bandwidth, prefill_fixed, prefill_per_layer, layers, cold_factor, layer_passes_time):
+    """The prefill of transformers' generate(): block GEMMs at P rows, causal attention products, the lm_head on the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, the engine's probed per-prefill cost, and each layer's elementwise passes over its P-row activations (MLP activation, norms, residual adds, rotary embedding; probed at the model's widths). [s]
 
-    sympy: attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
+    sympy: attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + layer_passes_time*layers + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
     """
-    return attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
+    return attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + layer_passes_time*layers + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
 
 
 def expected_experts(experts, experts_per_token, routed_tokens):
@@ -536,7 +536,7 @@ ARGUMENTS = {
     'e2e_per_token': (('ttft', 'positive'), ('n', 'count1'), ('tpot', 'positive')),
     'efficiency': (('predicted_time', 'positive'), ('measured_time', 'positive')),
     'engine_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('step_fixed', 'nonnegative'), ('step_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
-    'engine_prefill_time': (('linear_time', 'nonnegative'), ('attention_time', 'nonnegative'), ('lm_head_time', 'nonnegative'), ('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('prefill_fixed', 'nonnegative'), ('prefill_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
+    'engine_prefill_time': (('linear_time', 'nonnegative'), ('attention_time', 'nonnegative'), ('lm_head_time', 'nonnegative'), ('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('prefill_fixed', 'nonnegative'), ('prefill_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive'), ('layer_passes_time', 'nonnegative')),
     'expected_experts': (('experts', 'count1'), ('experts_per_token', 'count1'), ('routed_tokens', 'count1')),
     'expected_ttft': (('hit_rate', 'nonnegative'), ('ttft_hit', 'positive'), ('ttft_miss', 'positive')),
     'fixed_cost_fit_fixed_time': (('predicted_a', 'positive'), ('predicted_b', 'positive'), ('measured_a', 'positive'), ('measured_b', 'positive')),

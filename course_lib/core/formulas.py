@@ -146,6 +146,7 @@ class S:
     step_per_layer = _sym("step_per_layer", r"t_{layer}", **_nn)
     prefill_fixed = _sym("prefill_fixed", r"t_{pf,0}", **_nn)
     prefill_per_layer = _sym("prefill_per_layer", r"t_{pf,layer}", **_nn)
+    layer_passes_time = _sym("layer_passes_time", r"t_{pass}", **_nn)
     cold_factor = _sym("cold_factor", r"\chi", **_pos)
     linear_time = _sym("linear_time", r"t_{lin}", **_nn)
     attention_time = _sym("attention_time", r"t_{att}", **_nn)
@@ -412,12 +413,14 @@ _f("engine_decode_time",
    "concatenation of all K/V, the fp32 logits' copy and argmax, and the engine's probed per-step cost.", "s")
 _f("engine_prefill_time",
    s.linear_time + s.attention_time + s.lm_head_time + 2 * s.prompt * s.kv_bytes_per_token / s.copy_bandwidth
-   + 3 * 4 * s.vocab / s.copy_bandwidth + s.cold_factor * (s.prefill_fixed + s.layers * s.prefill_per_layer),
+   + 3 * 4 * s.vocab / s.copy_bandwidth + s.cold_factor * (s.prefill_fixed + s.layers * s.prefill_per_layer)
+   + s.layers * s.layer_passes_time,
    (s.linear_time, s.attention_time, s.lm_head_time, s.prompt, s.kv_bytes_per_token, s.vocab, s.copy_bandwidth,
-    s.prefill_fixed, s.prefill_per_layer, s.layers, s.cold_factor),
+    s.prefill_fixed, s.prefill_per_layer, s.layers, s.cold_factor, s.layer_passes_time),
    "The prefill of transformers' generate(): block GEMMs at P rows, causal attention products, the lm_head on "
-   "the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, and the "
-   "engine's probed per-prefill cost.", "s")
+   "the last position only, the prompt's K/V written into the cache, the logits' copy and argmax, the "
+   "engine's probed per-prefill cost, and each layer's elementwise passes over its P-row activations (MLP "
+   "activation, norms, residual adds, rotary embedding; probed at the model's widths).", "s")
 
 
 # --- roofline points, attention traffic and efficiency (lessons 06 and 08) --------------------------------------

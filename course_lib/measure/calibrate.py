@@ -142,6 +142,9 @@ class Calibration:
     gemm_rotated: bool = False
     #: {(kv_heads, group, head_dim, queries, keys): FLOP/s} of a prefill's attention products (q·kᵀ, p·v)
     attention: dict = field(default_factory=dict)
+    #: {(architecture and widths, rows): seconds per layer} of a prefill's elementwise passes over its activations
+    #: (``course_lib.measure.engines.hf.measure_prefill_passes``; filled by ``hf.calibrate_for``)
+    passes: dict = field(default_factory=dict)
     #: the probe settings a re-probe (:func:`reprobe_gemv`) repeats: fast settings, and one probe's memory budget
     fast: bool = False
     budget_bytes: int | None = None

@@ -45,12 +45,16 @@ never the model it predicts:
   the attention products at their rate;
 * what this engine does per step beyond that: its **dynamic cache concatenates** every layer's K and V
   with the new token's (``torch.cat``: the whole cache read and written again, 2 x context x K/V bytes per
-  token at the copy bandwidth), right before attention reads them: where one layer's K/V fits in the
-  last-level cache, attention finds it there and the course's K/V read term (from memory) drops out;
+  token at the copy bandwidth), right before attention reads them (at the attention probe's rate: K/V
+  just written are read no faster for being in the cache, see :func:`predict_engine_tpot`);
   ``generate()`` copies the last position's logits to fp32 and takes the
   argmax (3 x vocab x 4 bytes at the copy bandwidth); the prefill writes the prompt's K/V into the cache
   and computes the logits of the last position only (``logits_to_keep=1``: the lm_head is one GEMV);
-  SDPA skips the masked half of the causal scores (causal FLOPs);
+  SDPA skips the masked half of the causal scores (causal FLOPs); a prefill's **elementwise passes** over
+  its P-row activations (MLP activation, norms, residual adds, rotary embedding) at the time
+  :func:`measure_prefill_passes` measures for the model's widths (``Calibration.passes``, filled by
+  :func:`calibrate_for`): the tiny copies below cannot show them, and at 960 rows they were 8 % of
+  Qwen2.5-0.5B's prefill here;
 * the engine's **fixed per-step cost** (Python, module calls and dispatch per layer, cache bookkeeping,
   the generation loop and its stopping checks), measured by :func:`probe_engine_overhead` on tiny copies
   of the same architecture (same ``model_type`` and options, hidden 64, vocab 256) with 2 and 4 layers:
@@ -88,7 +92,7 @@ from course_lib.measure.calibrate import (PROBES, Calibration, Drift, ProbeSetti
                                           reprobe_gemv, stream_between_ops, weight_matrices)
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.predict import Prediction, check_calibration
-from course_lib.measure.steady import keep_threads
+from course_lib.measure.steady import keep_threads, steady_timeit
 from course_lib.measure.threads import host_thread_policy, proc_stat
 from course_lib.measure.timing import Threads, progress_bar
 
@@ -98,7 +102,8 @@ __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW
            "check_fits", "tiny_config", "fast_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
            "measure_engine", "EngineOverhead", "probe_engine_overhead",
            "cold_factor",
-           "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "EnginePoint", "EngineReport", "run",
+           "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "passes_key", "measure_prefill_passes",
+           "EnginePoint", "EngineReport", "run",
            "LAST_LINE_RE", "COLUMNS", "NOISY_EXIT"]
 
 #: the architectures whose parameter count ``ModelSpec.from_hf_config`` reproduces (tested on tiny configs)
@@ -621,30 +626,25 @@ def _weights_and_kv(spec: ModelSpec, context: int, calibration: Calibration) -> 
 
 
 def predict_engine_tpot(spec: ModelSpec, prompt: int, new_tokens: int, calibration: Calibration,
-                        overhead: EngineOverhead, llc_bytes: int | None = -1) -> Prediction:
+                        overhead: EngineOverhead) -> Prediction:
     """Predicted mean decode step of ``generate()`` after a ``prompt``-token prompt (steps 1 .. new_tokens - 1).
 
-    The dynamic cache writes each layer's whole K/V (``torch.cat``) right before attention reads it, with
-    no weights streamed in between: when one layer's K/V fits in the last-level cache (``llc_bytes``;
-    default -1: this machine's; None: unknown, never), attention reads it from the cache and the ``kv``
-    term (the attention probe's rate, from memory) is 0; the memory traffic of the K/V is then the
-    concatenation's read of the old cache and write of the new (``cache_concat``).
+    The dynamic cache writes each layer's whole K/V (``torch.cat``: ``cache_concat``, the read of the old cache
+    and the write of the new at the copy bandwidth) right before attention reads it (``kv``, at the attention
+    probe's rate). The K/V just written may still be in the last-level cache, but attention does not read it
+    faster for that: scaled-dot-product attention over one query reads K/V at about 21 GB/s from a hot cache
+    and 13 GB/s from memory on the 2-core Xeon this was measured on (qwen3-0.6b's shapes at context 968),
+    against 15-20 GB/s for the attention probe; an earlier version set ``kv`` to 0 when one layer's K/V fit in
+    the cache and under-predicted long contexts by 10-17 %.
     """
     check_calibration(calibration)
     _check_overhead(overhead)
     prompt = require_count("prompt", prompt, minimum=1)
     new_tokens = require_count("new_tokens", new_tokens, minimum=2)
-    if llc_bytes == -1:
-        llc_bytes = last_level_cache_bytes("cpu")
-    elif llc_bytes is not None:
-        llc_bytes = require_count("llc_bytes", llc_bytes, minimum=1)
     ctx = prompt + new_tokens // 2
     weights_time, kv_time = _weights_and_kv(spec, ctx, calibration)
     k_tok = spec.kv_bytes_per_token("fp32")
     a = spec.attended_tokens(ctx)
-    kv_from_cache = llc_bytes is not None and a * k_tok / spec.layers <= llc_bytes
-    if kv_from_cache:
-        kv_time = 0.0
     bw = calibration.copy.bandwidth
     cold = cold_factor(spec, calibration)
     args = dict(weights_time=weights_time, kv_time=kv_time, context=a, kv_bytes_per_token=k_tok,
@@ -657,8 +657,7 @@ def predict_engine_tpot(spec: ModelSpec, prompt: int, new_tokens: int, calibrati
     unc = estimate(spec, calibration.hardware(), prompt_tokens=ctx - 1, new_tokens=2,
                    precision="fp32").decode_first.time
     counts = {"context": ctx, "cold_factor": cold, "kv_bytes_per_token": k_tok,
-              "weight_bytes": spec.decode_weight_bytes("fp32"), "kv_bytes": a * k_tok, "kv_from_cache": kv_from_cache,
-              "llc_bytes": llc_bytes}
+              "weight_bytes": spec.decode_weight_bytes("fp32"), "kv_bytes": a * k_tok}
     return Prediction("tpot", spec.name, ctx, 1, terms, unc, counts)
 
 
@@ -678,13 +677,16 @@ def predict_engine_ttft(spec: ModelSpec, prompt: int, calibration: Calibration,
     k_tok = spec.kv_bytes_per_token("fp32")
     bw = calibration.copy.bandwidth
     cold = cold_factor(spec, calibration)
+    layer_passes = calibration.passes.get(passes_key(spec, p), 0.0)   # 0 where the calibration did not probe them
     args = dict(linear_time=linear, attention_time=attention, lm_head_time=lm_head, prompt=p, kv_bytes_per_token=k_tok,
                 vocab=spec.vocab, copy_bandwidth=bw, prefill_fixed=overhead.prefill_fixed,
-                prefill_per_layer=overhead.prefill_per_layer, layers=spec.layers, cold_factor=cold)
+                prefill_per_layer=overhead.prefill_per_layer, layers=spec.layers, cold_factor=cold,
+                layer_passes_time=layer_passes)
     total = numeric.engine_prefill_time(**args)
     terms = {"linear": linear, "attention": attention, "lm_head": lm_head, "cache_write": 2 * p * k_tok / bw,
              "logits": 12 * spec.vocab / bw,
-             "engine": cold * (overhead.prefill_fixed + spec.layers * overhead.prefill_per_layer)}
+             "engine": cold * (overhead.prefill_fixed + spec.layers * overhead.prefill_per_layer),
+             "passes": spec.layers * layer_passes}
     assert math.isclose(sum(terms.values()), total, rel_tol=1e-9)
     unc = estimate(spec, calibration.hardware(), prompt_tokens=p, new_tokens=1, precision="fp32").ttft
     return Prediction("ttft", spec.name, p, 1, terms, unc, {"causal_flops": causal_flops, "cold_factor": cold})
@@ -712,7 +714,76 @@ def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, thr
                 store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
                 if store is not None and key not in store:
                     store[key] = PROBES[kind](key, settings)
+        for s in specs.values():
+            for p in prompts:
+                key = passes_key(s, p)
+                if key not in cal.passes:
+                    cal.passes[key] = measure_prefill_passes(s, p, threads=cal.threads, fast=fast)
     return cal
+
+
+def passes_key(spec: ModelSpec, rows: int) -> tuple:
+    """The key of :attr:`Calibration.passes`: what the elementwise passes of a prefill depend on."""
+    return (spec.mlp, spec.norm, spec.block_norms, spec.qk_norm, spec.positional, spec.hidden, spec.intermediate,
+            spec.heads, spec.kv_heads, spec.head_dim, rows)
+
+
+def measure_prefill_passes(spec: ModelSpec, rows: int, *, threads: int | None = None, fast: bool = False) -> float:
+    """Seconds per layer of the elementwise passes a prefill of ``rows`` tokens runs over its activations (a probe).
+
+    Random fp32 tensors of the layer's widths, the ops transformers runs between the matrix products: the MLP's
+    activation (SiLU times the up projection for a gated MLP, GPT-2's tanh GELU otherwise, transformers' own
+    ``ACT2FN``), the block's norms (RMSNorm as transformers writes it, or LayerNorm), Qwen3's per-head norms of
+    Q and K, the two residual adds, the rotary embedding of Q and K, and the copy of the attention output back
+    to (rows, heads × head_dim). At a decode step these are a few kB and cost only their dispatch (inside
+    :func:`probe_engine_overhead`); at hundreds of rows they stream megabytes, which the tiny copies of the
+    engine probe cannot show. Nothing of the model under test is used: only its widths.
+    """
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec must be a ModelSpec, got {type(spec).__name__}")
+    rows = require_count("rows", rows, minimum=1)
+    tr = require_transformers()
+    act = tr.activations.ACT2FN["silu" if spec.mlp == "gated" else "gelu_new"]
+    h, inter, d = spec.hidden, spec.intermediate, spec.head_dim
+    nq, nkv = spec.heads, spec.kv_heads
+    gen = torch.Generator().manual_seed(rows)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    x, y, w, b = rnd(1, rows, h), rnd(1, rows, h), rnd(h), rnd(h)
+    gate, up = rnd(1, rows, inter), (rnd(1, rows, inter) if spec.mlp == "gated" else None)
+    q, k = rnd(1, nq, rows, d), rnd(1, nkv, rows, d)
+    cos, sin = rnd(1, 1, rows, d), rnd(1, 1, rows, d)
+    wd = rnd(d)
+
+    def rms(t, weight):
+        return weight * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    def norm(t):
+        return rms(t, w) if spec.norm == "rmsnorm" else torch.nn.functional.layer_norm(t, (h,), w, b)
+
+    def rotate_half(t):
+        return torch.cat((-t[..., d // 2:], t[..., : d // 2]), dim=-1)
+
+    def layer():
+        for _ in range(spec.block_norms):
+            norm(x)
+        x + y
+        x + y
+        act(gate) * up if up is not None else act(gate)
+        if spec.qk_norm:
+            rms(q, wd)
+            rms(k, wd)
+        if spec.positional == "rope":
+            q * cos + rotate_half(q) * sin
+            k * cos + rotate_half(k) * sin
+        q.transpose(1, 2).reshape(1, rows, nq * d)
+
+    nthreads = host_thread_policy(threads).threads
+    with Threads(nthreads), torch.inference_mode(), keep_threads():
+        t = steady_timeit([layer], "cpu", 3 if fast else 7, 2e-4 if fast else 2e-3, "wall", nthreads)
+    return t.median
 
 
 # --------------------------------------------------------------------------------------------------
