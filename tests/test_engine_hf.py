@@ -164,6 +164,10 @@ def test_an_engine_run_is_predicted_from_the_mean_of_the_probes_around_its_repea
     w = [hf._weights_and_kv(spec, 136, c)[0] for c in (cal, during)]
     assert w[1] < w[0] and drift.calibrated == pytest.approx(w[0]) and len(drift.bracketed) == 3
     assert drift.bracketed[0] > drift.bracketed[1] > drift.bracketed[2] and "3 sets of probes" in drift.line()
+    # the prefill GEMMs probed before and after the measurement: their mean replaces the calibration's
+    key = (128, spec.intermediate, spec.hidden)
+    during, _ = hf._during(spec, cal, brackets, 128, 16, [{key: 1e11}, {key: 3e11}])
+    assert during.gemm[key] == pytest.approx(2e11) and key not in cal.gemm
 
 
 def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch):

@@ -470,3 +470,7 @@ def test_reprobe_gemv_runs_the_gemv_probe_with_the_calibrations_settings(monkeyp
         calibrate.reprobe_gemv("cal", [(2, 8)])
     with pytest.raises(ValueError, match="shapes must name at least one"):
         calibrate.reprobe_gemv(cal, [])
+    with pytest.raises(ValueError, match="kind"):
+        calibrate.reprobe(cal, "nope", [(2, 8)])
+    with pytest.raises(ValueError, match="keys must name at least one"):
+        calibrate.reprobe(cal, "gemm", [])

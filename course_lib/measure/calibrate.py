@@ -41,7 +41,7 @@ from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
            "check_clock", "load_average", "PROBES", "ProbeSettings", "probe_jobs", "cold_streams", "reprobe_gemv",
-           "Drift"]
+           "reprobe", "Drift"]
 
 _BASE = get_model("llama-3-8b")
 
@@ -506,12 +506,27 @@ def reprobe_gemv(calibration: Calibration, shapes: Iterable[tuple[int, int]]) ->
     round of its measurements (probe, model, probe, ...) and predicts that round from the probes around it.
     Only probes run here, never the model.
     """
-    if not isinstance(calibration, Calibration):
-        raise TypeError(f"calibration must be a Calibration, got {type(calibration).__name__}")
-    keys = sorted({(require_count("m", m, minimum=1), require_count("k", k, minimum=1)) for m, k in shapes})
+    keys = [(require_count("m", m, minimum=1), require_count("k", k, minimum=1)) for m, k in shapes]
     if not keys:
         raise ValueError("shapes must name at least one (m, k) weight shape")
+    return reprobe(calibration, "gemv", keys)
+
+
+def reprobe(calibration: Calibration, kind: str, keys: Iterable) -> dict:
+    """The probes of one ``kind`` of :data:`PROBES` ("gemv", "gemm", ...) run again for ``keys`` with
+    ``calibration``'s settings (threads, clock, fast, rotation, memory budget): {key: what the probe returns}.
+
+    :func:`reprobe_gemv` is this for the GEMVs; the engine benchmark also re-runs the GEMMs of each model's
+    prefill around its measurement (their rate drifts by as much as the bandwidth: 106 against 137 ms for
+    GPT-2's 128-row prefill GEMMs in two calibrations a minute apart here).
+    """
+    if not isinstance(calibration, Calibration):
+        raise TypeError(f"calibration must be a Calibration, got {type(calibration).__name__}")
+    kind = require_choice("kind", kind, tuple(PROBES))
+    keys = sorted(set(keys))
+    if not keys:
+        raise ValueError("keys must name at least one probe")
     settings = ProbeSettings(resolve_device(calibration.device), calibration.threads, calibration.clock,
                              calibration.fast, calibration.gemm_rotated, calibration.budget_bytes)
     with keep_threads():
-        return {key: PROBES["gemv"](key, settings) for key in keys}
+        return {key: PROBES[kind](key, settings) for key in keys}

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import RERUN_ADVICE, unreliable
+from course_lib.lessons.claims.gemv import ADVICE, decided
 
 __all__ = ["say"]
-
-_ADVICE = RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + "."
 _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
 
 
@@ -62,15 +60,13 @@ def _engine_vs_prediction(c: Claim) -> str:
     what = _METRIC[o["metric"]]
     head = (f"Measured {what}: **{format_time(o['measured'])}**; the calibrated prediction "
             f"{format_time(o['predicted'])} ({o['error']:+.0%})")
-    if c.verdict != "reliable":
-        return head + ". " + unreliable(c, f"Whether the prediction of the {what} holds")
-    return head + ". " + {
+    return decided(c, head, {
         "within": f"Within ±{o['tolerance']:.0%}: the probes, never this model, predicted it.",
         "over": f"The prediction is too long, outside ±{o['tolerance']:.0%}: a term is priced above what this engine "
                 "pays here (read the terms below).",
         "under": f"The prediction is too short, outside ±{o['tolerance']:.0%}: the engine does work the terms below "
                  "do not count, or pays more for it.",
-    }[c.outcome]
+    }, f"Whether the prediction of the {what} holds")
 
 
 def _engine_vs_floor(c: Claim) -> str:
@@ -79,17 +75,15 @@ def _engine_vs_floor(c: Claim) -> str:
     head = (f"The first-principles floor of the {what} is {format_time(o['floor'])}: efficiency "
             f"**{o['efficiency']:.2f}**, {format_time(abs(o['beyond']))} {'beyond' if o['beyond'] >= 0 else 'below'} "
             "the floor")
-    if c.verdict != "reliable":
-        return head + ". " + unreliable(c, f"How far the engine's {what} is from its floor")
-    return head + ". " + {
+    return decided(c, head, {
         "above_floor": "Faster than the floor, impossible for a true floor: a ceiling of section 6 was measured too "
-                       f"low. {_ADVICE}",
+                       f"low. {ADVICE}",
         "close": "Close to the floor: the engine streams its bytes about as fast as the machine allows.",
         "within_2x": f"Within 2× of the floor ({o['slowdown']:.1f}×): most of the time is the bytes and FLOPs, "
                      "the rest the engine's own work.",
         "far": f"{o['slowdown']:.1f}× the floor: most of the time is not the bytes or the FLOPs but what the engine "
                "does around them.",
-    }[c.outcome]
+    }, f"How far the engine's {what} is from its floor")
 
 
 def _engine_split(c: Claim) -> str:

@@ -18,6 +18,16 @@ RERUN_ADVICE = ("close other programs (or wait for the machine's other work to f
                 "cells; on a machine with few cores, `OMP_NUM_THREADS=1` before starting Jupyter often helps")
 
 
+#: :data:`RERUN_ADVICE` as a sentence of its own
+ADVICE = RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + "."
+
+
+def decided(claim: Claim, head: str, sentences: dict, question: str) -> str:
+    """``head``, then the sentence written for ``claim``'s outcome. A noisy or contended claim's outcome is its
+    verdict, which has no sentence there: it gets :func:`unreliable` (``question``: what could not be decided)."""
+    return f"{head}. " + (sentences[claim.outcome] if claim.outcome in sentences else unreliable(claim, question))
+
+
 def unreliable(claim: Claim, what: str) -> str:
     """The sentence for a noisy or contended claim: what could not be decided, why, and what to do."""
     why = claim.reason or "the repeats disagree"

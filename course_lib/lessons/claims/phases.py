@@ -11,7 +11,7 @@ from __future__ import annotations
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
 from course_lib.lessons.claims import gemv as _gemv
-from course_lib.lessons.claims.gemv import RERUN_ADVICE, unreliable
+from course_lib.lessons.claims.gemv import ADVICE, decided, unreliable
 
 __all__ = ["say", "formula_without_cache"]
 
@@ -29,16 +29,15 @@ def _tpot(c: Claim) -> str:
     o = c.operands
     xs = ", ".join(f"{x:g}" for x in o["xs"])
     ts = ", ".join(format_time(t) for t in o["seconds"])
-    head = f"Measured TPOT at contexts {xs}: {ts}"
-    return head + ". " + {
+    return decided(c, f"Measured TPOT at contexts {xs}: {ts}", {
         "grows": "It **grows** with the context, as the K/V reads predict.",
         "flat": "It stays **flat** within the spread: at these contexts the K/V reads are too small a share of the "
                 "step to show.",
         "falls": "It **falls** as the context grows. More K/V cannot make a step cheaper: the machine got faster "
-                 "during the run (other work stopped). " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+                 "during the run (other work stopped). " + ADVICE,
         "mixed": "It goes up and down: the steps disagree, so the machine's speed changed during the run. "
-                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
-    }.get(c.outcome, unreliable(c, "How TPOT changes with the context"))
+                 + ADVICE,
+    }, "How TPOT changes with the context")
 
 
 def _ttft(c: Claim) -> str:
@@ -48,9 +47,9 @@ def _ttft(c: Claim) -> str:
         "flat": "TTFT stays flat within the spread over these prompt lengths: fixed costs dominate these short "
                 "prompts.",
         "falls": "TTFT **fell** as the prompt grew: impossible for more work, so the machine's speed changed during "
-                 "the run. " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+                 "the run. " + ADVICE,
         "mixed": "TTFT went up and down with the prompt length: the machine's speed changed during the run. "
-                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+                 + ADVICE,
     }.get(c.outcome, unreliable(c, "How TTFT grows with the prompt"))
     if "physical" in o and not o["physical"]:
         text += (" The fitted line has a negative intercept or slope, which no cost can have: the medians are too "
@@ -63,17 +62,17 @@ def _step_vs_batch(c: Claim) -> str:
     head = (f"The step took {format_time(o['seconds'][0])} at batch {o['first_batch']:g} and "
             f"{format_time(o['seconds'][-1])} at batch {o['last_batch']:g} ({o['growth']:.2f}×; the roofline line "
             f"predicts {o['predicted_growth']:.2f}×), so throughput rose {o['throughput_gain']:.1f}×")
-    return head + ". " + {
+    return decided(c, head, {
         "flat": "The step cost about the same at every batch: the weight read is shared by the whole batch.",
         "as_predicted": "The step grew about as the roofline predicts.",
         "grows_more": "The step grew more than the roofline predicts: on this machine the fp32 products with B rows "
                       "do not run at GEMV bandwidth, and each extra row adds time of its own. A fixed per-op cost, "
                       "paid once per step and shared by the batch, cannot explain a gap that grows with the batch.",
         "falls": "The larger batch took **less** time per step, impossible for more work: the machine's speed "
-                 "changed during the run. " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
+                 "changed during the run. " + ADVICE,
         "mixed": "The step time went up and down with the batch: the machine's speed changed during the run. "
-                 + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".",
-    }.get(c.outcome, unreliable(c, "How the step time changes with the batch"))
+                 + ADVICE,
+    }, "How the step time changes with the batch")
 
 
 def _same_step(c: Claim) -> str:
@@ -118,7 +117,7 @@ def _calibration_gain(c: Claim) -> str:
     head = (f"Measured **{format_time(o['seconds'])}**; the calibrated model predicted "
             f"{format_time(o['calibrated_seconds'])} ({err(o['calibrated_error'])}), the uncalibrated one "
             f"(bytes / copy bandwidth) {format_time(o['uncalibrated_seconds'])} ({err(o['uncalibrated_error'])})")
-    return head + ". " + {
+    return decided(c, head, {
         "calibrated_better": "Here the calibration earns its keep: the per-shape bandwidths and the per-op cost "
                              "bring the prediction closer than the copy bandwidth alone.",
         "uncalibrated_better": "Here the calibration did **not** help: the uncalibrated figure is closer. The probes "
@@ -126,7 +125,7 @@ def _calibration_gain(c: Claim) -> str:
                                "machine; a single run cannot say which.",
         "no_difference": "Within this measurement's spread the two predictions are equally close: on this run the "
                          "calibration adds terms but no accuracy.",
-    }.get(c.outcome, unreliable(c, "Whether the calibration helps"))
+    }, "Whether the calibration helps")
 
 
 def _single_max(c: Claim) -> str:

@@ -89,7 +89,8 @@ from course_lib.core.quality import THRESHOLDS, read_cpu_steal, summarize_verdic
 from course_lib.core.roofline import compute_time, memory_time
 from course_lib.core.validation import require_choice, require_count, require_counts
 from course_lib.measure.calibrate import (PROBES, Calibration, Drift, ProbeSettings, calibrate, probe_jobs,
-                                          reprobe_gemv, stream_between_ops, weight_matrices)
+                                          reprobe, reprobe_gemv, stream_between_ops,
+                                          weight_matrices)
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.predict import Prediction, check_calibration
 from course_lib.measure.steady import keep_threads, steady_timeit
@@ -712,6 +713,8 @@ def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, thr
         for s in rest:
             for kind, key in probe_jobs({s.name: s}, prompts, s):
                 store = {"gemm": cal.gemm, "attention": cal.attention}.get(kind)
+                if kind == "gemm" and key[1:] == (s.vocab, s.hidden):
+                    continue             # the engine's prefill computes the last position's logits only: a GEMV
                 if store is not None and key not in store:
                     store[key] = PROBES[kind](key, settings)
         for s in specs.values():
@@ -930,7 +933,7 @@ class EngineReport:
                          + (" (--fast uses small models; the targets apply to the full run)" if self.fast else ""))
         if self.drifts:
             lines.append("bandwidth drift (each model is predicted from the GEMV probes run before and after each "
-                         "of its repeats):")
+                         "of its repeats, and from the prefill GEMMs probed again before and after it):")
             lines += ["  " + d.line() for d in self.drifts.values()]
         lines += [f"total {self.seconds:.1f} s", self.last_line()]
         return "\n".join(lines)
@@ -1005,14 +1008,17 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
             if key not in probed:
                 probed[key] = probe_engine_overhead(cfg, threads=policy.threads)
             ov = overheads[name] = probed[key]
-            model, _ = build_model(cfg, available=available)
             shapes = sorted(weight_matrices(spec))
+            gemms = [(p, m, k) for p in prompts for (m, k) in shapes if (m, k) != (spec.vocab, spec.hidden)]
+            gemm_brackets = [reprobe(calibration, "gemm", gemms)]      # the prefill GEMMs: before and after
+            model, _ = build_model(cfg, available=available)
             brackets: list[dict] = []
             timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
                                      between=lambda: brackets.append(reprobe_gemv(calibration, shapes)))
             del model
             gc.collect()
-            during, drift = _during(spec, calibration, brackets, min(prompts), new_tokens)
+            gemm_brackets.append(reprobe(calibration, "gemm", gemms))
+            during, drift = _during(spec, calibration, brackets, min(prompts), new_tokens, gemm_brackets)
             drifts[name] = drift
             moved = max(abs(b - a) / min(a, b) for a, b in zip(drift.bracketed, drift.bracketed[1:]))
             for t in timings:
@@ -1031,14 +1037,18 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                         last_level_cache_bytes("cpu"), policy.threads, drifts)
 
 
-def _during(spec: ModelSpec, calibration: Calibration, brackets: list, prompt: int, new_tokens: int):
-    """(``calibration`` with the mean GEMV rates of the probes run around the engine's repeats, their :class:`Drift`).
+def _during(spec: ModelSpec, calibration: Calibration, brackets: list, prompt: int, new_tokens: int,
+            gemm_brackets: Sequence[dict] = ()):
+    """(``calibration`` with the mean rates of the probes run around the engine's measurement, their :class:`Drift`).
 
-    The probes run before the first repeat and after each one (:func:`measure_engine`'s ``between``); the
-    engine's times are medians over the repeats, so they are predicted from the mean of those probes.
+    The GEMV probes run before the first repeat and after each one (:func:`measure_engine`'s ``between``), the
+    prefill GEMMs (``gemm_brackets``) before and after the whole measurement; the engine's times are medians
+    over the repeats, so they are predicted from the mean of those probes.
     """
-    mean = {k: statistics.fmean(b[k] for b in brackets) for k in brackets[0]}
-    during = replace(calibration, gemv={**calibration.gemv, **mean})
+    def mean(sets):
+        return {k: statistics.fmean(b[k] for b in sets) for k in sets[0]} if sets else {}
+    during = replace(calibration, gemv={**calibration.gemv, **mean(brackets)},
+                     gemm={**calibration.gemm, **mean(list(gemm_brackets))})
     ctx = prompt + new_tokens // 2
     terms = [_weights_and_kv(spec, ctx, replace(calibration, gemv={**calibration.gemv, **b}))[0] for b in brackets]
     return during, Drift(spec.name, _weights_and_kv(spec, ctx, calibration)[0], tuple(terms))
