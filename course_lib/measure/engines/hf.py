@@ -932,8 +932,8 @@ class EngineReport:
                          f"the weights term, probed beyond the cache, over-predicts"
                          + (" (--fast uses small models; the targets apply to the full run)" if self.fast else ""))
         if self.drifts:
-            lines.append("bandwidth drift (each model is predicted from the GEMV probes run before and after each "
-                         "of its repeats, and from the prefill GEMMs probed again before and after it):")
+            lines.append("bandwidth drift (each model is predicted from the GEMV and prefill GEMM probes run before "
+                         "and after each of its repeats):")
             lines += ["  " + d.line() for d in self.drifts.values()]
         lines += [f"total {self.seconds:.1f} s", self.last_line()]
         return "\n".join(lines)
@@ -1010,14 +1010,17 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
             ov = overheads[name] = probed[key]
             shapes = sorted(weight_matrices(spec))
             gemms = [(p, m, k) for p in prompts for (m, k) in shapes if (m, k) != (spec.vocab, spec.hidden)]
-            gemm_brackets = [reprobe(calibration, "gemm", gemms)]      # the prefill GEMMs: before and after
             model, _ = build_model(cfg, available=available)
             brackets: list[dict] = []
-            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
-                                     between=lambda: brackets.append(reprobe_gemv(calibration, shapes)))
+            gemm_brackets: list[dict] = []
+
+            def probe_again():     # the decode GEMVs and the prefill GEMMs, before and after each repeat
+                brackets.append(reprobe_gemv(calibration, shapes))
+                gemm_brackets.append(reprobe(calibration, "gemm", gemms))
+
+            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads, between=probe_again)
             del model
             gc.collect()
-            gemm_brackets.append(reprobe(calibration, "gemm", gemms))
             during, drift = _during(spec, calibration, brackets, min(prompts), new_tokens, gemm_brackets)
             drifts[name] = drift
             moved = max(abs(b - a) / min(a, b) for a, b in zip(drift.bracketed, drift.bracketed[1:]))
@@ -1041,9 +1044,9 @@ def _during(spec: ModelSpec, calibration: Calibration, brackets: list, prompt: i
             gemm_brackets: Sequence[dict] = ()):
     """(``calibration`` with the mean rates of the probes run around the engine's measurement, their :class:`Drift`).
 
-    The GEMV probes run before the first repeat and after each one (:func:`measure_engine`'s ``between``), the
-    prefill GEMMs (``gemm_brackets``) before and after the whole measurement; the engine's times are medians
-    over the repeats, so they are predicted from the mean of those probes.
+    The GEMV probes and the prefill GEMMs (``gemm_brackets``) run before the first repeat and after each one
+    (:func:`measure_engine`'s ``between``); the engine's times are medians over the repeats, so they are
+    predicted from the mean of those probes.
     """
     def mean(sets):
         return {k: statistics.fmean(b[k] for b in sets) for k in sets[0]} if sets else {}
