@@ -270,25 +270,35 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
     """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`)."""
     shapes = sorted(weight_matrices(s))
     n = DECODE_ROUNDS * len(ctxs)
+    # probes after every measurement; a --fast smoke run (tiny models that fit in the cache, seconds in all)
+    # keeps the calibration's rates: re-probing would take most of its time
+    every = len(ctxs) if calibration.fast else 1
+
+    def probe_again():
+        if calibration.fast:
+            return {sh: calibration.gemv_bandwidth(*sh) for sh in shapes}
+        return reprobe_gemv(calibration, shapes)
     brackets = []
     rounds: dict[int, list] = {c: [] for c in ctxs}
-    where: dict[int, list] = {c: [] for c in ctxs}     # context -> index of the measurement in the sequence
+    where: dict[int, list] = {c: [] for c in ctxs}     # context -> index of the probes just before it
     # probe, c1, probe, c2, probe, c3, probe, c1, ... : interleaved rounds, so that a drift of the machine lands on
     # every context alike, and each measurement between two sets of GEMV probes of the model's shapes
     for j in range(n + 1):
-        bar.set_postfix_str(f"{s.name} GEMV probes ({j + 1}/{n + 1})")
-        brackets.append(reprobe_gemv(calibration, shapes))
+        if j % every == 0:
+            bar.set_postfix_str(f"{s.name} GEMV probes ({j // every + 1}/{n // every + 1})")
+            brackets.append(probe_again())
         if j == n:
             break
         r, c = j // len(ctxs), ctxs[j % len(ctxs)]
         bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
         rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
-        where[c].append(j)
+        where[c].append(j // every)
     cals = [_bracketed(calibration, a, b) for a, b in zip(brackets, brackets[1:])]
     c0 = min(ctxs)
     weights_terms = [predict_tpot(s, c0, cal).terms["weights"] for cal in
                      [replace(calibration, gemv={**calibration.gemv, **b}) for b in brackets]]
-    drift = Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"], tuple(weights_terms))
+    drift = None if calibration.fast else Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
+                                                tuple(weights_terms))
     points = []
     for c in ctxs:
         r, agree = _median_round(rounds[c])

@@ -1018,12 +1018,16 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                 brackets.append(reprobe_gemv(calibration, shapes))
                 gemm_brackets.append(reprobe(calibration, "gemm", gemms))
 
-            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads, between=probe_again)
+            # a --fast smoke run keeps the calibration's rates: re-probing would take most of its time
+            timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
+                                     between=None if fast else probe_again)
             del model
             gc.collect()
-            during, drift = _during(spec, calibration, brackets, min(prompts), new_tokens, gemm_brackets)
-            drifts[name] = drift
-            moved = max(abs(b - a) / min(a, b) for a, b in zip(drift.bracketed, drift.bracketed[1:]))
+            during, moved = calibration, 0.0
+            if brackets:
+                during, drifts[name] = _during(spec, calibration, brackets, min(prompts), new_tokens, gemm_brackets)
+                terms = drifts[name].bracketed
+                moved = max(abs(b - a) / min(a, b) for a, b in zip(terms, terms[1:]))
             for t in timings:
                 pr = predict_engine_tpot(spec, t.prompt, new_tokens, during, ov)
                 v = t.tpot_verdict
