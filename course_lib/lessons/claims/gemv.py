@@ -11,7 +11,7 @@ from __future__ import annotations
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_bandwidth, format_bytes, format_time
 
-__all__ = ["say", "unreliable", "RERUN_ADVICE"]
+__all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE"]
 
 #: what a learner can do about unreliable timings
 RERUN_ADVICE = ("close other programs (or wait for the machine's other work to finish) and rerun the measuring "
@@ -69,10 +69,10 @@ def _time_vs_size(c: Claim) -> str:
     if c.outcome == "flat":
         return (f"The time per call did **not** grow with the matrix ({span}). No memory system behaves like that: "
                 f"the calls waited for CPU time (other programs on the cores, or more threads than free cores). "
-                f"{RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:]}.")
+                f"{ADVICE}")
     if c.outcome in ("falls", "mixed"):
         return (f"The time per call did not follow the bytes ({span}, with steps up and down): the machine's "
-                f"speed changed during the sweep. {RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:]}.")
+                f"speed changed during the sweep. {ADVICE}")
     return f"Over the sweep {span}. " + unreliable(c, "How the time grows with the size")
 
 
@@ -121,7 +121,7 @@ def _beyond_cache(c: Claim) -> str:
         return head + ": the two curves meet, because a matrix larger than the cache cannot stay in it."
     if c.outcome == "apart":
         return (head + f", still {o['ratio']:.2f} times apart although neither can stay in the cache: the two "
-                "measurements saw different conditions. " + RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + ".")
+                "measurements saw different conditions. " + ADVICE)
     return head + ". " + unreliable(c, "Whether the curves meet beyond the cache")
 
 
