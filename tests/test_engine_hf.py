@@ -159,15 +159,18 @@ def test_an_engine_run_is_predicted_from_the_mean_of_the_probes_around_its_repea
     cal = _calibration(gemv_bw=10e9)
     shapes = sorted(calibrate.weight_matrices(spec))
     brackets = [{sh: bw for sh in shapes} for bw in (10e9, 20e9, 30e9)]
-    during, drift = hf._during(spec, cal, brackets, 128, 16)
+    during, drift = cal.with_probes(gemv=brackets), hf._drift(spec, cal, brackets, 136)
     assert all(during.gemv[sh] == pytest.approx(20e9) for sh in shapes) and cal.gemv == {(1, 1): 10e9}
     w = [hf._weights_and_kv(spec, 136, c)[0] for c in (cal, during)]
     assert w[1] < w[0] and drift.calibrated == pytest.approx(w[0]) and len(drift.bracketed) == 3
     assert drift.bracketed[0] > drift.bracketed[1] > drift.bracketed[2] and "3 sets of probes" in drift.line()
-    # the prefill GEMMs probed before and after the measurement: their mean replaces the calibration's
+    assert drift.step(0) == pytest.approx(w_step := drift.bracketed[0] / drift.bracketed[1] - 1)
+    assert drift.largest_step == pytest.approx(max(w_step, drift.bracketed[1] / drift.bracketed[2] - 1))
+    # the prefill GEMMs probed around the repeats: their mean replaces the calibration's
     key = (128, spec.intermediate, spec.hidden)
-    during, _ = hf._during(spec, cal, brackets, 128, 16, [{key: 1e11}, {key: 3e11}])
+    during = cal.with_probes(gemv=brackets, gemm=[{key: 1e11}, {key: 3e11}])
     assert during.gemm[key] == pytest.approx(2e11) and key not in cal.gemm
+    assert cal.with_probes() == cal
 
 
 def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch):

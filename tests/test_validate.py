@@ -435,7 +435,7 @@ def test_each_decode_round_is_predicted_from_the_gemv_probes_around_it(monkeypat
     monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([0.030, 0.020, 0.025]))
     [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
     assert calls == [1.0, 1.2, 1.4, 1.6] and pt.measured == 0.025
-    round3 = validate._bracketed(cal, {sh: 14e9 for sh in cal.gemv}, {sh: 16e9 for sh in cal.gemv})
+    round3 = cal.with_probes(gemv=[{sh: 14e9 for sh in cal.gemv}, {sh: 16e9 for sh in cal.gemv}])
     def mean_step(c):
         return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
     assert pt.predicted == pytest.approx(mean_step(round3)) and pt.predicted < mean_step(cal)

@@ -23,8 +23,8 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -148,6 +148,14 @@ class Calibration:
     #: the probe settings a re-probe (:func:`reprobe_gemv`) repeats: fast settings, and one probe's memory budget
     fast: bool = False
     budget_bytes: int | None = None
+
+    def with_probes(self, gemv: Sequence[Mapping] = (), gemm: Sequence[Mapping] = ()) -> "Calibration":
+        """This calibration with the mean of re-run probe sets (:func:`reprobe`) in place of its own rates:
+        ``gemv`` / ``gemm``, each a list of {key: rate} sets taken at different moments (empty: kept)."""
+        def merged(own: dict, sets: Sequence[Mapping]) -> dict:
+            sets = list(sets)
+            return {**own, **{k: statistics.fmean(st[k] for st in sets) for k in sets[0]}} if sets else own
+        return replace(self, gemv=merged(self.gemv, gemv), gemm=merged(self.gemm, gemm))
 
     def op_costs(self, streamed_bytes: float) -> tuple[float, float]:
         """(t_op, t_view): seconds per small op / view when ``streamed_bytes`` went through memory since
@@ -488,6 +496,16 @@ class Drift:
         """(max - min) / min over the calibration and every bracket."""
         xs = (self.calibrated, *self.bracketed)
         return (max(xs) - min(xs)) / min(xs)
+
+    def step(self, i: int) -> float:
+        """How far the probe sets ``i`` and ``i + 1`` disagree: |difference| / the smaller."""
+        a, b = self.bracketed[i], self.bracketed[i + 1]
+        return abs(b - a) / min(a, b)
+
+    @property
+    def largest_step(self) -> float:
+        """The largest disagreement between two consecutive probe sets (0 with fewer than two)."""
+        return max((self.step(i) for i in range(len(self.bracketed) - 1)), default=0.0)
 
     def line(self) -> str:
         lo, hi = min(self.bracketed), max(self.bracketed)

@@ -42,7 +42,7 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from course_lib.core.quality import THRESHOLDS, timing_verdict
@@ -260,21 +260,13 @@ def _judged(timing, repeats: int):
                            "q3_seconds": timing.q3_seconds, "repeats": repeats})
 
 
-def _bracketed(calibration, rates_before: dict, rates_after: dict) -> Calibration:
-    """``calibration`` with the GEMV rates of one round: the mean of the probes run just before and just after it."""
-    gemv = {**calibration.gemv, **{k: (rates_before[k] + rates_after[k]) / 2 for k in rates_before}}
-    return replace(calibration, gemv=gemv)
-
-
 def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> list:
     """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`)."""
     shapes = sorted(weight_matrices(s))
     n = DECODE_ROUNDS * len(ctxs)
-    # probes after every measurement; a --fast smoke run (tiny models that fit in the cache, seconds in all)
-    # keeps the calibration's rates: re-probing would take most of its time
-    every = len(ctxs) if calibration.fast else 1
-
     def probe_again():
+        # a --fast smoke run (tiny models that fit in the cache, seconds in all) keeps the calibration's rates:
+        # re-probing would take most of its time
         if calibration.fast:
             return {sh: calibration.gemv_bandwidth(*sh) for sh in shapes}
         return reprobe_gemv(calibration, shapes)
@@ -284,42 +276,39 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
     # probe, c1, probe, c2, probe, c3, probe, c1, ... : interleaved rounds, so that a drift of the machine lands on
     # every context alike, and each measurement between two sets of GEMV probes of the model's shapes
     for j in range(n + 1):
-        if j % every == 0:
-            bar.set_postfix_str(f"{s.name} GEMV probes ({j // every + 1}/{n // every + 1})")
-            brackets.append(probe_again())
+        bar.set_postfix_str(f"{s.name} GEMV probes ({j + 1}/{n + 1})")
+        brackets.append(probe_again())
         if j == n:
             break
         r, c = j // len(ctxs), ctxs[j % len(ctxs)]
         bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
         rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
-        where[c].append(j // every)
-    cals = [_bracketed(calibration, a, b) for a, b in zip(brackets, brackets[1:])]
+        where[c].append(j)
     c0 = min(ctxs)
-    weights_terms = [predict_tpot(s, c0, cal).terms["weights"] for cal in
-                     [replace(calibration, gemv={**calibration.gemv, **b}) for b in brackets]]
-    drift = None if calibration.fast else Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
-                                                tuple(weights_terms))
+    drift = Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
+                  tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
     points = []
     for c in ctxs:
         r, agree = _median_round(rounds[c])
         t, j = rounds[c][r], where[c][r]
-        p1 = predict_tpot(s, t.first_context, cals[j])
-        p2 = predict_tpot(s, t.last_context, cals[j])
+        around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
+        p1 = predict_tpot(s, t.first_context, around)
+        p2 = predict_tpot(s, t.last_context, around)
         pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
         unc = (p1.uncalibrated + p2.uncalibrated) / 2
         v = _judged(t, t.steps)
         verdict, reason = v.verdict, v.reason
-        around = abs(weights_terms[j + 1] - weights_terms[j]) / min(weights_terms[j], weights_terms[j + 1])
+        moved = drift.step(j)
         if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
             verdict = "noisy"
             reason = (f"the {DECODE_ROUNDS} interleaved rounds disagree by {agree:.0%} of their median "
                       f"(above {THRESHOLDS.noisy_relative_iqr:.0%}): the machine drifted")
-        elif verdict == "reliable" and around > THRESHOLDS.noisy_relative_iqr:
+        elif verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
             verdict = "noisy"
-            reason = (f"the GEMV probes just before and just after it disagree by {around:.0%} (above "
+            reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "
                       f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
         points.append(Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1,
-                            verdict, reason, drift))
+                            verdict, reason, None if calibration.fast else drift))
         bar.update()
     return points
 

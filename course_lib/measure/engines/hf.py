@@ -75,7 +75,7 @@ import os
 import re
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -480,8 +480,8 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
 
     ``threads``: CPU threads (default: :func:`~course_lib.measure.threads.host_thread_policy`). A warm-up
     generation (8 tokens, 2 new) runs first unless ``warmup=False``. ``between``: called (untimed) before
-    the first repeat and after each one; the benchmark re-runs its GEMV probes there, so that the prediction
-    sees the bandwidth the machine had while the engine ran.
+    the first repeat and after each one; the benchmark re-runs its GEMV and GEMM probes there, so that the
+    prediction sees the rates the machine had while the engine ran.
     """
     if between is not None and not callable(between):
         raise TypeError(f"between must be a function of no arguments or None, got {type(between).__name__}")
@@ -1023,11 +1023,11 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                                      between=None if fast else probe_again)
             del model
             gc.collect()
-            during, moved = calibration, 0.0
+            during = calibration.with_probes(gemv=brackets, gemm=gemm_brackets)   # the mean of the probes
+            moved = 0.0
             if brackets:
-                during, drifts[name] = _during(spec, calibration, brackets, min(prompts), new_tokens, gemm_brackets)
-                terms = drifts[name].bracketed
-                moved = max(abs(b - a) / min(a, b) for a, b in zip(terms, terms[1:]))
+                drifts[name] = _drift(spec, calibration, brackets, min(prompts) + new_tokens // 2)
+                moved = drifts[name].largest_step
             for t in timings:
                 pr = predict_engine_tpot(spec, t.prompt, new_tokens, during, ov)
                 v = t.tpot_verdict
@@ -1044,18 +1044,9 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                         last_level_cache_bytes("cpu"), policy.threads, drifts)
 
 
-def _during(spec: ModelSpec, calibration: Calibration, brackets: list, prompt: int, new_tokens: int,
-            gemm_brackets: Sequence[dict] = ()):
-    """(``calibration`` with the mean rates of the probes run around the engine's measurement, their :class:`Drift`).
-
-    The GEMV probes and the prefill GEMMs (``gemm_brackets``) run before the first repeat and after each one
-    (:func:`measure_engine`'s ``between``); the engine's times are medians over the repeats, so they are
-    predicted from the mean of those probes.
-    """
-    def mean(sets):
-        return {k: statistics.fmean(b[k] for b in sets) for k in sets[0]} if sets else {}
-    during = replace(calibration, gemv={**calibration.gemv, **mean(brackets)},
-                     gemm={**calibration.gemm, **mean(list(gemm_brackets))})
-    ctx = prompt + new_tokens // 2
-    terms = [_weights_and_kv(spec, ctx, replace(calibration, gemv={**calibration.gemv, **b}))[0] for b in brackets]
-    return during, Drift(spec.name, _weights_and_kv(spec, ctx, calibration)[0], tuple(terms))
+def _drift(spec: ModelSpec, calibration: Calibration, brackets: list, context: int) -> Drift:
+    """The weights term at ``context`` from the calibration and from each set of GEMV probes run around the
+    engine's repeats (:func:`measure_engine`'s ``between``: before the first and after each one)."""
+    def weights(cal):
+        return _weights_and_kv(spec, context, cal)[0]
+    return Drift(spec.name, weights(calibration), tuple(weights(calibration.with_probes(gemv=[b])) for b in brackets))
