@@ -88,6 +88,17 @@ def _in_words(message: str) -> str:
     return message
 
 
+def _field_text(s: str, unit: str) -> tuple[str, str]:
+    """(the text to parse, the text to quote in an error) of a stripped field: a bare number is read in ``unit``;
+    the quote is cut at 40 characters."""
+    try:
+        float(s.replace(",", ""))
+        parsed = f"{s} {unit}"
+    except ValueError:
+        parsed = s
+    return parsed, (s if len(s) <= 40 else s[:40] + "...")
+
+
 def parse_link_bandwidth(text) -> float | None:
     """Bytes/s from the link field: ``""`` -> ``None``; a bare number is :data:`LINK_UNIT` (``"450"`` -> 4.5e11).
 
@@ -100,14 +111,9 @@ def parse_link_bandwidth(text) -> float | None:
     s = text.strip()
     if not s:
         return None
+    parsed, shown = _field_text(s, LINK_UNIT)
     try:
-        float(s.replace(",", ""))
-        bare = True
-    except ValueError:
-        bare = False
-    shown = s if len(s) <= 40 else s[:40] + "..."
-    try:
-        value = parse_bandwidth(f"{s} {LINK_UNIT}" if bare else s)
+        value = parse_bandwidth(parsed)
         return require_positive("link bandwidth", value)
     except ValueError:
         raise ValueError(f"Link bandwidth: could not read {shown!r}. Type the bandwidth of each GPU's link in one "
@@ -123,14 +129,9 @@ def parse_time_field(text, unit: str, label: str) -> float:
     if not isinstance(unit, str) or not isinstance(label, str):
         raise TypeError("unit and label must be strings")
     s = text.strip()
+    parsed, shown = _field_text(s, unit)
     try:
-        float(s.replace(",", ""))
-        bare = True
-    except ValueError:
-        bare = False
-    shown = s if len(s) <= 40 else s[:40] + "..."
-    try:
-        return require_positive(label, parse_time(f"{s} {unit}" if bare else s))
+        return require_positive(label, parse_time(parsed))
     except ValueError:
         raise ValueError(f"{label}: could not read {shown!r}. Type a time above zero, as a number of {unit} or with "
                          f"its unit (e.g. '50 ms', '1 s').") from None

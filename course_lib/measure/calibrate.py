@@ -520,8 +520,8 @@ def reprobe_gemv(calibration: Calibration, shapes: Iterable[tuple[int, int]]) ->
     A machine's memory bandwidth drifts (on a shared VM by about 10 % within a minute, with no CPU steal to
     show for it: other tenants share the memory controllers). A benchmark that compares a prediction with a
     measurement taken minutes after the calibration would count that drift as the model's error, so
-    :func:`course_lib.measure.validate.run` re-runs the GEMV probes of each model before and after each
-    round of its measurements (probe, model, probe, ...) and predicts that round from the probes around it.
+    :func:`course_lib.measure.validate.run` re-runs the GEMV probes of each model before its first
+    measurement and after each one (probe, model, probe, ...) and predicts each from the probes around it.
     Only probes run here, never the model.
     """
     keys = [(require_count("m", m, minimum=1), require_count("k", k, minimum=1)) for m, k in shapes]

@@ -85,7 +85,7 @@ class Point:
     prediction: Prediction
     verdict: str = "reliable"        # course_lib.core.quality.timing_verdict of the measurement
     reason: str = ""
-    drift: "Drift | None" = None     # decode: the GEMV probes that bracketed the model's rounds
+    drift: "Drift | None" = None     # decode: the GEMV probes around the model's measurements
 
     @property
     def error(self) -> float:
