@@ -192,17 +192,20 @@ class Question:
 
     def evaluate(self, answer, *, strict: bool = False) -> Result:
         """The Result for ``answer`` without displaying it or raising (``strict`` is only recorded)."""
+        return self._result(*self._judge(lambda: self._check(answer)), strict)
+
+    def _judge(self, check) -> tuple[str, str]:
+        """(status, feedback) of ``check()``, a call of ``_check``: what a learner's answer raises becomes feedback."""
         try:
-            status, feedback = self._check(answer)
+            return check()
         except NotAttempted:
-            status, feedback = NOT_ATTEMPTED, self._not_attempted_text()
+            return NOT_ATTEMPTED, self._not_attempted_text()
         except Unreadable as exc:
-            status, feedback = INCORRECT, sentence(str(exc))
+            return INCORRECT, sentence(str(exc))
         except RecursionError:
-            status, feedback = INCORRECT, "Your answer is nested too deeply to read."
+            return INCORRECT, "Your answer is nested too deeply to read."
         except Exception as exc:  # a bug in the checker must not become a learner-facing traceback
-            status, feedback = INCORRECT, f"Internal checker error ({type(exc).__name__}: {exc}); please report it."
-        return self._result(status, feedback, strict)
+            return INCORRECT, f"Internal checker error ({type(exc).__name__}: {exc}); please report it."
 
     def check(self, answer, strict: bool = False) -> Result:
         """Check ``answer``, display the result in Jupyter and return it.
@@ -402,19 +405,7 @@ class KeylessQuestion(Question):
                               else "Your function is recorded (it runs on the test inputs when graded)")
 
     def evaluate(self, answer, *, strict: bool = False, measurement=None) -> Result:
-        from course_lib.checks.answers import NotAttempted, Unreadable, sentence
-
-        try:
-            status, feedback = self._check(answer, measurement)
-        except NotAttempted:
-            status, feedback = NOT_ATTEMPTED, self._not_attempted_text()
-        except Unreadable as exc:
-            status, feedback = INCORRECT, sentence(str(exc))
-        except RecursionError:
-            status, feedback = INCORRECT, "Your answer is nested too deeply to read."
-        except Exception as exc:
-            status, feedback = INCORRECT, f"Internal checker error ({type(exc).__name__}: {exc}); please report it."
-        return self._result(status, feedback, strict)
+        return self._result(*self._judge(lambda: self._check(answer, measurement)), strict)
 
     def check(self, answer, strict: bool = False, measurement=None, row=None, **_ignored) -> Result:
         result = self.evaluate(answer, strict=strict, measurement=row if measurement is None else measurement)
