@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
+import sys
 
 import pytest
 
@@ -321,6 +323,11 @@ def test_report_table_last_line_and_noise_count():
     assert rep.in_cache() == [] and "last-level cache" not in text
     rep.llc_bytes = 2**30                                 # a 1 GiB cache holds the tiny model
     assert rep.in_cache() == ["tiny-llama"] and "fit in this machine's 1024 MiB last-level cache" in rep.report()
+    assert "page faults" not in text                     # no timings counted them
+    rep.allocator = "glibc malloc pinned: test"
+    rep.timings = {"tiny-llama": [hf.EngineTiming(16, 4, (1e-3,), (1e-4,), None, (12, 2000, 30))]}
+    assert "allocator: glibc malloc pinned: test" in rep.report()
+    assert rep.faults_line().endswith("tiny-llama P=16: 30") and rep.faults_line() in rep.report()
     noisy = _report("noisy")
     assert noisy.noisy_points == 3 and "3 of 3 points not reliable" in noisy.report()
 
@@ -355,6 +362,8 @@ def test_a_real_measurement_of_a_tiny_model_has_every_step(tiny_models):
     model, _ = tiny_models["gpt2"]
     [t] = hf.measure_engine(model, [8], new_tokens=3, repeats=3, threads=1)
     assert len(t.ttft_times) == 3 and len(t.step_times) == 6 and min(t.step_times) > 0
+    if sys.platform.startswith("linux"):                 # each timed generate()'s page faults, counted
+        assert len(t.faults) == 3 and min(t.faults) >= 0 and t.median_faults == statistics.median(t.faults)
     assert t.tpot_verdict.verdict in ("reliable", "noisy", "contended") and t.tpot_verdict.repeats == 6
 
 

@@ -306,3 +306,30 @@ def test_fast_mode_probes_make_one_attempt(monkeypatch):
     assert steady.probe_attempts() == 1
     monkeypatch.setenv("COURSE_FAST", "0")
     assert steady.probe_attempts() == 3
+
+
+# --------------------------------------------------------------------------------------------------
+# The allocator: pinned once per process, faults counted
+# --------------------------------------------------------------------------------------------------
+def test_pin_allocator_is_done_once_and_says_what_it_did():
+    a = th.pin_allocator()
+    assert a is th.pin_allocator() and isinstance(a.pinned, bool) and a.description
+    import platform
+    if platform.libc_ver()[0] == "glibc":
+        assert a.pinned and f"{th.PINNED_MMAP_THRESHOLD // 2**20} MiB" in a.description
+    else:
+        assert not a.pinned and "system allocator as it is" in a.description
+
+
+def test_pinned_thresholds_are_glibcs_limits():
+    assert th.PINNED_MMAP_THRESHOLD == 32 * 2**20            # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit glibc
+    assert th.PINNED_TRIM_THRESHOLD == 2**31 - 1             # mallopt takes a C int
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor faults are counted this way on Linux")
+def test_minor_faults_count_the_first_touch_of_fresh_pages():
+    before = th.minor_faults()
+    block = bytearray(b"\x01") * (64 * 2**20)                # above the mmap threshold: mapped fresh, written once
+    after = th.minor_faults()
+    assert len(block) == 64 * 2**20
+    assert isinstance(before, int) and after - before >= 8192   # 64 MiB is 16,384 pages of 4 KiB

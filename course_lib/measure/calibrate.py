@@ -36,6 +36,7 @@ from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
                                        measure_op_overhead, measure_score_passes)
 from course_lib.measure.steady import keep_threads
+from course_lib.measure.threads import pin_allocator
 from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
@@ -148,6 +149,8 @@ class Calibration:
     #: the probe settings a re-probe (:func:`reprobe_gemv`) repeats: fast settings, and one probe's memory budget
     fast: bool = False
     budget_bytes: int | None = None
+    #: what :func:`~course_lib.measure.threads.pin_allocator` did before the probes ran ("" where not asked: a GPU)
+    allocator: str = ""
 
     def with_probes(self, gemv: Sequence[Mapping] = (), gemm: Sequence[Mapping] = ()) -> "Calibration":
         """This calibration with the mean of re-run probe sets (:func:`reprobe`) in place of its own rates:
@@ -225,8 +228,9 @@ class Calibration:
     def conditions(self) -> str:
         load = ", ".join(f"{x:.2f}" for x in self.load_before) if self.load_before else "n/a"
         policy = f" [{self.thread_policy}]" if self.thread_policy else ""
+        alloc = f" allocator=[{self.allocator}]" if self.allocator else ""
         return (f"device={self.device} ({self.device_name}) threads={self.threads}{policy} "
-                f"torch={self.torch_version} clock={self.clock} load_avg(1,5,15 min) before={load}")
+                f"torch={self.torch_version} clock={self.clock}{alloc} load_avg(1,5,15 min) before={load}")
 
     def summary(self) -> str:
         lines = [f"copy bandwidth (read+write): {self.copy.gb_per_s:.2f} GB/s (spread {self.copy.spread:.1%})",
@@ -454,6 +458,8 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     policy = thread_policy_for(threads, dev)            # None on a GPU
     nthreads = None if policy is None else policy.threads
     clock = check_clock(clock, dev, nthreads)
+    # on a CPU, a block of a given size allocates alike in the probes and in the model they predict
+    allocator = pin_allocator().description if dev.type == "cpu" else ""
     specs = model_specs(models, fast)
     prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                              else prompt_lengths)
@@ -476,7 +482,7 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
                        cold_ops=[(x, t_op, t_view) for x, (t_op, t_view) in res["cold"].items()], clock=clock,
                        scores=res["scores"], gemm_rotated=rotate_gemm, attention=res["attention"],
                        thread_policy="" if policy is None else policy.description, fast=fast,
-                       budget_bytes=budget_bytes)
+                       budget_bytes=budget_bytes, allocator=allocator)
 
 
 @dataclass(frozen=True)

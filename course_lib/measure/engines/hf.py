@@ -57,8 +57,8 @@ never the model it predicts:
   Qwen2.5-0.5B's prefill here;
 * the engine's **fixed per-step cost** (Python, module calls and dispatch per layer, cache bookkeeping,
   the generation loop and its stopping checks), measured by :func:`probe_engine_overhead` on tiny copies
-  of the same architecture (same ``model_type`` and options, hidden 64, vocab 256) with 2 and 4 layers:
-  per layer = (t4 - t2) / 2, fixed = t2 - 2 x per layer, for a decode step and for a prefill. The tiny
+  of the same architecture (same ``model_type`` and options, hidden 64, vocab 256) with 2 and 8 layers:
+  per layer = (t8 - t2) / 6, fixed = t2 - 2 x per layer, for a decode step and for a prefill. The tiny
   model runs from cache; in the real model one layer of weights streams through the caches between two
   runs of the same layer's code, so both costs are scaled by the course's cold/hot op-cost ratio at that
   stream (``Calibration.op_costs``; 1 for a calibration without the cold probes).
@@ -94,7 +94,7 @@ from course_lib.measure.calibrate import (PROBES, Calibration, Drift, ProbeSetti
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.predict import Prediction, check_calibration
 from course_lib.measure.steady import keep_threads, steady_timeit
-from course_lib.measure.threads import host_thread_policy, proc_stat
+from course_lib.measure.threads import host_thread_policy, minor_faults, pin_allocator, proc_stat
 from course_lib.measure.timing import Threads, progress_bar
 
 __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_PROMPTS",
@@ -119,8 +119,11 @@ NEW_TOKENS = 16
 REPEATS = 3
 FAST_PROMPTS = (16, 64)
 FAST_NEW_TOKENS = 8
-#: the tiny copies of the engine probe: layers, hidden size, heads, vocabulary, prompt, new tokens, repeats
-PROBE_LAYERS = (2, 4)
+#: the tiny copies of the engine probe: layers, hidden size, heads, vocabulary, prompt, new tokens, repeats.
+#: 2 and 8 layers: the per-layer cost is a difference of two timings, and 6 layers apart it varies 3x less than
+#: 2 apart (five probes of Qwen2-1.5B's architecture on the 2-core Xeon: 0.213-0.232 ms per layer with 2 and 8;
+#: 0.214-0.410 with 2 and 4, whose outlier made a 28-layer step's overhead 12.2 ms instead of 6.7)
+PROBE_LAYERS = (2, 8)
 PROBE_HIDDEN = 64
 PROBE_HEADS = 4
 PROBE_VOCAB = 256
@@ -450,6 +453,8 @@ class EngineTiming:
     ttft_times: tuple[float, ...]
     step_times: tuple[float, ...]
     steal: float | None = None
+    #: minor page faults of each timed ``generate()`` (one per repeat; empty where the system does not count)
+    faults: tuple[int, ...] = ()
 
     @property
     def ttft_verdict(self):
@@ -468,6 +473,11 @@ class EngineTiming:
         return statistics.median(self.step_times)
 
     @property
+    def median_faults(self) -> float | None:
+        """The median minor page faults of one timed ``generate()`` (None where they were not counted)."""
+        return statistics.median(self.faults) if self.faults else None
+
+    @property
     def mean_context(self) -> float:
         """Mean context of the timed steps: step i (1 .. N-1) attends to prompt + i tokens."""
         return self.prompt + self.new_tokens / 2
@@ -481,7 +491,9 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
     ``threads``: CPU threads (default: :func:`~course_lib.measure.threads.host_thread_policy`). A warm-up
     generation (8 tokens, 2 new) runs first unless ``warmup=False``. ``between``: called (untimed) before
     the first repeat and after each one; the benchmark re-runs its GEMV and GEMM probes there, so that the
-    prediction sees the rates the machine had while the engine ran.
+    prediction sees the rates the machine had while the engine ran. The allocator is pinned first
+    (:func:`~course_lib.measure.threads.pin_allocator`, as the probes are), and each timed call's minor page
+    faults are counted (``EngineTiming.faults``).
     """
     if between is not None and not callable(between):
         raise TypeError(f"between must be a function of no arguments or None, got {type(between).__name__}")
@@ -497,6 +509,8 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
     nthreads = host_thread_policy(threads).threads
     ttft = {p: [] for p in prompts}
     steps = {p: [] for p in prompts}
+    faults: dict[int, list[int]] = {p: [] for p in prompts}
+    pin_allocator()
     with Threads(nthreads):
         if warmup:
             generate_timed(model, torch.randint(0, vocab, (1, 8), generator=gen), 2)
@@ -505,17 +519,22 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
             if between is not None:
                 between()
             for p in prompts:
-                t, gaps = generate_timed(model, torch.randint(0, vocab, (1, p), generator=gen), new_tokens)
+                ids = torch.randint(0, vocab, (1, p), generator=gen)
+                f0 = minor_faults()
+                t, gaps = generate_timed(model, ids, new_tokens)
+                f1 = minor_faults()
                 ttft[p].append(t)
                 steps[p].extend(gaps)
+                if f0 is not None and f1 is not None:
+                    faults[p].append(f1 - f0)
         steal = _steal(before, proc_stat())
         if between is not None:
             between()
-    return [EngineTiming(p, new_tokens, tuple(ttft[p]), tuple(steps[p]), steal) for p in prompts]
+    return [EngineTiming(p, new_tokens, tuple(ttft[p]), tuple(steps[p]), steal, tuple(faults[p])) for p in prompts]
 
 
 # --------------------------------------------------------------------------------------------------
-# The engine probe: per-step cost of a tiny copy at 2 and 4 layers
+# The engine probe: per-step cost of tiny copies at 2 and 8 layers
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EngineOverhead:
@@ -579,6 +598,7 @@ def probe_engine_overhead(config, *, layers: tuple[int, int] = PROBE_LAYERS, pro
     repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
     models = [build_model(tiny_config(cfg, n), seed=seed)[0] for n in (a, b)]
     nthreads = host_thread_policy(threads).threads
+    pin_allocator()
     gen = torch.Generator().manual_seed(seed)
     ttft = ([], [])
     steps = ([], [])
@@ -835,6 +855,22 @@ class EngineReport:
     thread_count: int | None = None
     #: configuration name -> the GEMV probes run around its repeats (:class:`~course_lib.measure.calibrate.Drift`)
     drifts: dict = field(default_factory=dict)
+    #: what :func:`~course_lib.measure.threads.pin_allocator` did
+    allocator: str = ""
+    #: configuration name -> its :class:`EngineTiming` per prompt length (their page-fault counts)
+    timings: dict = field(default_factory=dict)
+
+    def faults_line(self) -> str | None:
+        """The median minor page faults of a timed ``generate()``, per model and prompt (None: not counted)."""
+        parts = []
+        for name, ts in self.timings.items():
+            counts = [(t.prompt, t.median_faults) for t in ts if t.median_faults is not None]
+            if counts:
+                parts.append(f"{name} " + ", ".join(f"P={p}: {f:,.0f}" for p, f in counts))
+        if not parts:
+            return None
+        return "page faults per timed generate() (median; each is a 4 KiB page the allocator mapped fresh): " \
+            + "; ".join(parts)
 
     def in_cache(self) -> list[str]:
         """Models whose fp32 weights fit in the last-level cache: a decode step reads them from the cache, not
@@ -913,18 +949,21 @@ class EngineReport:
         lines = [f"engine: Hugging Face transformers {tr.__version__} generate() on CPU, fp32, random weights, "
                  f"dynamic cache, greedy; torch {torch.__version__}",
                  f"threads: {self.threads}",
+                 *([f"allocator: {self.allocator}"] if self.allocator else []),
                  "calibration (probes only): " + self.calibration.conditions(),
                  *("  " + x for i, x in enumerate(self.calibration.summary().splitlines())
                    if i < 3 or x.startswith(("GEMV", "attention K/V", "op overhead after"))),
                  *("  " + o.summary() for o in self._probes()),
                  *(f"skipped {name}: {why}" for name, why in self.skipped),
                  "", self.table(), ""]
-        for p in self.points[:2]:
-            lines.append("terms: " + p.prediction.breakdown())
+        lines += [f"terms: {p.prediction.breakdown()}; measured {p.measured * 1e3:.3f} ms" for p in self.points]
         unc = [abs(p.uncalibrated_error) for p in self._of("tpot")]
         lines += [f"uncalibrated TPOT: geomean |error| {statistics.geometric_mean(unc) if unc else math.nan:.3f}, "
                   f"max {max(unc, default=math.nan):.3f}",
                   self.quality_line()]
+        faults = self.faults_line()
+        if faults:
+            lines.append(faults)
         cached = self.in_cache()
         if cached:
             lines.append(f"note: the fp32 weights of {', '.join(cached)} fit in this machine's "
@@ -970,6 +1009,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
         raise TypeError(f"fast must be True or False, got {fast!r}")
     t0 = time.perf_counter()
     policy = host_thread_policy(threads)
+    allocator = pin_allocator()
     prompts = require_counts("prompts", (FAST_PROMPTS if fast else PROMPTS) if prompts is None else prompts)
     new_tokens = require_count("new_tokens", (FAST_NEW_TOKENS if fast else NEW_TOKENS) if new_tokens is None
                                else new_tokens, minimum=2, maximum=4096)
@@ -999,6 +1039,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
     overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe
     drifts: dict[str, Drift] = {}                # configuration name -> the GEMV probes around its repeats
     probed: dict[str, EngineOverhead] = {}      # tiny configuration -> probe (one per distinct architecture)
+    timed: dict[str, list] = {}                  # configuration name -> its EngineTimings
     points = []
     with progress_bar(total=len(specs), desc="measure transformers generate()", unit="model",
                       enabled=progress) as bar:
@@ -1021,6 +1062,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
             # a --fast smoke run keeps the calibration's rates: re-probing would take most of its time
             timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
                                      between=None if fast else probe_again)
+            timed[name] = timings
             del model
             gc.collect()
             during = calibration.with_probes(gemv=brackets, gemm=gemm_brackets)   # the mean of the probes
@@ -1041,7 +1083,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                                           v.verdict, pr.uncalibrated, pr))
             bar.update()
     return EngineReport(points, overheads, calibration, policy.description, time.perf_counter() - t0, fast, skipped,
-                        last_level_cache_bytes("cpu"), policy.threads, drifts)
+                        last_level_cache_bytes("cpu"), policy.threads, drifts, allocator.description, timed)
 
 
 def _drift(spec: ModelSpec, calibration: Calibration, brackets: list, context: int) -> Drift:
