@@ -143,7 +143,7 @@ def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, mo
 
     monkeypatch.setattr(hf, "generate_timed", fake)
     t16, t32 = hf.measure_engine(model, [16, 32], new_tokens=4, repeats=3)
-    assert calls == [8, 16, 32, 16, 32, 16, 32]        # warm-up, then P1 P2 P1 P2 ...
+    assert calls == [8, 16, 32, 32, 16, 16, 32]        # warm-up, then P1 P2, P2 P1, P1 P2 (counterbalanced)
     assert t16.ttft_times == (16e-4,) * 3 and len(t32.step_times) == 9 and t32.tpot == pytest.approx(32e-5)
     assert t16.mean_context == 18 and t16.tpot_verdict.verdict in ("reliable", "contended")
     with pytest.raises(ValueError, match="positions"):
@@ -151,7 +151,7 @@ def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, mo
     # between: before the first repeat and after each one (the benchmark's GEMV probes), never inside a timing
     calls.clear()
     hf.measure_engine(model, [16, 32], new_tokens=4, repeats=2, between=lambda: calls.append("probe"))
-    assert calls == [8, "probe", 16, 32, "probe", 16, 32, "probe"]
+    assert calls == [8, "probe", 16, 32, "probe", 32, 16, "probe"]
     with pytest.raises(TypeError, match="between must be a function"):
         hf.measure_engine(model, [16], new_tokens=4, between=3)
 
