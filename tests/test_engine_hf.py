@@ -327,6 +327,8 @@ def test_report_table_last_line_and_noise_count():
     rep.allocator = "glibc malloc pinned: test"
     rep.timings = {"tiny-llama": [hf.EngineTiming(16, 4, (1e-3,), (1e-4,), None, (12, 2000, 30))]}
     assert "allocator: glibc malloc pinned: test" in rep.report()
+    rep.calibration.allocator = rep.allocator             # the calibration's conditions say it: printed once
+    assert rep.report().count("glibc malloc pinned: test") == 1 and "allocator=[glibc" in rep.report()
     assert rep.faults_line().endswith("tiny-llama P=16: 30") and rep.faults_line() in rep.report()
     noisy = _report("noisy")
     assert noisy.noisy_points == 3 and "3 of 3 points not reliable" in noisy.report()

@@ -42,9 +42,10 @@ fault per 4 KiB page: five identical 960-token prefills of Qwen2.5-0.5B took 0 t
 (:func:`course_lib.measure.threads.pin_allocator`): a block of a given size then allocates alike in both
 (at most 32 MiB: from a heap that keeps its memory; larger: mapped fresh every time, in the probe as in the
 model). Each timed ``generate()`` counts its minor page faults (``EngineTiming.faults``), and the report
-prints them: with the allocator pinned they were 0 for every default configuration, and about 580,000 per
-960-token prefill of Qwen2-1.5B, whose 34 MB MLP activations exceed the threshold (the GEMM probes of
-those shapes pay the same faults).
+prints them: with the allocator pinned, the default configurations' medians were 0 to 22,000 per call (0 at
+128 tokens), and about 330,000-610,000 per 960-token prefill of
+Qwen2-1.5B, whose 34 MB MLP activations exceed the threshold (the GEMM probes of those shapes pay the same
+faults).
 
 **The prediction** (formulas ``engine_decode_time`` and ``engine_prefill_time`` of
 :mod:`course_lib.core.formulas`, evaluated through :mod:`course_lib.core.numeric`) uses probes only,
@@ -886,7 +887,7 @@ class EngineReport:
                 parts.append(f"{name} " + ", ".join(f"P={p}: {f:,.0f}" for p, f in counts))
         if not parts:
             return None
-        return "page faults per timed generate() (median; each is a 4 KiB page the allocator mapped fresh): " \
+        return "page faults per timed generate() (median; each is a page the allocator handed out fresh): " \
             + "; ".join(parts)
 
     def in_cache(self) -> list[str]:
@@ -966,7 +967,8 @@ class EngineReport:
         lines = [f"engine: Hugging Face transformers {tr.__version__} generate() on CPU, fp32, random weights, "
                  f"dynamic cache, greedy; torch {torch.__version__}",
                  f"threads: {self.threads}",
-                 *([f"allocator: {self.allocator}"] if self.allocator else []),
+                 *([f"allocator: {self.allocator}"]                # unless the calibration's conditions say it
+                   if self.allocator and self.allocator != self.calibration.allocator else []),
                  "calibration (probes only): " + self.calibration.conditions(),
                  *("  " + x for i, x in enumerate(self.calibration.summary().splitlines())
                    if i < 3 or x.startswith(("GEMV", "attention K/V", "op overhead after"))),
