@@ -376,3 +376,57 @@ def test_run_refuses_configurations_it_cannot_measure_before_any_probe(monkeypat
     monkeypatch.setattr(hf, "calibrate_for", no_probe)
     with pytest.raises(hf.ModelTooLarge, match=r"llama-3.2-1b: .*does not fit.*gpt2: .*exceeds its 1024 positions"):
         hf.run(["llama-3.2-1b", "gpt2"], prompts=[1020], available=2 * 10**9, progress=False)
+
+
+def _probe_set(step, prefill, n=3, steal=None):
+    """An engine probe whose tiny copies (2 and 8 layers) took ``step``/``prefill`` seconds per layer."""
+    t2 = hf.EngineTiming(16, 4, (2 * prefill,) * n, (2 * step,) * (3 * n), steal)
+    t8 = hf.EngineTiming(16, 4, (8 * prefill,) * n, (8 * step,) * (3 * n), steal)
+    return hf.EngineOverhead("llama", (2, 8), 0.0, step, 0.0, prefill, (t2, t8))
+
+
+def test_pooled_engine_probes_split_the_pooled_medians_and_keep_their_sets():
+    sets = [_probe_set(2e-4, 3e-4), _probe_set(3e-4, 4e-4, steal=0.02), _probe_set(9e-4, 5e-4)]
+    pooled = hf.pool_overheads(sets)
+    assert pooled.sets == tuple(sets) and len(pooled.decode[0].step_times) == 27
+    assert pooled.step_per_layer == pytest.approx(3e-4) and pooled.prefill_per_layer == pytest.approx(4e-4)
+    assert pooled.step_fixed == pytest.approx(0.0, abs=1e-12) and pooled.decode[0].steal == 0.02
+    assert pooled.step_range(10) == pytest.approx((2e-3, 9e-3))          # the sets' extremes, not the pool's
+    assert "3 probe sets pooled" in pooled.summary()
+    assert hf.pool_overheads([sets[0]]) is sets[0] and sets[0].step_range(10) == (sets[0].step(10),) * 2
+    assert hf.pool_overheads([pooled, sets[0]]).sets == (*sets, sets[0])   # a pool of pools flattens
+    one_outlier = hf.pool_overheads(sets[:2] + [sets[0]] + [_probe_set(5e-3, 3e-4)])
+    assert one_outlier.step_per_layer < 3e-4 + 1e-12                      # medians: one wild set does not pull
+    with pytest.raises(TypeError, match="probes"):
+        hf.pool_overheads([])
+    with pytest.raises(ValueError, match="architecture"):
+        hf.pool_overheads([sets[0], hf.EngineOverhead("gpt2", (2, 8), 0, 1e-4, 0, 1e-4, sets[0].decode)])
+
+
+def test_the_benchmark_pools_engine_probes_run_around_each_models_repeats(monkeypatch):
+    """Outside --fast the engine is probed with the GEMVs before and after every repeat, and predicted from
+    the pool of those sets, never from one probe taken before the model was built."""
+    cfg = dict(TINY["llama"])
+    made = []
+
+    def fake_probe(config, threads=None):
+        made.append(_probe_set(1e-4 * (len(made) + 1), 2e-4))
+        return made[-1]
+
+    def fake_measure(model, prompts, new_tokens, repeats, threads=None, between=None):
+        calls = repeats + 1
+        for _ in range(calls):
+            between()
+        return [hf.EngineTiming(p, new_tokens, (1e-2,) * repeats, (1e-3,) * (repeats * (new_tokens - 1)))
+                for p in prompts]
+
+    monkeypatch.setattr(hf, "probe_engine_overhead", fake_probe)
+    monkeypatch.setattr(hf, "measure_engine", fake_measure)
+    monkeypatch.setattr(hf, "reprobe_gemv", lambda cal, shapes: {})
+    monkeypatch.setattr(hf, "reprobe", lambda cal, kind, jobs: {})
+    rep = hf.run([cfg], prompts=[8], new_tokens=4, repeats=3, calibration=_calibration(), progress=False)
+    [ov] = rep.overheads.values()
+    assert len(made) == 4 and ov.sets == tuple(made)                       # before the first repeat, after each
+    assert ov.step_per_layer == pytest.approx(statistics.median([1e-4, 2e-4, 3e-4, 4e-4]))
+    [line] = rep.engine_drift_lines()
+    assert "over 4 probe sets" in line and "4 probe sets pooled" in rep.report() and line in rep.report()

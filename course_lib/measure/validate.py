@@ -206,14 +206,16 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     """Calibrate from the probes, predict, then measure TinyLM and compare.
 
     Decode: every model × every context (median of ``runs`` timed steps, default 8; spread = IQR /
-    median), in :data:`DECODE_ROUNDS` interleaved rounds over the contexts (the median round is kept;
-    rounds that disagree by more than the noisy spread make the point noisy). The GEMV probes of the
+    median), in :data:`DECODE_ROUNDS` interleaved rounds over the contexts. The GEMV probes of the
     model's shapes run again before the first measurement and after each one (:func:`reprobe_gemv`),
     and each measurement is predicted from the probes just before and after it: the machine's
     bandwidth drifts between the calibration and the measurement (by tens of % on a shared VM), and
-    comparing the model with probes minutes older would count that drift as its error. The report's
-    drift lines show how far the probes moved; probes before and after one measurement that disagree
-    by more than the noisy spread make it noisy. TTFT: ``ttft_model``
+    comparing the model with probes minutes older would count that drift as its error. The point is the
+    round whose measured / predicted ratio is the median of the rounds'; ratios that disagree by more than
+    the noisy spread make it noisy (a drift the probes followed moves a round's time and its prediction
+    alike and leaves the ratio; one they missed does not). The report's drift lines show how far the
+    probes moved; probes before and after the kept round that disagree by more than the noisy spread
+    make it noisy. TTFT: ``ttft_model``
     (default: the first model) at every prompt length (median of ``runs`` fresh prompts, default 5).
     ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
     the probes and the model.
@@ -241,17 +243,17 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     return ValidationReport(calibration, points, load_average(), time.perf_counter() - t0)
 
 
-#: decode points are measured in this many interleaved rounds over the contexts; the point is the round with the
-#: median TPOT, and rounds that disagree by more than the noisy spread make the point noisy
+#: decode points are measured in this many interleaved rounds over the contexts, each predicted from the GEMV probes
+#: just before and after it; the point is the round with the median measured / predicted ratio, and ratios that
+#: disagree by more than the noisy spread make the point noisy
 DECODE_ROUNDS = 3
 
 
-def _median_round(timings: list) -> tuple[int, float]:
-    """The index of the round with the median TPOT, and how far the rounds disagree: (max - min) / median."""
-    order = sorted(range(len(timings)), key=lambda i: timings[i].seconds)
+def _median_round(values: Sequence[float]) -> tuple[int, float]:
+    """The index of the median of ``values`` (one per round), and how far they disagree: (max - min) / median."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
     mid = order[len(order) // 2]
-    spread = (timings[order[-1]].seconds - timings[order[0]].seconds) / timings[mid].seconds
-    return mid, spread
+    return mid, (values[order[-1]] - values[order[0]]) / values[mid]
 
 
 def _judged(timing, repeats: int):
@@ -289,11 +291,16 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
                   tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
     points = []
     for c in ctxs:
-        r, agree = _median_round(rounds[c])
-        t, j = rounds[c][r], where[c][r]
-        around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
-        p1 = predict_tpot(s, t.first_context, around)
-        p2 = predict_tpot(s, t.last_context, around)
+        preds = []
+        for t, j in zip(rounds[c], where[c]):
+            around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
+            preds.append((predict_tpot(s, t.first_context, around), predict_tpot(s, t.last_context, around)))
+        # a round's comparison is its measured time against its own probes' prediction: a drift the probes
+        # followed moves both, and only a disagreement of those ratios says the comparison is noisy
+        ratios = [t.seconds / ((p1.seconds + p2.seconds) / 2) for t, (p1, p2) in zip(rounds[c], preds)]
+        r, agree = _median_round(ratios)
+        _, apart = _median_round([t.seconds for t in rounds[c]])
+        t, j, (p1, p2) = rounds[c][r], where[c][r], preds[r]
         pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
         unc = (p1.uncalibrated + p2.uncalibrated) / 2
         v = _judged(t, t.steps)
@@ -301,8 +308,9 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
         moved = drift.step(j)
         if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
             verdict = "noisy"
-            reason = (f"the {DECODE_ROUNDS} interleaved rounds disagree by {agree:.0%} of their median "
-                      f"(above {THRESHOLDS.noisy_relative_iqr:.0%}): the machine drifted")
+            reason = (f"the {DECODE_ROUNDS} interleaved rounds' measured / predicted ratios disagree by {agree:.0%} "
+                      f"(above {THRESHOLDS.noisy_relative_iqr:.0%}; their times by {apart:.0%}): the machine "
+                      f"drifted in a way the GEMV probes around them did not follow")
         elif verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
             verdict = "noisy"
             reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "

@@ -114,7 +114,7 @@ __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW
            "transformers_available", "require_transformers",
            "engine_configs", "load_config", "check_config", "spec_of", "count_parameters", "available_memory_bytes",
            "check_fits", "tiny_config", "fast_config", "build_model", "TokenClock", "generate_timed", "EngineTiming",
-           "measure_engine", "EngineOverhead", "probe_engine_overhead",
+           "measure_engine", "EngineOverhead", "probe_engine_overhead", "pool_overheads",
            "cold_factor",
            "predict_engine_tpot", "predict_engine_ttft", "calibrate_for", "passes_key", "measure_prefill_passes",
            "EnginePoint", "EngineReport", "run",
@@ -572,6 +572,8 @@ class EngineOverhead:
     decode: tuple[EngineTiming, EngineTiming]
     clamped: tuple[str, ...] = ()
     threads: int | None = None
+    #: the probe sets pooled into this one (:func:`pool_overheads`; empty for a single probe)
+    sets: tuple = ()
 
     @property
     def verdicts(self) -> list:
@@ -580,9 +582,16 @@ class EngineOverhead:
     def step(self, layers: int) -> float:
         return self.step_fixed + layers * self.step_per_layer
 
+    def step_range(self, layers: int) -> tuple[float, float]:
+        """The lowest and highest decode-step cost at ``layers`` layers over the pooled probe sets (both the
+        pooled value for a single probe)."""
+        steps = [o.step(layers) for o in self.sets] or [self.step(layers)]
+        return min(steps), max(steps)
+
     def summary(self) -> str:
         a, b = self.layers
-        return (f"engine probe ({self.model_type}, tiny copies of {a} and {b} layers): decode step "
+        return (f"engine probe ({self.model_type}, tiny copies of {a} and {b} layers"
+                + (f", {len(self.sets)} probe sets pooled" if self.sets else "") + "): decode step "
                 f"{self.step_fixed * 1e3:.3f} ms + {self.step_per_layer * 1e3:.3f} ms/layer, prefill "
                 f"{self.prefill_fixed * 1e3:.3f} ms + {self.prefill_per_layer * 1e3:.3f} ms/layer"
                 + (f" (clamped at 0: {', '.join(self.clamped)})" if self.clamped else ""))
@@ -635,6 +644,43 @@ def probe_engine_overhead(config, *, layers: tuple[int, int] = PROBE_LAYERS, pro
     sf, sp_ = _split(timings[0].tpot, timings[1].tpot, a, b, "decode", clamped)
     pf, pp = _split(timings[0].ttft, timings[1].ttft, a, b, "prefill", clamped)
     return EngineOverhead(cfg["model_type"], (a, b), sf, sp_, pf, pp, timings, tuple(clamped), nthreads)
+
+
+def _pooled_timing(timings: Sequence[EngineTiming]) -> EngineTiming:
+    steals = [t.steal for t in timings if t.steal is not None]
+    def pooled(field):
+        return tuple(x for t in timings for x in getattr(t, field))
+    return EngineTiming(timings[0].prompt, timings[0].new_tokens, pooled("ttft_times"), pooled("step_times"),
+                        max(steals) if steals else None, pooled("faults"))
+
+
+def pool_overheads(probes: Sequence[EngineOverhead]) -> EngineOverhead:
+    """One engine probe from several sets of the same probe (same architecture, layers and settings): every
+    set's timings of each tiny copy pooled, then split once (medians of the pooled times).
+
+    The benchmark probes the engine again before and after each repeat of a model, as it does the GEMVs, and
+    predicts from the pool: one probe set taken before the model was built varied 2-3x between runs on the
+    2-core Xeon (Llama's architecture: 0.21-0.62 ms per layer), while sets run around the model's own repeats
+    see the state the machine was in while it ran. The steal of the pool is the largest of its sets'.
+    """
+    probes = list(probes)
+    if not probes or not all(isinstance(o, EngineOverhead) for o in probes):
+        raise TypeError("probes must be a non-empty list of probe_engine_overhead() results")
+    first = probes[0]
+    for o in probes[1:]:
+        if (o.model_type, o.layers) != (first.model_type, first.layers) or \
+                o.decode[0].prompt != first.decode[0].prompt or o.decode[0].new_tokens != first.decode[0].new_tokens:
+            raise ValueError(f"probes must share one architecture, layers, prompt and new tokens: "
+                             f"{first.model_type} {first.layers} and {o.model_type} {o.layers}")
+    if len(probes) == 1:
+        return first
+    timings = tuple(_pooled_timing([o.decode[i] for o in probes]) for i in (0, 1))
+    a, b = first.layers
+    clamped: list[str] = []
+    sf, sp_ = _split(timings[0].tpot, timings[1].tpot, a, b, "decode", clamped)
+    pf, pp = _split(timings[0].ttft, timings[1].ttft, a, b, "prefill", clamped)
+    return EngineOverhead(first.model_type, first.layers, sf, sp_, pf, pp, timings, tuple(clamped), first.threads,
+                          tuple(x for o in probes for x in (o.sets or (o,))))
 
 
 def cold_factor(spec: ModelSpec, calibration: Calibration) -> float:
@@ -695,7 +741,7 @@ def predict_engine_tpot(spec: ModelSpec, prompt: int, new_tokens: int, calibrati
     assert math.isclose(sum(terms.values()), total, rel_tol=1e-9)
     unc = estimate(spec, calibration.hardware(), prompt_tokens=ctx - 1, new_tokens=2,
                    precision="fp32").decode_first.time
-    counts = {"context": ctx, "cold_factor": cold, "kv_bytes_per_token": k_tok,
+    counts = {"context": ctx, "cold_factor": cold, "kv_bytes_per_token": k_tok, "layers": spec.layers,
               "weight_bytes": spec.decode_weight_bytes("fp32"), "kv_bytes": a * k_tok}
     return Prediction("tpot", spec.name, ctx, 1, terms, unc, counts)
 
@@ -890,6 +936,18 @@ class EngineReport:
         return "page faults per timed generate() (median; each is a page the allocator handed out fresh): " \
             + "; ".join(parts)
 
+    def engine_drift_lines(self) -> list[str]:
+        """Per model with pooled engine probes: its decode step's engine cost over the sets, and the pool's."""
+        out = []
+        for name, o in self.overheads.items():
+            layers = next((p.prediction.counts.get("layers") for p in self.points if p.model == name), None)
+            if not o.sets or layers is None:
+                continue
+            lo, hi = o.step_range(layers)
+            out.append(f"{name}: tiny-copy decode step at {layers} layers {lo * 1e3:.2f} to {hi * 1e3:.2f} ms over "
+                       f"{len(o.sets)} probe sets ({(hi - lo) / lo:.0%} apart), {o.step(layers) * 1e3:.2f} ms pooled")
+        return out
+
     def in_cache(self) -> list[str]:
         """Models whose fp32 weights fit in the last-level cache: a decode step reads them from the cache, not
         from memory, so the weights term (GEMV probes rotated beyond the cache) over-predicts them."""
@@ -972,7 +1030,8 @@ class EngineReport:
                  "calibration (probes only): " + self.calibration.conditions(),
                  *("  " + x for i, x in enumerate(self.calibration.summary().splitlines())
                    if i < 3 or x.startswith(("GEMV", "attention K/V", "op overhead after"))),
-                 *("  " + o.summary() for o in self._probes()),
+                 *(f"  {', '.join(n for n, x in self.overheads.items() if x is o)}: {o.summary()}"
+                   for o in self._probes()),
                  *(f"skipped {name}: {why}" for name, why in self.skipped),
                  "", self.table(), ""]
         lines += [f"terms: {p.prediction.breakdown()}; measured {p.measured * 1e3:.3f} ms" for p in self.points]
@@ -993,6 +1052,11 @@ class EngineReport:
             lines.append("bandwidth drift (each model is predicted from the GEMV and prefill GEMM probes run before "
                          "and after each of its repeats):")
             lines += ["  " + d.line() for d in self.drifts.values()]
+        engine_drift = self.engine_drift_lines()
+        if engine_drift:
+            lines.append("engine probe drift (each model's engine term is pooled from the probe sets run before and "
+                         "after each of its repeats):")
+            lines += ["  " + x for x in engine_drift]
         lines += [f"total {self.seconds:.1f} s", self.last_line()]
         return "\n".join(lines)
 
@@ -1057,33 +1121,40 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
                                     fast=fast, progress=progress)
     else:
         check_calibration(calibration)
-    overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe
+    overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe (pooled over its brackets)
     drifts: dict[str, Drift] = {}                # configuration name -> the GEMV probes around its repeats
-    probed: dict[str, EngineOverhead] = {}      # tiny configuration -> probe (one per distinct architecture)
+    probed: dict[str, EngineOverhead] = {}      # --fast: tiny configuration -> probe (one per architecture)
     timed: dict[str, list] = {}                  # configuration name -> its EngineTimings
     points = []
     with progress_bar(total=len(specs), desc="measure transformers generate()", unit="model",
                       enabled=progress) as bar:
         for name, (spec, cfg) in specs.items():
             bar.set_postfix_str(name)
-            key = json.dumps(tiny_config(cfg), sort_keys=True)
-            if key not in probed:
-                probed[key] = probe_engine_overhead(cfg, threads=policy.threads)
-            ov = overheads[name] = probed[key]
             shapes = sorted(weight_matrices(spec))
             gemms = [(p, m, k) for p in prompts for (m, k) in shapes if (m, k) != (spec.vocab, spec.hidden)]
             model, _ = build_model(cfg, available=available)
             brackets: list[dict] = []
             gemm_brackets: list[dict] = []
+            engine_sets: list[EngineOverhead] = []
 
-            def probe_again():     # the decode GEMVs and the prefill GEMMs, before and after each repeat
+            def probe_again():     # the decode GEMVs, the prefill GEMMs and the engine, before and after each repeat
                 brackets.append(reprobe_gemv(calibration, shapes))
                 gemm_brackets.append(reprobe(calibration, "gemm", gemms))
+                engine_sets.append(probe_engine_overhead(cfg, threads=policy.threads))
 
-            # a --fast smoke run keeps the calibration's rates: re-probing would take most of its time
+            # a --fast smoke run keeps the calibration's rates and probes the engine once per architecture:
+            # re-probing would take most of its time
             timings = measure_engine(model, prompts, new_tokens, repeats, threads=policy.threads,
                                      between=None if fast else probe_again)
             timed[name] = timings
+            if fast:
+                key = json.dumps(tiny_config(cfg), sort_keys=True)
+                if key not in probed:
+                    probed[key] = probe_engine_overhead(cfg, threads=policy.threads)
+                ov = probed[key]
+            else:
+                ov = pool_overheads(engine_sets)
+            overheads[name] = ov
             del model
             gc.collect()
             during = calibration.with_probes(gemv=brackets, gemm=gemm_brackets)   # the mean of the probes
