@@ -430,3 +430,57 @@ def test_the_benchmark_pools_engine_probes_run_around_each_models_repeats(monkey
     assert ov.step_per_layer == pytest.approx(statistics.median([1e-4, 2e-4, 3e-4, 4e-4]))
     [line] = rep.engine_drift_lines()
     assert "over 4 probe sets" in line and "4 probe sets pooled" in rep.report() and line in rep.report()
+
+
+def test_cold_op_probe_sets_replace_the_points_they_reprobed():
+    cal = _calibration(cold_ops=[(0, 2e-6, 1e-6), (100, 8e-6, 3e-6), (200, 12e-6, 5e-6), (400, 20e-6, 9e-6)])
+    assert cal.cold_points_for(150) == [0, 100, 200] and cal.cold_points_for(0) == [0]
+    assert cal.cold_points_for(1000) == [0, 400] and cal.cold_points_for(200) == [0, 200]
+    assert _calibration().cold_points_for(150) == []
+    during = cal.with_probes(cold=[{0: (3e-6, 1e-6), 200: (14e-6, 6e-6)}, {0: (5e-6, 1e-6), 200: (10e-6, 4e-6)}])
+    assert during.op_costs(0) == pytest.approx((4e-6, 1e-6)) and during.op_costs(200) == pytest.approx((12e-6, 5e-6))
+    assert during.op_costs(100) == (8e-6, 3e-6) and during.op_costs(300) == pytest.approx((16e-6, 7e-6))
+    assert cal.with_probes(cold=[]) == cal and cal.cold_ops[0] == (0, 2e-6, 1e-6)      # the calibration unchanged
+
+
+def _compare(gemv_bws, factors, ttft_factors, steps_per_repeat=3, drift=None):
+    """Points of a model whose repeat r ran between GEMV probe sets r and r + 1 (``gemv_bws``) and took
+    ``factors[r]`` x its own prediction per step (``ttft_factors[r]`` x for TTFT)."""
+    spec = hf.spec_of(hf.load_config("qwen2.5-0.5b")[1], "qwen2.5-0.5b")
+    cal, ov = _calibration(), _overhead()
+    gemv = [{sh: bw for sh in hf.weight_matrices(spec)} for bw in gemv_bws]
+    sets = {"gemv": gemv, "gemm": [{} for _ in gemv], "cold": []}
+    n = steps_per_repeat + 1
+    preds = [cal.with_probes(gemv=gemv[r:r + 2]) for r in range(len(factors))]
+    tp = [hf.predict_engine_tpot(spec, 16, n, c, ov).seconds for c in preds]
+    tt = [hf.predict_engine_ttft(spec, 16, c, ov).seconds for c in preds]
+    steps = tuple(f * p * (1 + 0.001 * i) for f, p in zip(factors, tp) for i in range(steps_per_repeat))
+    t = hf.EngineTiming(16, n, tuple(f * p for f, p in zip(ttft_factors, tt)), steps)
+    return hf._compared(spec.name, spec, [t], n, cal, ov, sets, drift), tp, tt
+
+
+def test_each_repeat_is_compared_with_the_probes_around_it():
+    """The machine slows repeat after repeat (GEMV probes at 12, 10, 8, 7, 6 GB/s) and every repeat takes its own
+    prediction x about 1.1: the step times move by about 50 %, the comparison does not, and the point is reliable."""
+    (tpot, ttft), tp, tt = _compare([12e9, 10e9, 8e9, 7e9, 6e9], [1.10, 1.12, 1.09, 1.11], [0.9, 0.92, 0.91, 0.93])
+    assert max(tp) / min(tp) > 1.3                                         # the predictions followed the drift
+    assert tpot.verdict == "reliable" and ttft.verdict == "reliable" and tpot.reason == ""
+    assert len(tpot.ratios) == 4 and tpot.ratios[1] == pytest.approx(1.12 * 1.001)
+    median = sorted(tpot.ratios)[2]                                        # the upper median of four: 1.11
+    r = tpot.ratios.index(median)
+    assert r == 3 and tpot.predicted == pytest.approx(tp[3]) and tpot.error == pytest.approx(1 / median - 1)
+    assert ttft.predicted == pytest.approx(tt[ttft.ratios.index(sorted(ttft.ratios)[2])])
+    assert ttft.measured / ttft.predicted == pytest.approx(0.92)
+
+
+def test_repeats_whose_comparisons_disagree_make_the_point_noisy_and_say_why():
+    (tpot, ttft), _, _ = _compare([10e9] * 4, [1.0, 1.6, 1.0], [1.0, 1.0, 1.0])
+    assert tpot.verdict == "noisy" and "measured / predicted ratios" in tpot.reason and ttft.verdict == "reliable"
+    # a repeat whose two probe sets disagree by 50 %: noisy for that reason, where the ratios agree
+    drift = calibrate.Drift("m", 1.0, (1.0, 1.0, 1.5, 1.5))      # the jump falls in the second repeat
+    (tpot, _), _, _ = _compare([10e9, 10e9, 15e9, 15e9], [1.0, 1.01, 1.02], [1.0, 1.0, 1.0], drift=drift)
+    assert tpot.ratios.index(sorted(tpot.ratios)[1]) == 1
+    assert tpot.verdict == "noisy" and "disagree by 50%" in tpot.reason
+    rep = hf.EngineReport([tpot], {"m": _overhead()}, _calibration(), "1 thread (test)", 1.0)
+    assert "e.g. qwen2.5-0.5b TPOT @ 16: the GEMV probes" in rep.quality_line()
+    assert "measured / predicted by repeat: 1.001 1.011 1.021" in rep.report()

@@ -152,13 +152,32 @@ class Calibration:
     #: what :func:`~course_lib.measure.threads.pin_allocator` did before the probes ran ("" where not asked: a GPU)
     allocator: str = ""
 
-    def with_probes(self, gemv: Sequence[Mapping] = (), gemm: Sequence[Mapping] = ()) -> "Calibration":
+    def with_probes(self, gemv: Sequence[Mapping] = (), gemm: Sequence[Mapping] = (),
+                    cold: Sequence[Mapping] = ()) -> "Calibration":
         """This calibration with the mean of re-run probe sets (:func:`reprobe`) in place of its own rates:
-        ``gemv`` / ``gemm``, each a list of {key: rate} sets taken at different moments (empty: kept)."""
+        ``gemv`` / ``gemm``, each a list of {key: rate} sets taken at different moments; ``cold``, a list of
+        {bytes streamed: (t_op, t_view)} sets of the cold-op probe (empty: kept)."""
         def merged(own: dict, sets: Sequence[Mapping]) -> dict:
             sets = list(sets)
             return {**own, **{k: statistics.fmean(st[k] for st in sets) for k in sets[0]}} if sets else own
-        return replace(self, gemv=merged(self.gemv, gemv), gemm=merged(self.gemm, gemm))
+        cold = list(cold)
+        ops = {x: (a, v) for x, a, v in self.cold_ops}
+        if cold:
+            ops.update({x: (statistics.fmean(st[x][0] for st in cold), statistics.fmean(st[x][1] for st in cold))
+                        for x in cold[0]})
+        return replace(self, gemv=merged(self.gemv, gemv), gemm=merged(self.gemm, gemm),
+                       cold_ops=[(x, a, v) for x, (a, v) in sorted(ops.items())] if cold else self.cold_ops)
+
+    def cold_points_for(self, streamed_bytes: float) -> list:
+        """The flush sizes of the cold-op probes that :meth:`op_costs` reads at ``streamed_bytes`` and at 0 (the
+        smallest, and the two around it): what a benchmark re-probes to follow them (empty without cold probes)."""
+        xs = sorted(x for x, _, _ in self.cold_ops)
+        if not xs:
+            return []
+        s = max(0.0, float(streamed_bytes))
+        below = [x for x in xs if x <= s]
+        above = [x for x in xs if x >= s]
+        return sorted({xs[0], below[-1] if below else xs[0], above[0] if above else xs[-1]})
 
     def op_costs(self, streamed_bytes: float) -> tuple[float, float]:
         """(t_op, t_view): seconds per small op / view when ``streamed_bytes`` went through memory since

@@ -499,6 +499,16 @@ class EngineTiming:
         """Mean context of the timed steps: step i (1 .. N-1) attends to prompt + i tokens."""
         return self.prompt + self.new_tokens / 2
 
+    @property
+    def repeats(self) -> int:
+        return len(self.ttft_times)
+
+    def repeat_steps(self, r: int) -> tuple[float, ...]:
+        """The step times of repeat ``r`` (0-based; its ``new_tokens - 1`` gaps)."""
+        r = require_count("r", r, minimum=0, maximum=max(0, self.repeats - 1))
+        n = self.new_tokens - 1
+        return self.step_times[r * n:(r + 1) * n]
+
 
 def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, repeats: int = REPEATS, *,
                    seed: int = 0, warmup: bool = True, threads: int | None = None,
@@ -896,6 +906,10 @@ class EnginePoint:
     verdict: str
     uncalibrated: float
     prediction: Prediction
+    #: measured / predicted of every repeat, each against the probes run just before and after it (the point is
+    #: the repeat with the median ratio; empty where the point was not compared repeat by repeat)
+    ratios: tuple = ()
+    reason: str = ""
 
     error = property(lambda self: self.predicted / self.measured - 1, doc="(predicted - measured) / measured")
     uncalibrated_error = property(lambda self: self.uncalibrated / self.measured - 1,
@@ -923,6 +937,9 @@ class EngineReport:
     allocator: str = ""
     #: configuration name -> its :class:`EngineTiming` per prompt length (their page-fault counts)
     timings: dict = field(default_factory=dict)
+    #: configuration name -> the probe sets run before and after each repeat: {"gemv": [...], "gemm": [...],
+    #: "cold": [...]} (one set per bracket; empty lists with --fast)
+    probe_sets: dict = field(default_factory=dict)
 
     def faults_line(self) -> str | None:
         """The median minor page faults of a timed ``generate()``, per model and prompt (None: not counted)."""
@@ -1015,9 +1032,11 @@ class EngineReport:
         q = self.quality
         if q.verdict == "reliable":
             return f"measurements: all {q.total} timings reliable"
+        worst = next((p for p in self.points if p.verdict != "reliable" and p.reason), None)
+        example = (f"; e.g. {worst.model} {worst.kind.upper()} @ {worst.tokens}: {worst.reason}" if worst else "")
         return (f"measurements: {self.noisy_points} of {len(self.points)} points not reliable "
                 f"({q.counts['noisy']} noisy, {q.counts['contended']} contended timings of {q.total}, probes "
-                f"included): the errors below mix the model's error with the machine's noise; close other "
+                f"included{example}): the errors below mix the model's error with the machine's noise; close other "
                 f"programs" + (", or run with --threads 1" if (self.thread_count or 2) > 1 else " and run again"))
 
     def report(self) -> str:
@@ -1034,7 +1053,9 @@ class EngineReport:
                    for o in self._probes()),
                  *(f"skipped {name}: {why}" for name, why in self.skipped),
                  "", self.table(), ""]
-        lines += [f"terms: {p.prediction.breakdown()}; measured {p.measured * 1e3:.3f} ms" for p in self.points]
+        lines += [f"terms: {p.prediction.breakdown()}; measured {p.measured * 1e3:.3f} ms"
+                  + (f"; measured / predicted by repeat: {' '.join(f'{x:.3f}' for x in p.ratios)}" if p.ratios else "")
+                  for p in self.points]
         unc = [abs(p.uncalibrated_error) for p in self._of("tpot")]
         lines += [f"uncalibrated TPOT: geomean |error| {statistics.geometric_mean(unc) if unc else math.nan:.3f}, "
                   f"max {max(unc, default=math.nan):.3f}",
@@ -1122,6 +1143,7 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
     else:
         check_calibration(calibration)
     overheads: dict[str, EngineOverhead] = {}   # configuration name -> its probe (pooled over its brackets)
+    probe_sets: dict[str, dict] = {}             # configuration name -> the probe sets around its repeats
     drifts: dict[str, Drift] = {}                # configuration name -> the GEMV probes around its repeats
     probed: dict[str, EngineOverhead] = {}      # --fast: tiny configuration -> probe (one per architecture)
     timed: dict[str, list] = {}                  # configuration name -> its EngineTimings
@@ -1135,11 +1157,15 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
             model, _ = build_model(cfg, available=available)
             brackets: list[dict] = []
             gemm_brackets: list[dict] = []
+            cold_brackets: list[dict] = []
             engine_sets: list[EngineOverhead] = []
+            colds = calibration.cold_points_for(stream_between_ops(spec))
 
-            def probe_again():     # the decode GEMVs, the prefill GEMMs and the engine, before and after each repeat
+            def probe_again():     # everything the prediction reads, before and after each repeat
                 brackets.append(reprobe_gemv(calibration, shapes))
                 gemm_brackets.append(reprobe(calibration, "gemm", gemms))
+                if colds:
+                    cold_brackets.append(reprobe(calibration, "cold", colds))
                 engine_sets.append(probe_engine_overhead(cfg, threads=policy.threads))
 
             # a --fast smoke run keeps the calibration's rates and probes the engine once per architecture:
@@ -1157,25 +1183,67 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
             overheads[name] = ov
             del model
             gc.collect()
-            during = calibration.with_probes(gemv=brackets, gemm=gemm_brackets)   # the mean of the probes
-            moved = 0.0
+            sets = probe_sets[name] = {"gemv": brackets, "gemm": gemm_brackets, "cold": cold_brackets}
             if brackets:
                 drifts[name] = _drift(spec, calibration, brackets, min(prompts) + new_tokens // 2)
-                moved = drifts[name].largest_step
-            for t in timings:
-                pr = predict_engine_tpot(spec, t.prompt, new_tokens, during, ov)
-                v = t.tpot_verdict
-                verdict = "noisy" if v.verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr else v.verdict
-                points.append(EnginePoint("tpot", name, spec.params, t.prompt, pr.seconds, t.tpot, v.spread or 0.0,
-                                          verdict, pr.uncalibrated, pr))
-            for t in timings:
-                pr = predict_engine_ttft(spec, t.prompt, during, ov)
-                v = t.ttft_verdict
-                points.append(EnginePoint("ttft", name, spec.params, t.prompt, pr.seconds, t.ttft, v.spread or 0.0,
-                                          v.verdict, pr.uncalibrated, pr))
+            points += _compared(name, spec, timings, new_tokens, calibration, ov, sets,
+                                drifts[name] if brackets else None)
             bar.update()
     return EngineReport(points, overheads, calibration, policy.description, time.perf_counter() - t0, fast, skipped,
-                        last_level_cache_bytes("cpu"), policy.threads, drifts, allocator.description, timed)
+                        last_level_cache_bytes("cpu"), policy.threads, drifts, allocator.description, timed,
+                        probe_sets)
+
+
+def _compared(name: str, spec: ModelSpec, timings: Sequence[EngineTiming], new_tokens: int,
+              calibration: Calibration, overhead: EngineOverhead, sets: Mapping, drift: Drift | None) -> list:
+    """The TPOT and TTFT points of one model, repeat by repeat: repeat r ran between the probe sets r and r + 1,
+    so it is predicted from their mean GEMV and GEMM rates (the cold-op costs and the engine probe pooled over
+    every set: they are small terms and their single sets are noisy). The point is the repeat whose measured /
+    predicted ratio is the median; the comparison is judged on the ratios (:func:`timing_verdict`: a drift the
+    probes followed moves a repeat's time and its prediction alike and leaves the ratio), and a TPOT point also
+    on its repeat's own step times and on its two probe sets' disagreement."""
+    gemv, gemm, cold = sets.get("gemv", []), sets.get("gemm", []), sets.get("cold", [])
+    pooled = calibration.with_probes(cold=cold)
+
+    def around(r):
+        if len(gemv) < r + 2:          # --fast, or a measurement without brackets: the calibration's rates
+            return pooled
+        return pooled.with_probes(gemv=gemv[r:r + 2], gemm=gemm[r:r + 2])
+
+    out = []
+    for kind in ("tpot", "ttft"):
+        for t in timings:
+            preds, measured = [], []
+            for r in range(t.repeats):
+                cal = around(r)
+                if kind == "tpot":
+                    preds.append(predict_engine_tpot(spec, t.prompt, new_tokens, cal, overhead))
+                    measured.append(statistics.median(t.repeat_steps(r)))
+                else:
+                    preds.append(predict_engine_ttft(spec, t.prompt, cal, overhead))
+                    measured.append(t.ttft_times[r])
+            ratios = tuple(m / p.seconds for m, p in zip(measured, preds))
+            order = sorted(range(len(ratios)), key=ratios.__getitem__)
+            r = order[len(order) // 2]
+            compared = _verdict(ratios, t.steal)
+            verdict, reason = compared.verdict, compared.reason
+            spread = compared.spread or 0.0
+            if kind == "tpot":
+                own = _verdict(t.repeat_steps(r), t.steal)
+                if verdict == "reliable" and own.verdict != "reliable":
+                    verdict, reason = own.verdict, f"its repeat's steps: {own.reason}"
+                if verdict == "reliable" and drift is not None and len(drift.bracketed) >= r + 2 \
+                        and drift.step(r) > THRESHOLDS.noisy_relative_iqr:
+                    verdict = "noisy"
+                    reason = (f"the GEMV probes just before and just after its repeat disagree by {drift.step(r):.0%} "
+                              f"(above {THRESHOLDS.noisy_relative_iqr:.0%})")
+            if compared.verdict != "reliable":
+                reason = f"the repeats' measured / predicted ratios: {reason}"
+            elif verdict == "reliable":
+                reason = ""
+            out.append(EnginePoint(kind, name, spec.params, t.prompt, preds[r].seconds, measured[r], spread, verdict,
+                                   preds[r].uncalibrated, preds[r], ratios, reason))
+    return out
 
 
 def _drift(spec: ModelSpec, calibration: Calibration, brackets: list, context: int) -> Drift:
