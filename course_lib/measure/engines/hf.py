@@ -30,9 +30,11 @@ engine's own dynamic KV cache. A streamer (:class:`TokenClock`, a ``BaseStreamer
 ``time.perf_counter()`` at every token it is handed: TTFT = first new token - call start; the step
 times are the gaps between consecutive tokens (N - 1 per run). Prompts are random token ids. Repeats
 are interleaved over the prompts (P1 P2 P1 P2 ...), so that a drift of the machine lands on every point
-alike. TPOT is the median of all step times of a prompt, TTFT the median over the repeats; each carries
-its spread and the verdict of :func:`course_lib.core.quality.timing_verdict` (with the CPU steal of the
-interval where ``/proc/stat`` reports it). The CPU threads follow
+alike. TPOT is the median of all step times of a prompt, TTFT the median over the repeats. The
+benchmark re-runs its probes before and after each repeat and judges each point repeat by repeat, on
+the ratios measured / predicted of its repeats (:func:`_compared`, through
+:func:`course_lib.core.quality.timing_verdict`, with the CPU steal of the interval where
+``/proc/stat`` reports it). The CPU threads follow
 :func:`course_lib.measure.threads.host_thread_policy`.
 
 **The allocator.** A prefill allocates each layer's activations and frees them before the next layer.
@@ -906,8 +908,8 @@ class EnginePoint:
     verdict: str
     uncalibrated: float
     prediction: Prediction
-    #: measured / predicted of every repeat, each against the probes run just before and after it (the point is
-    #: the repeat with the median ratio; empty where the point was not compared repeat by repeat)
+    #: measured / predicted of every repeat, each against the probes run just before and after it (what the
+    #: verdict judges; empty where the point was not compared repeat by repeat)
     ratios: tuple = ()
     reason: str = ""
 
@@ -1196,14 +1198,22 @@ def run(configs=None, *, fast: bool = False, threads: int | None = None, prompts
 
 def _compared(name: str, spec: ModelSpec, timings: Sequence[EngineTiming], new_tokens: int,
               calibration: Calibration, overhead: EngineOverhead, sets: Mapping, drift: Drift | None) -> list:
-    """The TPOT and TTFT points of one model, repeat by repeat: repeat r ran between the probe sets r and r + 1,
-    so it is predicted from their mean GEMV and GEMM rates (the cold-op costs and the engine probe pooled over
-    every set: they are small terms and their single sets are noisy). The point is the repeat whose measured /
-    predicted ratio is the median; the comparison is judged on the ratios (:func:`timing_verdict`: a drift the
-    probes followed moves a repeat's time and its prediction alike and leaves the ratio), and a TPOT point also
-    on its repeat's own step times and on its two probe sets' disagreement."""
+    """The TPOT and TTFT points of one model.
+
+    The point is the median of every repeat (every step for TPOT) against the prediction from the mean of
+    every probe set run around them (GEMVs, GEMMs, cold-op costs) and the pooled engine probe. It is judged
+    repeat by repeat: repeat r ran between the probe sets r and r + 1, so it is predicted from their mean
+    GEMV and GEMM rates, and the ratios measured / predicted of the repeats go through
+    :func:`timing_verdict` (a drift the probes followed moves a repeat's time and its prediction alike and
+    leaves the ratio; one they missed does not). A TPOT point is also judged on the step times of its median
+    repeat and on that repeat's two GEMV probe sets' disagreement. Each repeat's prediction rests on two probe
+    sets and the point's on all of them: on the 2-core Xeon, a run of the four default configurations and one
+    of the five unseen ones gave TPOT geomean |error| 0.016 and 0.011 predicted from all sets, against 0.026
+    and 0.025 from the median repeat's two.
+    """
     gemv, gemm, cold = sets.get("gemv", []), sets.get("gemm", []), sets.get("cold", [])
     pooled = calibration.with_probes(cold=cold)
+    everything = calibration.with_probes(gemv=gemv, gemm=gemm, cold=cold)
 
     def around(r):
         if len(gemv) < r + 2:          # --fast, or a measurement without brackets: the calibration's rates
@@ -1241,8 +1251,10 @@ def _compared(name: str, spec: ModelSpec, timings: Sequence[EngineTiming], new_t
                 reason = f"the repeats' measured / predicted ratios: {reason}"
             elif verdict == "reliable":
                 reason = ""
-            out.append(EnginePoint(kind, name, spec.params, t.prompt, preds[r].seconds, measured[r], spread, verdict,
-                                   preds[r].uncalibrated, preds[r], ratios, reason))
+            pr = (predict_engine_tpot(spec, t.prompt, new_tokens, everything, overhead) if kind == "tpot"
+                  else predict_engine_ttft(spec, t.prompt, everything, overhead))
+            out.append(EnginePoint(kind, name, spec.params, t.prompt, pr.seconds, t.tpot if kind == "tpot" else t.ttft,
+                                   spread, verdict, pr.uncalibrated, pr, ratios, reason))
     return out
 
 
