@@ -652,10 +652,17 @@ def probe_engine_overhead(config, *, layers: tuple[int, int] = PROBE_LAYERS, pro
                 steps[i].extend(gaps)
         steal = _steal(before, proc_stat())
     timings = tuple(EngineTiming(prompt, new_tokens, tuple(ttft[i]), tuple(steps[i]), steal) for i in (0, 1))
+    return _overhead_from(cfg["model_type"], (a, b), timings, nthreads)
+
+
+def _overhead_from(model_type: str, layers: tuple[int, int], timings: tuple, threads: int | None,
+                   sets: tuple = ()) -> EngineOverhead:
+    """The per-step and per-layer costs split from the timings of the two tiny copies (medians)."""
+    a, b = layers
     clamped: list[str] = []
     sf, sp_ = _split(timings[0].tpot, timings[1].tpot, a, b, "decode", clamped)
     pf, pp = _split(timings[0].ttft, timings[1].ttft, a, b, "prefill", clamped)
-    return EngineOverhead(cfg["model_type"], (a, b), sf, sp_, pf, pp, timings, tuple(clamped), nthreads)
+    return EngineOverhead(model_type, layers, sf, sp_, pf, pp, timings, tuple(clamped), threads, sets)
 
 
 def _pooled_timing(timings: Sequence[EngineTiming]) -> EngineTiming:
@@ -687,11 +694,7 @@ def pool_overheads(probes: Sequence[EngineOverhead]) -> EngineOverhead:
     if len(probes) == 1:
         return first
     timings = tuple(_pooled_timing([o.decode[i] for o in probes]) for i in (0, 1))
-    a, b = first.layers
-    clamped: list[str] = []
-    sf, sp_ = _split(timings[0].tpot, timings[1].tpot, a, b, "decode", clamped)
-    pf, pp = _split(timings[0].ttft, timings[1].ttft, a, b, "prefill", clamped)
-    return EngineOverhead(first.model_type, first.layers, sf, sp_, pf, pp, timings, tuple(clamped), first.threads,
+    return _overhead_from(first.model_type, first.layers, timings, first.threads,
                           tuple(x for o in probes for x in (o.sets or (o,))))
 
 
@@ -1220,19 +1223,17 @@ def _compared(name: str, spec: ModelSpec, timings: Sequence[EngineTiming], new_t
             return pooled
         return pooled.with_probes(gemv=gemv[r:r + 2], gemm=gemm[r:r + 2])
 
+    def predicted(kind, t, cal):
+        return (predict_engine_tpot(spec, t.prompt, new_tokens, cal, overhead) if kind == "tpot"
+                else predict_engine_ttft(spec, t.prompt, cal, overhead))
+
+    def measured(kind, t, r):
+        return statistics.median(t.repeat_steps(r)) if kind == "tpot" else t.ttft_times[r]
+
     out = []
     for kind in ("tpot", "ttft"):
         for t in timings:
-            preds, measured = [], []
-            for r in range(t.repeats):
-                cal = around(r)
-                if kind == "tpot":
-                    preds.append(predict_engine_tpot(spec, t.prompt, new_tokens, cal, overhead))
-                    measured.append(statistics.median(t.repeat_steps(r)))
-                else:
-                    preds.append(predict_engine_ttft(spec, t.prompt, cal, overhead))
-                    measured.append(t.ttft_times[r])
-            ratios = tuple(m / p.seconds for m, p in zip(measured, preds))
+            ratios = tuple(measured(kind, t, r) / predicted(kind, t, around(r)).seconds for r in range(t.repeats))
             order = sorted(range(len(ratios)), key=ratios.__getitem__)
             r = order[len(order) // 2]
             compared = _verdict(ratios, t.steal)
@@ -1251,8 +1252,7 @@ def _compared(name: str, spec: ModelSpec, timings: Sequence[EngineTiming], new_t
                 reason = f"the repeats' measured / predicted ratios: {reason}"
             elif verdict == "reliable":
                 reason = ""
-            pr = (predict_engine_tpot(spec, t.prompt, new_tokens, everything, overhead) if kind == "tpot"
-                  else predict_engine_ttft(spec, t.prompt, everything, overhead))
+            pr = predicted(kind, t, everything)
             out.append(EnginePoint(kind, name, spec.params, t.prompt, pr.seconds, t.tpot if kind == "tpot" else t.ttft,
                                    spread, verdict, pr.uncalibrated, pr, ratios, reason))
     return out
