@@ -5,6 +5,8 @@ No timing thresholds: the predictions are checked on a hand-made Calibration (kn
 """
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import io
 import math
@@ -431,6 +433,7 @@ def test_each_decode_round_is_predicted_from_the_gemv_probes_around_it(monkeypat
         calls.append(f)
         return {sh: 10e9 * f for sh in shapes}
     monkeypatch.setattr(validate, "reprobe_gemv", reprobe)
+    monkeypatch.setattr(validate, "EXTRA_DECODE_ROUNDS", 0)      # the first three rounds only (extra: below)
     # one context, three rounds: 30, 20, 25 ms at about 11, 13 and 15 GB/s: measured / predicted about 330, 260 and
     # 375 (x bandwidth): the median ratio is the first round's (between the 10 and 12 GB/s probes)
     monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([0.030, 0.020, 0.025]))
@@ -467,6 +470,7 @@ def test_a_drift_the_probes_follow_leaves_the_comparison_reliable(monkeypatch):
 def test_a_round_whose_probes_disagree_is_noisy(monkeypatch):
     cal = _calibration(gemv_bw=10e9)
     factors = iter([1.0, 1.0, 1.0, 1.5])       # the bandwidth jumps during the third round
+    monkeypatch.setattr(validate, "EXTRA_DECODE_ROUNDS", 0)      # the first three rounds only (extra: below)
     monkeypatch.setattr(validate, "reprobe_gemv",
                         lambda c, shapes: {sh: 10e9 * f for f in [next(factors)] for sh in shapes})
     def mean_step(*bws):
@@ -479,6 +483,94 @@ def test_a_round_whose_probes_disagree_is_noisy(monkeypatch):
     [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
     assert pt.measured == third and pt.verdict == "noisy"
     assert "GEMV probes just before and just after it disagree by 50%" in pt.reason
+
+
+def test_median_round_can_leave_the_extremes_out_of_the_agreement():
+    ratios = [1.00, 1.40, 1.02, 1.01, 0.99]          # one disturbed round of five
+    assert validate._median_round(ratios) == (3, pytest.approx(0.41 / 1.01))
+    assert validate._median_round(ratios, trim=1) == (3, pytest.approx(0.02 / 1.01))   # 1.00 .. 1.02
+    with pytest.raises(ValueError, match="trim must leave at least one of the 5 values"):
+        validate._median_round(ratios, trim=3)
+
+
+def _steady_probes(monkeypatch, cal, bw=10e9):
+    calls = []
+    def reprobe(c, shapes):
+        calls.append(len(calls))
+        return {sh: bw for sh in shapes}
+    monkeypatch.setattr(validate, "reprobe_gemv", reprobe)
+    return calls
+
+
+def _step(cal, bw=10e9):
+    c = cal.with_probes(gemv=[{sh: bw for sh in cal.gemv}])
+    return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
+
+
+def test_a_reliable_point_gets_no_extra_rounds(monkeypatch):
+    cal = _calibration(gemv_bw=10e9)
+    calls = _steady_probes(monkeypatch, cal)
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([_step(cal) * f for f in (1.0, 1.05, 1.1)]))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert pt.verdict == "reliable" and pt.rounds == validate.DECODE_ROUNDS and len(calls) == 4
+
+
+def test_one_disturbed_round_is_outvoted_by_the_extra_rounds(monkeypatch):
+    """Rounds at 1.00, 1.40 (a burst of other work) and 1.02 x the prediction disagree by 39 %: two more rounds
+    are run, each between probes, and with 1.01 and 0.99 the middle three of five agree: reliable, median kept."""
+    cal = _calibration(gemv_bw=10e9)
+    calls = _steady_probes(monkeypatch, cal)
+    times = [_step(cal) * f for f in (1.00, 1.40, 1.02, 1.01, 0.99)]
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode(times))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert pt.rounds == 5 and len(calls) == 6 and len(pt.drift.bracketed) == 6
+    assert pt.verdict == "reliable" and pt.measured == times[3]
+    rep = validate.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
+    assert rep.rounds_line().startswith("extra rounds: 1 of 1 decode points were not reliable after 3 rounds")
+    assert "1 of them then agreed" in rep.rounds_line() and rep.rounds_line() in rep.report()
+    assert rep.noisy_lines() == []
+
+
+def test_a_lasting_disagreement_stays_noisy_after_the_extra_rounds(monkeypatch):
+    cal = _calibration(gemv_bw=10e9)
+    _steady_probes(monkeypatch, cal)
+    times = [_step(cal) * f for f in (1.00, 1.40, 1.02, 1.35, 1.30)]    # the slow state came back and stayed
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode(times))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert pt.rounds == 5 and pt.verdict == "noisy" and pt.measured == times[4]
+    assert "5 interleaved rounds' middle 3 measured / predicted ratios disagree by 25%" in pt.reason
+    # (the middle three ratios: 1.02 .. 1.35, over the median 1.30)
+    rep = validate.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
+    assert "0 of them then agreed" in rep.rounds_line()
+    assert rep.noisy_lines() == ["points not reliable:", f"  {SPEC.name} TPOT @ 128: noisy: {pt.reason}"]
+    lines = rep.report().splitlines()
+    assert lines[-3] == rep.noisy_lines()[-1] and lines[-2] == rep.quality_line()
+
+
+def test_only_the_disturbed_contexts_are_measured_again(monkeypatch):
+    cal = _calibration(gemv_bw=10e9)
+    _steady_probes(monkeypatch, cal)
+    seen = []
+    base = _fake_decode([1.0] * 20)
+    def fake(lm, contexts, **kw):
+        seen.append(contexts[0])
+        [t] = base(lm, contexts, **kw)
+        f = 1.5 if (contexts[0] == 256 and len(seen) == 2) else 1.0     # the second round of 256 only: disturbed
+        c = cal.with_probes(gemv=[{sh: 10e9 for sh in cal.gemv}])
+        step = (predict.predict_tpot(SPEC, t.first_context, c).seconds +
+                predict.predict_tpot(SPEC, t.last_context, c).seconds) / 2
+        return [dataclasses.replace(t, seconds=f * step, q1_seconds=0.99 * f * step, q3_seconds=1.01 * f * step)]
+    monkeypatch.setattr(validate, "measure_decode_contexts", fake)
+    pts = validate._decode_points(None, SPEC, [128, 256], 8, 1, "wall", cal, _Bar())
+    assert seen == [128, 256] * 3 + [256, 256]
+    assert [p.rounds for p in pts] == [3, 5] and all(p.verdict == "reliable" for p in pts)
+
+
+def test_a_fast_run_takes_no_extra_rounds(monkeypatch):
+    cal = dataclasses.replace(_calibration(gemv_bw=10e9), fast=True)
+    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([_step(cal) * f for f in (1.0, 1.4, 1.0)]))
+    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    assert pt.rounds == 3 and pt.verdict == "noisy"
 
 
 def test_reprobe_gemv_runs_the_gemv_probe_with_the_calibrations_settings(monkeypatch):

@@ -86,6 +86,7 @@ class Point:
     verdict: str = "reliable"        # course_lib.core.quality.timing_verdict of the measurement
     reason: str = ""
     drift: "Drift | None" = None     # decode: the GEMV probes around the model's measurements
+    rounds: int = 1                  # decode: how many interleaved rounds measured it (extra ones when noisy)
 
     @property
     def error(self) -> float:
@@ -151,6 +152,23 @@ class ValidationReport:
                 f"the machine's noise, so the last line does not judge the model; close other programs and run "
                 f"again, or use --threads 1 --clock process (exit status {NOISY_EXIT})")
 
+    def rounds_line(self) -> str:
+        """Which decode points needed the extra rounds, and how they came out ('' when none did)."""
+        extra = [p for p in self.decode if p.rounds > DECODE_ROUNDS]
+        if not extra:
+            return ""
+        settled = sum(p.verdict == "reliable" for p in extra)
+        return (f"extra rounds: {len(extra)} of {len(self.decode)} decode points were not reliable after "
+                f"{DECODE_ROUNDS} rounds and were measured in {EXTRA_DECODE_ROUNDS} more; {settled} of them "
+                f"then agreed (the median of {DECODE_ROUNDS + EXTRA_DECODE_ROUNDS} ratios, the highest and "
+                f"lowest left out of the agreement)")
+
+    def noisy_lines(self) -> list[str]:
+        """The points that were not reliable, a line each with its reason (none when all were)."""
+        lines = [f"  {p.model} {p.kind.upper()} @ {p.tokens}: {p.verdict}: {p.reason or p.verdict}"
+                 for p in self.points if p.verdict != "reliable"]
+        return ["points not reliable:", *lines] if lines else []
+
     def drift_lines(self) -> list[str]:
         """The bandwidth drift seen by the probes that bracketed each model's decode rounds (one line per model)."""
         seen = {p.model: p.drift for p in self.decode if p.drift is not None}
@@ -194,7 +212,9 @@ class ValidationReport:
                  f"max {max(unc, default=math.nan):.3f}",
                  f"TTFT: max |error| {max(ttft, default=math.nan):.3f} (reported, not in the target)",
                  *self.drift_lines(),
+                 *filter(None, [self.rounds_line()]),
                  f"total {self.seconds:.1f} s",
+                 *self.noisy_lines(),
                  self.quality_line(),
                  self.last_line()]
         return "\n".join(lines)
@@ -215,9 +235,11 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     the noisy spread make it noisy (a drift the probes followed moves a round's time and its prediction
     alike and leaves the ratio; one they missed does not). The report's drift lines show how far the
     probes moved; probes before and after the kept round that disagree by more than the noisy spread
-    make it noisy. TTFT: ``ttft_model``
-    (default: the first model) at every prompt length (median of ``runs`` fresh prompts, default 5).
-    ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
+    make it noisy. A decode point that is not reliable after :data:`DECODE_ROUNDS` rounds is measured in
+    :data:`EXTRA_DECODE_ROUNDS` more (not in a ``fast`` run), and judged again on all of them: the median
+    ratio, with the highest and lowest left out of the agreement (the report's "extra rounds" line).
+    TTFT: ``ttft_model`` (default: the first model) at every prompt length (median of ``runs`` fresh
+    prompts, default 5). ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
     the probes and the model.
     """
     if not isinstance(fast, bool):
@@ -247,13 +269,22 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
 #: just before and after it; the point is the round with the median measured / predicted ratio, and ratios that
 #: disagree by more than the noisy spread make the point noisy
 DECODE_ROUNDS = 3
+#: a decode point that is not reliable after its :data:`DECODE_ROUNDS` rounds is measured in this many more (once, in
+#: an interleaved sequence of its own, each round again between two GEMV probe sets); with five rounds the point is
+#: still the median ratio, and the one highest and one lowest ratio are left out of the agreement, so that one round a
+#: burst of other work disturbed no longer decides the verdict while a drift that lasts still does
+EXTRA_DECODE_ROUNDS = 2
 
 
-def _median_round(values: Sequence[float]) -> tuple[int, float]:
-    """The index of the median of ``values`` (one per round), and how far they disagree: (max - min) / median."""
+def _median_round(values: Sequence[float], trim: int = 0) -> tuple[int, float]:
+    """The index of the median of ``values`` (one per round), and how far they disagree: (max - min) / median,
+    over the values left when the ``trim`` highest and ``trim`` lowest are set aside."""
     order = sorted(range(len(values)), key=lambda i: values[i])
+    if not 0 <= 2 * trim < len(order):
+        raise ValueError(f"trim must leave at least one of the {len(order)} values, got {trim!r}")
     mid = order[len(order) // 2]
-    return mid, (values[order[-1]] - values[order[0]]) / values[mid]
+    kept = order[trim:len(order) - trim]
+    return mid, (values[kept[-1]] - values[kept[0]]) / values[mid]
 
 
 def _judged(timing, repeats: int):
@@ -263,7 +294,8 @@ def _judged(timing, repeats: int):
 
 
 def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> list:
-    """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`)."""
+    """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`); the points that are not
+    reliable after :data:`DECODE_ROUNDS` rounds get :data:`EXTRA_DECODE_ROUNDS` more."""
     shapes = sorted(weight_matrices(s))
     n = DECODE_ROUNDS * len(ctxs)
     def probe_again():
@@ -275,50 +307,74 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
     brackets = []
     rounds: dict[int, list] = {c: [] for c in ctxs}
     where: dict[int, list] = {c: [] for c in ctxs}     # context -> index of the probes just before it
-    # probe, c1, probe, c2, probe, c3, probe, c1, ... : interleaved rounds, so that a drift of the machine lands on
-    # every context alike, and each measurement between two sets of GEMV probes of the model's shapes
-    for j in range(n + 1):
-        bar.set_postfix_str(f"{s.name} GEMV probes ({j + 1}/{n + 1})")
-        brackets.append(probe_again())
-        if j == n:
-            break
-        r, c = j // len(ctxs), ctxs[j % len(ctxs)]
-        bar.set_postfix_str(f"{s.name} TPOT @ {c} (round {r + 1}/{DECODE_ROUNDS})")
-        rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
-        where[c].append(j)
+
+    def measure(order, label):
+        # probe, c1, probe, c2, probe, ...: each measurement between two sets of GEMV probes of the model's shapes
+        # (a sequence that follows another starts from that one's last probes)
+        if not brackets:
+            bar.set_postfix_str(f"{s.name} GEMV probes")
+            brackets.append(probe_again())
+        for k, c in enumerate(order):
+            bar.set_postfix_str(f"{s.name} TPOT @ {c} ({label} {k + 1}/{len(order)})")
+            where[c].append(len(brackets) - 1)
+            rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
+            bar.set_postfix_str(f"{s.name} GEMV probes ({label} {k + 1}/{len(order)})")
+            brackets.append(probe_again())
+
+    # interleaved rounds c1 c2 c3 c1 c2 c3 ..., so that a drift of the machine lands on every context alike
     c0 = min(ctxs)
-    drift = Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
-                  tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
+    def drift():
+        return Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
+                     tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
+
+    measure([ctxs[j % len(ctxs)] for j in range(n)], "round")
+    moved = drift()
+    judged = {c: _judge_decode(s, rounds[c], where[c], brackets, calibration, moved) for c in ctxs}
+    again = [c for c in ctxs if judged[c][0] != "reliable"]
+    if again and EXTRA_DECODE_ROUNDS and not calibration.fast:
+        measure([c for _ in range(EXTRA_DECODE_ROUNDS) for c in again], "extra round")
+        moved = drift()
+        judged.update({c: _judge_decode(s, rounds[c], where[c], brackets, calibration, moved) for c in again})
     points = []
     for c in ctxs:
-        preds = []
-        for t, j in zip(rounds[c], where[c]):
-            around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
-            preds.append((predict_tpot(s, t.first_context, around), predict_tpot(s, t.last_context, around)))
-        # a round's comparison is its measured time against its own probes' prediction: a drift the probes
-        # followed moves both, and only a disagreement of those ratios says the comparison is noisy
-        ratios = [t.seconds / ((p1.seconds + p2.seconds) / 2) for t, (p1, p2) in zip(rounds[c], preds)]
-        r, agree = _median_round(ratios)
-        _, apart = _median_round([t.seconds for t in rounds[c]])
-        t, j, (p1, p2) = rounds[c][r], where[c][r], preds[r]
-        pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
-        unc = (p1.uncalibrated + p2.uncalibrated) / 2
-        v = _judged(t, t.steps)
-        verdict, reason = v.verdict, v.reason
-        moved = drift.step(j)
-        if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
-            verdict = "noisy"
-            reason = (f"the {DECODE_ROUNDS} interleaved rounds' measured / predicted ratios disagree by {agree:.0%} "
-                      f"(above {THRESHOLDS.noisy_relative_iqr:.0%}; their times by {apart:.0%}): the machine "
-                      f"drifted in a way the GEMV probes around them did not follow")
-        elif verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
-            verdict = "noisy"
-            reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "
-                      f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
+        verdict, reason, t, pred, unc, p1 = judged[c]
         points.append(Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1,
-                            verdict, reason, None if calibration.fast else drift))
+                            verdict, reason, None if calibration.fast else moved, len(rounds[c])))
         bar.update()
     return points
+
+
+def _judge_decode(s, rounds, where, brackets, calibration, drift):
+    """One context's decode rounds against their own probes: (verdict, reason, kept round, prediction,
+    uncalibrated prediction, first step's prediction). ``drift``: the model's weights term from every probe set."""
+    preds = []
+    for t, j in zip(rounds, where):
+        around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
+        preds.append((predict_tpot(s, t.first_context, around), predict_tpot(s, t.last_context, around)))
+    # a round's comparison is its measured time against its own probes' prediction: a drift the probes
+    # followed moves both, and only a disagreement of those ratios says the comparison is noisy
+    ratios = [t.seconds / ((p1.seconds + p2.seconds) / 2) for t, (p1, p2) in zip(rounds, preds)]
+    trim = max(0, len(rounds) - DECODE_ROUNDS) // 2
+    r, agree = _median_round(ratios, trim)
+    _, apart = _median_round([t.seconds for t in rounds], trim)
+    t, j, (p1, p2) = rounds[r], where[r], preds[r]
+    pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
+    unc = (p1.uncalibrated + p2.uncalibrated) / 2
+    v = _judged(t, t.steps)
+    verdict, reason = v.verdict, v.reason
+    moved = drift.step(j)
+    which = (f"{len(rounds)} interleaved rounds'" if not trim else
+             f"{len(rounds)} interleaved rounds' middle {len(rounds) - 2 * trim}")
+    if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
+        verdict = "noisy"
+        reason = (f"the {which} measured / predicted ratios disagree by {agree:.0%} "
+                  f"(above {THRESHOLDS.noisy_relative_iqr:.0%}; their times by {apart:.0%}): the machine "
+                  f"drifted in a way the GEMV probes around them did not follow")
+    elif verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
+        verdict = "noisy"
+        reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "
+                  f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
+    return verdict, reason, t, pred, unc, p1
 
 
 def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration, progress, clock):
