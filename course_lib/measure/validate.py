@@ -239,8 +239,8 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     :data:`EXTRA_DECODE_ROUNDS` more (not in a ``fast`` run), and judged again on all of them: the median
     ratio, with the highest and lowest left out of the agreement (the report's "extra rounds" line).
     TTFT: ``ttft_model`` (default: the first model) at every prompt length (median of ``runs`` fresh
-    prompts, default 5). ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`; the same clock times
-    the probes and the model.
+    prompts, default 5). ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`;
+    the same clock times the probes and the model.
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
