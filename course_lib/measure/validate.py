@@ -321,12 +321,12 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
             bar.set_postfix_str(f"{s.name} GEMV probes ({label} {k + 1}/{len(order)})")
             brackets.append(probe_again())
 
-    # interleaved rounds c1 c2 c3 c1 c2 c3 ..., so that a drift of the machine lands on every context alike
     c0 = min(ctxs)
     def drift():
         return Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
                      tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
 
+    # interleaved rounds c1 c2 c3 c1 c2 c3 ..., so that a drift of the machine lands on every context alike
     measure([ctxs[j % len(ctxs)] for j in range(n)], "round")
     moved = drift()
     judged = {c: _judge_decode(s, rounds[c], where[c], brackets, calibration, moved) for c in ctxs}
