@@ -526,7 +526,8 @@ def test_one_disturbed_round_is_outvoted_by_the_extra_rounds(monkeypatch):
     assert pt.rounds == 5 and len(calls) == 6 and len(pt.drift.bracketed) == 6
     assert pt.verdict == "reliable" and pt.measured == times[3]
     rep = validate.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
-    assert rep.rounds_line().startswith("extra rounds: 1 of 1 decode points were not reliable after 3 rounds")
+    assert rep.rounds_line().startswith(f"extra rounds: 1 of 1 decode points ({SPEC.name} @ 128) were not reliable "
+                                        "after 3 rounds")
     assert "1 of them then agreed" in rep.rounds_line() and rep.rounds_line() in rep.report()
     assert rep.noisy_lines() == []
 

@@ -158,7 +158,8 @@ class ValidationReport:
         if not extra:
             return ""
         settled = sum(p.verdict == "reliable" for p in extra)
-        return (f"extra rounds: {len(extra)} of {len(self.decode)} decode points were not reliable after "
+        which = ", ".join(f"{p.model} @ {p.tokens}" for p in extra)
+        return (f"extra rounds: {len(extra)} of {len(self.decode)} decode points ({which}) were not reliable after "
                 f"{DECODE_ROUNDS} rounds and were measured in {EXTRA_DECODE_ROUNDS} more; {settled} of them "
                 f"then agreed (the median of {DECODE_ROUNDS + EXTRA_DECODE_ROUNDS} ratios, the highest and "
                 f"lowest left out of the agreement)")
