@@ -5,9 +5,8 @@ No timing thresholds: the predictions are checked on a hand-made Calibration (kn
 """
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import io
 import math
 
@@ -502,9 +501,10 @@ def _steady_probes(monkeypatch, cal, bw=10e9):
     return calls
 
 
-def _step(cal, bw=10e9):
+def _step(cal, first=129, last=136, bw=10e9):
+    """The mean predicted decode step from ``first`` to ``last`` with every GEMV probe at ``bw``."""
     c = cal.with_probes(gemv=[{sh: bw for sh in cal.gemv}])
-    return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
+    return (predict.predict_tpot(SPEC, first, c).seconds + predict.predict_tpot(SPEC, last, c).seconds) / 2
 
 
 def test_a_reliable_point_gets_no_extra_rounds(monkeypatch):
@@ -557,9 +557,7 @@ def test_only_the_disturbed_contexts_are_measured_again(monkeypatch):
         seen.append(contexts[0])
         [t] = base(lm, contexts, **kw)
         f = 1.5 if (contexts[0] == 256 and len(seen) == 2) else 1.0     # the second round of 256 only: disturbed
-        c = cal.with_probes(gemv=[{sh: 10e9 for sh in cal.gemv}])
-        step = (predict.predict_tpot(SPEC, t.first_context, c).seconds +
-                predict.predict_tpot(SPEC, t.last_context, c).seconds) / 2
+        step = _step(cal, t.first_context, t.last_context)
         return [dataclasses.replace(t, seconds=f * step, q1_seconds=0.99 * f * step, q3_seconds=1.01 * f * step)]
     monkeypatch.setattr(validate, "measure_decode_contexts", fake)
     pts = validate._decode_points(None, SPEC, [128, 256], 8, 1, "wall", cal, _Bar())

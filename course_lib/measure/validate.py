@@ -330,24 +330,19 @@ def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> lis
     # interleaved rounds c1 c2 c3 c1 c2 c3 ..., so that a drift of the machine lands on every context alike
     measure([ctxs[j % len(ctxs)] for j in range(n)], "round")
     moved = drift()
-    judged = {c: _judge_decode(s, rounds[c], where[c], brackets, calibration, moved) for c in ctxs}
-    again = [c for c in ctxs if judged[c][0] != "reliable"]
+    points = {c: _decode_point(s, c, rounds[c], where[c], brackets, calibration, moved) for c in ctxs}
+    again = [c for c in ctxs if points[c].verdict != "reliable"]
     if again and EXTRA_DECODE_ROUNDS and not calibration.fast:
         measure([c for _ in range(EXTRA_DECODE_ROUNDS) for c in again], "extra round")
         moved = drift()
-        judged.update({c: _judge_decode(s, rounds[c], where[c], brackets, calibration, moved) for c in again})
-    points = []
-    for c in ctxs:
-        verdict, reason, t, pred, unc, p1 = judged[c]
-        points.append(Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1,
-                            verdict, reason, None if calibration.fast else moved, len(rounds[c])))
-        bar.update()
-    return points
+        points.update({c: _decode_point(s, c, rounds[c], where[c], brackets, calibration, moved) for c in again})
+    bar.update(len(ctxs))
+    return [points[c] for c in ctxs]
 
 
-def _judge_decode(s, rounds, where, brackets, calibration, drift):
-    """One context's decode rounds against their own probes: (verdict, reason, kept round, prediction,
-    uncalibrated prediction, first step's prediction). ``drift``: the model's weights term from every probe set."""
+def _decode_point(s, c, rounds, where, brackets, calibration, drift) -> Point:
+    """The TPOT point of context ``c`` from its decode rounds, each against its own probes (``where``: the index
+    of the probe set just before each round). ``drift``: the model's weights term from every probe set."""
     preds = []
     for t, j in zip(rounds, where):
         around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
@@ -375,7 +370,8 @@ def _judge_decode(s, rounds, where, brackets, calibration, drift):
         verdict = "noisy"
         reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "
                   f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
-    return verdict, reason, t, pred, unc, p1
+    return Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1, verdict,
+                 reason, None if calibration.fast else drift, len(rounds))
 
 
 def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration, progress, clock):
