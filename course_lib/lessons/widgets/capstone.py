@@ -77,11 +77,11 @@ TPOT_TARGET_DEFAULT = "50 ms"
 def status_html(view, error: str | None = None) -> str:
     """The status line under the numbers: what is missing, the warnings, or an all-clear (green).
 
-    ``view`` is a :class:`course_lib.core.app.Reading` (or a ``capstone.DashboardView``, or None with
-    ``error``). Green only when the setting is priced and nothing is missing or wrong.
+    ``view`` is a :class:`course_lib.core.app.Reading` (or None with ``error``). Green only when the setting
+    is priced and nothing is missing or wrong.
     """
     if error is None and view is not None:
-        error = getattr(view, "problem", None) or getattr(view, "error", None)
+        error = view.problem
     if error is not None:
         return _html.error_box(error, "Cannot price this setting fully. ", cls="course-capstone-missing")
     if view.warnings:
