@@ -23,6 +23,9 @@ from typing import Iterable
 
 import torch
 
+from course_lib.measure import sysinfo
+from course_lib.measure.sysinfo import cpus_in_use, parse_cpu_list, sysfs_cache_instances
+
 __all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "SYSFS_CPU", "parse_cpu_list",
            "cpus_in_use", "sysfs_cache_instances", "cache_sizes", "last_level_cache_bytes",
            "MEMORY_BUDGET_FRACTION", "FAST_MEMORY_BUDGET_BYTES", "ASSUMED_RAM_BYTES", "cgroup_memory_room",
@@ -84,7 +87,7 @@ def device_name(device=None) -> str:
 
 
 #: where Linux describes the CPU caches: ``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``
-SYSFS_CPU = Path("/sys/devices/system/cpu")
+SYSFS_CPU = sysinfo.SYSFS_CPU
 
 
 def _read_text(path: Path) -> str | None:
@@ -92,63 +95,6 @@ def _read_text(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """CPUs of a Linux CPU list such as ``"0-3,8,10-11"`` (ValueError for anything else)."""
-    if not isinstance(text, str):
-        raise TypeError(f"cpu list must be a string such as '0-3,8', got {type(text).__name__}")
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise ValueError(f"cpu list must look like '0-3,8', got {text!r}")
-        lo = int(m.group(1))
-        cpus.update(range(lo, int(m.group(2) or lo) + 1))
-    return frozenset(cpus)
-
-
-def cpus_in_use() -> frozenset[int] | None:
-    """The CPUs this process may run on (its affinity mask), or None where the OS does not say."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
-def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> list[dict]:
-    """Every distinct cache that the CPUs ``cpus`` use, once, from a Linux sysfs tree under ``root``.
-
-    ``cpus``: default :func:`cpus_in_use` (all CPUs of the tree where the OS does not say). Each CPU's
-    ``cache/index*`` folders describe the caches it uses; a cache shared by several CPUs appears under
-    each of them with the same ``shared_cpu_list``, and is counted once. Returns
-    ``[{level, type, size_bytes, cpus}]`` sorted by level and type (``cpus``: the frozenset of CPUs
-    that share the instance); an empty list when the tree says nothing (no sysfs: macOS, Windows).
-    ``root`` is injectable so tests feed recorded trees.
-    """
-    from course_lib.measure.sysinfo import _parse_size
-    root = Path(root)
-    if cpus is None:
-        cpus = cpus_in_use()
-    if cpus is None:
-        dirs = sorted(root.glob("cpu[0-9]*"))
-    else:
-        dirs = [root / f"cpu{int(c)}" for c in sorted(set(cpus))]
-    found: dict[tuple, dict] = {}
-    for cpu_dir in dirs:
-        for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
-            level, ctype = _read_text(idx / "level"), _read_text(idx / "type")
-            size = _parse_size(_read_text(idx / "size"))
-            if not (level and level.isdigit() and ctype and size):
-                continue
-            shared_text = _read_text(idx / "shared_cpu_list")
-            try:
-                shared = parse_cpu_list(shared_text) if shared_text else frozenset({int(cpu_dir.name[3:])})
-            except ValueError:
-                shared = frozenset({int(cpu_dir.name[3:])})
-            found.setdefault((int(level), ctype, shared),
-                             {"level": int(level), "type": ctype, "size_bytes": size, "cpus": shared})
-    return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], sorted(k[2])))]
 
 
 def _sizes_from_instances(instances: list[dict]) -> dict[str, int]:
