@@ -289,21 +289,10 @@ def count_parameters(config) -> int:
 
 def available_memory_bytes() -> int | None:
     """Memory this process may still allocate: ``MemAvailable`` of ``/proc/meminfo``, capped by the cgroup
-    limit (``memory.max`` - ``memory.current``); None where neither is known."""
-    found = []
-    try:
-        m = re.search(r"^MemAvailable:\s*(\d+)\s*kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
-        if m:
-            found.append(int(m.group(1)) * 1024)
-    except OSError:
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit.isdigit() and used.isdigit():
-            found.append(max(0, int(limit) - int(used)))
-    except OSError:
-        pass
+    limit (v2 or v1, :func:`course_lib.measure.device.cgroup_memory_room`); None where neither is known."""
+    from course_lib.measure import device
+
+    found = [x for x in (device._meminfo_available(), device.cgroup_memory_room()) if x is not None]
     return min(found) if found else None
 
 
