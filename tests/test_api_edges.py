@@ -452,6 +452,16 @@ CASES = {
                           hardware=st.sampled_from([None, "rtx-4090", "tpu"])),
     "units_trap": no_args("measurements.units_trap"),
     "sources": no_args("measurements.sources"),
+    "h200_record": no_args("measurements.h200_record"),
+    "H200Record": call(lambda batch, context: (R("measurements.h200_record")().weights_step(batch),
+                                               R("measurements.h200_record")().full_step(batch, context)),
+                       label="H200Record.weights_step/full_step", batch=st.sampled_from([1, 64, 3, 0, -1]),
+                       context=st.sampled_from([1, 32768, 5, 0])),
+    "StepRun": thunk("StepRun", lambda: R("measurements.h200_record")().fp8_test["fp8_e4m3"]),
+    "GemvRun": thunk("GemvRun", lambda: R("measurements.h200_record")().gemv),
+    "PromptRun": thunk("PromptRun", lambda: R("measurements.h200_record")().hf_ttft),
+    "ContextRun": thunk("ContextRun", lambda: R("measurements.h200_record")().hf_tpot),
+    "PrefixCacheRun": thunk("PrefixCacheRun", lambda: R("measurements.h200_record")().hf_prefix_cache),
 }
 
 

@@ -356,16 +356,16 @@ def h200_hardware(ceilings: str = "datasheet") -> HardwareSpec:
     """The H200 as the catalog has it (``"datasheet"``) or with the ceilings measured on it (``"measured"``).
 
     Measured: the bandwidth is the kernel copy's (read + write counted) and the fp16/bf16 peak the
-    8192^3 fp16 matmul's, both from ``measurements.h200()['ceilings']``; capacity from the datasheet.
+    8192^3 fp16 matmul's, both from :func:`course_lib.core.measurements.h200_record`; capacity from the datasheet.
     """
     ceilings = require_choice("ceilings", ceilings, CEILINGS)
     hw = get_hardware("h200")
     if ceilings == "datasheet":
         return hw
-    c = measurements.h200()["ceilings"]
-    peak = c["matmul_8192_fp16_TFLOPs"] * 1e12
+    rec = measurements.h200_record()
+    peak = rec.matmul_fp16_flops
     return custom_hardware(
-        "h200-measured", bandwidth=c["copy_read_plus_write_GBps"] * 1e9, peak_flops={"fp16": peak, "bf16": peak},
+        "h200-measured", bandwidth=rec.copy_bandwidth, peak_flops={"fp16": peak, "bf16": peak},
         capacity=hw.capacity, memory_type=hw.memory_type, cache_bytes=hw.cache_bytes,
         display="NVIDIA H200 (measured ceilings)",
         source="measurements.h200()['ceilings']: kernel copy (read + write counted) and 8192^3 fp16 matmul",
