@@ -428,9 +428,9 @@ def test_no_decode_step_is_read_from_a_one_token_answer():
 
 
 def test_the_eager_hf_figures_are_one_set_up_and_the_jargon_is_defined(lesson_text):
-    h = measurements.h200()["hf_transformers_eager"]
-    steps = [r["ms"] for r in h["tpot"]] + list(h["tpot_other_machine_same_day_ms"])
-    assert f"{min(steps):.0f} to {max(steps):.0f} ms per decode step" in lesson_text
+    h = measurements.h200_record()
+    steps = [r.seconds for r in h.hf_tpot] + list(h.hf_tpot_other_machine_seconds)
+    assert f"{format_time(min(steps))} to {format_time(max(steps))} per decode step" in lesson_text
     assert "one set-up's measurement" in lesson_text and "Lesson 08 measures the overhead" in lesson_text
     for word in ("**kernel launch**", "**eager**", "**CUDA graph**", "**synchronisation**"):
         assert word in lesson_text, word

@@ -1,6 +1,6 @@
 """Predicted vs measured: every measurement the course has, next to its first-principles floor.
 
-Lessons: 08
+Lessons: 07, 08
 
 A :class:`Comparison` is one case: a measured time (``measured_s``) beside the time the course's
 estimator predicts for the same work (``predicted_s``), and their ratio
