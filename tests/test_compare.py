@@ -1,4 +1,4 @@
-"""course_lib.compare: every prediction equals the estimator's value for the same work, every measured
+"""course_lib.core.compare: every prediction equals the estimator's value for the same work, every measured
 number is the record's own, efficiency = predicted / measured, and bad input gets one clear error."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The capstone dashboard's plain functions (``core.capstone``, its texts ``core.app``): no widgets, no browser.
 
 * on one GPU every number equals ``course_lib.estimate`` of the same setting (the dashboard adds
-  nothing of its own), and the texts are ``course_lib.units`` formats of those numbers;
+  nothing of its own), and the texts are ``course_lib.core.units`` formats of those numbers;
 * tensor parallelism: the split work is the estimate on one device with G times the bandwidth and
   FLOP/s, plus 2 ring all-reduces per layer priced by ``numeric.ring_allreduce_time``;
 * properties over the batch: aggregate tokens/s never falls and TPOT never falls as the batch grows;

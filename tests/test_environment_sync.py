@@ -1,5 +1,5 @@
 """The two ways to install the course must install the same things, and the environment check
-(``course_lib.sysinfo``) must work on any machine.
+(``course_lib.measure.sysinfo``) must work on any machine.
 
 * ``pyproject.toml`` (core dependencies + the ``test`` and ``classroom`` extras; ``make install``)
 * ``environment.yml`` (conda-forge, with a pip section for what conda-forge lacks and ``-e .``)
@@ -125,7 +125,7 @@ def test_drift_is_detected(tmp_path, monkeypatch):
         test_same_package_names()
 
 
-# --- the environment check (course_lib.sysinfo) -----------------------------------------------------------
+# --- the environment check (course_lib.measure.sysinfo) -----------------------------------------------------------
 from course_lib.measure import sysinfo  # noqa: E402
 
 

@@ -1,9 +1,9 @@
 """Lesson 04 (bandwidth-bound latency): the TPOT explorer, the figures, the lesson's numbers, ex04.
 
-* the explorer (``course_lib.widgets.latency``), driven in-process, shows exactly
+* the explorer (``course_lib.lessons.widgets.latency``), driven in-process, shows exactly
   ``format_time(estimate(model, hardware, prompt_tokens=context, new_tokens=2, precision=...).tpot_first)``
   for every control, and keeps the CSS classes the browser test relies on;
-* the figures (``course_lib.plots.latency``) have titles and axis labels with units, and plot the
+* the figures (``course_lib.lessons.plots.latency``) have titles and axis labels with units, and plot the
   estimator's values;
 * every number the lesson states comes from ``course_lib`` (the stored outputs contain the values the
   library computes now; nbval re-executes the notebook);
@@ -59,7 +59,7 @@ def test_reading_shows_the_estimators_tpot(model, hardware, precision, context):
     assert r.error is None and r.estimate == e == tpot_estimate(model, hardware, precision, context)
     assert r.tpot_text == format_time(e.tpot) == expected_tpot_text(model, hardware, precision, context)
     assert r.tps_text == f"{Quantity(e.decode_tps, 'number').format()} tokens/s"
-    # the breakdown adds up to the step's bytes and shows them with course_lib.units
+    # the breakdown adds up to the step's bytes and shows them with course_lib.core.units
     assert r.weight_bytes_per_step + r.kv_bytes_per_step == pytest.approx(e.decode_first.bytes, rel=1e-12)
     assert html.escape(format_bytes(e.decode_first.bytes)) in r.details_html
     assert html.escape(format_bandwidth(e.hardware.bandwidth)) in r.details_html

@@ -1,6 +1,6 @@
 """Lesson 05 (GEMV timing): figures, the measured questions of ex05, and the notebooks' structure.
 
-* the figures (``course_lib.plots.gemv``) carry titles and axis labels with units, and plot exactly
+* the figures (``course_lib.lessons.plots.gemv``) carry titles and axis labels with units, and plot exactly
   the rows' own values (achieved GB/s, bytes / bandwidth, times) and the H200's measured rows;
 * ex05's fixed answers come from course_lib; q7 and q8 are functions of the measured ``row``, checked on
   reference rows and on the learner's own row;

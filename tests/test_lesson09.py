@@ -1,7 +1,7 @@
 """Lesson 09 (capstone: plan a deployment): the dashboard widget, its figure, the lesson's numbers, ex09.
 
 * the dashboard widget's tests are in tests/test_widgets_capstone.py (the app's widget);
-* the figure (``course_lib.plots.capstone``) has a title, axis units, and plots the dashboard's values;
+* the figure (``course_lib.lessons.plots.capstone``) has a title, axis units, and plots the dashboard's values;
 * every number the lesson states comes from ``course_lib``;
 * ex09's expected values come from course_lib and its bank targets the lesson's mistakes.
 """

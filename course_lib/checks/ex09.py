@@ -169,7 +169,7 @@ q3 = NumericQuestion(
            "Divide by the KV bytes of one chat (prompt + answer tokens) and round down."],
     solution=(f"({units.format_bytes(_L40S.capacity)} - {units.format_bytes(_L3.weight_bytes(), digits=4)}) / "
               f"{units.format_bytes(_SEQ, digits=4)} per chat, rounded down: {_Q3} chats "
-              f"(`course_lib.dashboard.max_batch_that_fits`)."),
+              f"(`course_lib.core.capstone.max_batch_that_fits`)."),
 )
 
 # --- O1: aggregate tokens per second ---------------------------------------------------------------------------
@@ -259,7 +259,7 @@ q5 = FunctionQuestion(
               "            break\n"
               "        best = b\n"
               "    return best\n```\n"
-              "`course_lib.dashboard.best_batch` does the same by bisection."),
+              "`course_lib.core.capstone.best_batch` does the same by bisection."),
 )
 
 # --- O4: which resource sets which budget -----------------------------------------------------------------------------

@@ -10,9 +10,9 @@ course's estimator and returns a :class:`DashboardResult`: TTFT, TPOT, total tim
 for one user and for the whole batch, the memory one GPU needs against what it has, and which bound
 (memory or compute) holds in prefill and in decode.
 
-The widget (``course_lib.widgets.capstone``) only wires controls to these plain functions: the TPOT
+The widget (``course_lib.lessons.widgets.capstone``) only wires controls to these plain functions: the TPOT
 label shows exactly :func:`tpot_text`, the TTFT label exactly :func:`ttft_text`, and the figure
-(``course_lib.plots.capstone``) plots :func:`latency_throughput_curve`.
+(``course_lib.lessons.plots.capstone``) plots :func:`latency_throughput_curve`.
 
 Tensor parallelism over ``G`` GPUs (Megatron-style) splits every weight matrix and the attention heads over
 the GPUs: each GPU stores and reads ``1/G`` of the weights and of the KV cache and does ``1/G`` of the

@@ -7,7 +7,7 @@ Lessons: 01, 04, 05, 06, 07, 08, 09
   record. Every record has an ``id``, a ``kind`` and a ``source`` (repository/paper/document,
   section, snapshot date as given); units are in the field names (``decode_tokens_per_s``,
   ``prefill_ms``, ``max_latency_reduction_fraction`` ...). ``hardware`` is the
-  ``course_lib.hardware`` catalog key where one exists, else ``None``.
+  ``course_lib.core.hardware`` catalog key where one exists, else ``None``.
 * ``h200()``: a Mistral-7B-shaped model measured on one NVIDIA H200 (bandwidth and matmul
   ceilings, GEMV, CUDA-graph decode steps by batch and context, fp16 vs fp8 weights, Hugging Face
   eager TTFT/TPOT and prefix caching). Its ``source`` says where, when and how it was measured.

@@ -18,7 +18,7 @@ Each slider has a number box beside it: a value typed there beyond the slider's 
 nearest end and a notice says so (a slider's own readout would clamp it silently), as does the cached
 prefix when a shorter prompt pulls it down.
 
-*Serving a request rate* (issue 16): the request rate, the p99 targets of TTFT and TPOT and the
+*Serving a request rate*: the request rate, the p99 targets of TTFT and TPOT and the
 chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the continuous-batching plan,
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
@@ -271,7 +271,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.measure = cls(widgets.Button(description="Measure this machine", layout=widgets.Layout(width="auto"),
                                           tooltip="time copy, matmul and GEMV here (torch), then select it"),
                            "course-capstone-measure")
-        # serving a request rate (issue 16)
+        # serving a request rate
         self.arrival_rate = cls(widgets.FloatText(value=RATE_DEFAULT, description="Requests/s", style=wide,
                                                   tooltip="requests arriving per second (Poisson)"),
                                 "course-capstone-rate")
