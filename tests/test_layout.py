@@ -16,8 +16,8 @@
   (``_generated``: the public face of the generated code is ``course_lib.core.numeric``), no
   ``core_module._private``.
 * **No compatibility layer** -- no module aliases another (no import hook on ``sys.meta_path``), and every
-  ``python -m course_lib...`` command that the README, docs/ and the Makefile document names a real module
-  with a ``__main__`` block.
+  ``python -m course_lib...`` command that the README, docs/, the Makefile and the library's docstrings
+  document names a real module with a ``__main__`` block.
 """
 from __future__ import annotations
 
@@ -248,12 +248,13 @@ def test_no_import_hook_aliases_a_module():
 
 
 def documented_commands() -> dict[str, list[str]]:
-    """``python -m course_lib.X`` module -> the files that document it (README, docs/, Makefile, benchmarks/)."""
+    """``python -m course_lib.X`` module -> the files that document it (README, docs/, Makefile, benchmarks/, and
+    the library's own docstrings and ``--help`` texts)."""
     import re
 
     found: dict[str, list[str]] = {}
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "benchmarks").rglob("*.md"))]
+             *sorted((ROOT / "benchmarks").rglob("*.md")), *sorted(PKG.rglob("*.py"))]
     for f in files:
         for m in re.finditer(r"python -m (course_lib(?:\.\w+)+)", f.read_text(encoding="utf-8")):
             found.setdefault(m.group(1), []).append(str(f.relative_to(ROOT)))

@@ -1,4 +1,4 @@
-"""Does the latency model predict a real model's timings?  ``python -m course_lib.validate``
+"""Does the latency model predict a real model's timings?  ``python -m course_lib.measure.validate``
 
 Lessons: 07
 
@@ -7,11 +7,11 @@ tensors; the model under test, :class:`course_lib.measure.tinylm.TinyLM`, is hel
 TTFT (:mod:`course_lib.measure.predict`), then measures them on TinyLM models of realistic shape
 (:mod:`course_lib.measure.model_timing`) and prints predicted vs measured:
 
-    python -m course_lib.validate                # full run (a few minutes on a 2-core CPU)
-    python -m course_lib.validate --fast         # tiny models, a few seconds
-    python -m course_lib.validate --threads 4 --device cpu
-    python -m course_lib.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
-    python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers
+    python -m course_lib.measure.validate                # full run (a few minutes on a 2-core CPU)
+    python -m course_lib.measure.validate --fast         # tiny models, a few seconds
+    python -m course_lib.measure.validate --threads 4 --device cpu
+    python -m course_lib.measure.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
+    python -m course_lib.measure.validate --engine hf [--config path/config.json]... [--fast]   # transformers
                                                  # generate() (course_lib.measure.engines.hf)
 
 Exit status: 0 when every measured point was reliable; 3 (:data:`NOISY_EXIT`) when any was noisy or
@@ -100,7 +100,7 @@ class Point:
 
 COLUMNS = ("phase", "model", "weights (GB)", "context/prompt", "predicted (ms)", "measured (ms)", "error %",
            "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
-#: exit status of ``python -m course_lib.validate`` when a measured point was not reliable (noisy or contended):
+#: exit status of ``python -m course_lib.measure.validate`` when a measured point was not reliable (noisy or contended):
 #: its errors then mix the model's error with the machine's noise (0: all reliable; 2: bad arguments)
 NOISY_EXIT = 3
 
@@ -401,7 +401,7 @@ def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthre
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m course_lib.validate",
+    ap = argparse.ArgumentParser(prog="python -m course_lib.measure.validate",
                                  description="Calibrate from microbenchmarks, then predict and measure TinyLM "
                                              "TPOT/TTFT. Last line: decode_geomean_abs_error=… "
                                              "decode_max_abs_error=…",

@@ -2,7 +2,7 @@
 
 Lessons: 06, 07
 
-(Reached through ``python -m course_lib.validate --engine hf``; lesson 08's engine section is to use it.)
+(Reached through ``python -m course_lib.measure.validate --engine hf``; lesson 08's engine section is to use it.)
 
 * :mod:`course_lib.measure.engines.hf`: Hugging Face transformers ``generate()`` on a CPU (fp32, random
   weights of a real ``config.json``), its TTFT and TPOT measured through a streamer and predicted from

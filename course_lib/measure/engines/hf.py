@@ -2,7 +2,7 @@
 
 Lessons: 07, 08
 
-(Reached through ``python -m course_lib.validate --engine hf``; lesson 08's engine section is to use it.)
+(Reached through ``python -m course_lib.measure.validate --engine hf``; lesson 08's engine section is to use it.)
 
 ::
 
@@ -13,7 +13,7 @@ Lessons: 07, 08
     ov = hf.probe_engine_overhead(hf.load_config("qwen2.5-0.5b")[1])   # tiny 2- and 8-layer copies
     cal = hf.calibrate_for({spec.name: spec}, [128])        # the course's probes (never the model)
     hf.predict_engine_tpot(spec, 128, 16, cal, ov).seconds
-    report = hf.run()                                        # python -m course_lib.validate --engine hf
+    report = hf.run()                                        # python -m course_lib.measure.validate --engine hf
 
 **The engine.** A causal LM is built from a ``config.json`` (a dict, a path, or a name of
 ``course_lib/data/engine_configs.json``) with ``AutoConfig.for_model`` and
@@ -151,7 +151,7 @@ PROBE_NEW_TOKENS = 16
 PROBE_REPEATS = 5
 #: memory kept free beyond the fp32 weights (activations, K/V cache, the interpreter): 15 % and 0.5 GB
 MEMORY_HEADROOM = (1.15, 0.5e9)
-#: ``python -m course_lib.validate --engine hf`` exits with this status when a measured point was not reliable
+#: ``python -m course_lib.measure.validate --engine hf`` exits with this status when a measured point was not reliable
 NOISY_EXIT = 3
 
 _REQUIRED = {  # model_type -> (what, accepted keys) the engine and the spec need
