@@ -160,11 +160,11 @@ def test_sysinfo_without_torch(monkeypatch):
 
 
 def test_sysinfo_size_parsing():
-    assert sysinfo._parse_size("32K") == 32 * 1024
-    assert sysinfo._parse_size("1024K") == 1024**2
-    assert sysinfo._parse_size("32 MiB") == 32 * 1024**2
-    assert sysinfo._parse_size("33554432") == 33554432
-    assert sysinfo._parse_size("n/a") is None and sysinfo._parse_size(None) is None
+    assert sysinfo.parse_size("32K") == 32 * 1024
+    assert sysinfo.parse_size("1024K") == 1024**2
+    assert sysinfo.parse_size("32 MiB") == 32 * 1024**2
+    assert sysinfo.parse_size("33554432") == 33554432
+    assert sysinfo.parse_size("n/a") is None and sysinfo.parse_size(None) is None
 
 
 def test_sysinfo_report_has_no_machine_paths():
