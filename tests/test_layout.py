@@ -273,3 +273,11 @@ def test_documented_commands_are_real_modules():
         elif "__main__" not in source.read_text(encoding="utf-8"):
             problems.append(f"{module} (in {', '.join(sorted(set(where)))}) has no __main__ block")
     assert not problems, "; ".join(problems)
+
+
+def test_only_numeric_imports_the_generated_code():
+    """Inside the core too, the generated module has one importer: ``numeric`` (``codegen`` writes it)."""
+    importers = sorted({filename for filename, tree in _sources("core")
+                        for _, name in imported_modules(tree, filename)
+                        if _is_under(name, ("course_lib.core._generated",))})
+    assert importers == ["course_lib/core/numeric.py"], importers

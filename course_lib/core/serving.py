@@ -65,7 +65,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.data import load_catalog
 from course_lib.core.estimator import _largest_passing, _step_work, compute_dtype, estimate
 from course_lib.core.hardware import HardwareSpec, get_hardware
@@ -904,7 +904,7 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
 # --------------------------------------------------------------------------------------------------
 # Speculative decoding
 # --------------------------------------------------------------------------------------------------
-# The formula is core/formulas.py's speculative_tokens_per_step (generated into _generated).
+# The formula is core/formulas.py's speculative_tokens_per_step (numeric.raw: the generated function).
 def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
     """Expected tokens one verification step yields: ``(1 - a^(k+1)) / (1 - a)`` (``k + 1`` at ``a = 1``).
 
