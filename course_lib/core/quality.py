@@ -65,18 +65,20 @@ class Thresholds:
     """Every threshold of the quality verdicts, in one place.
 
     * ``noisy_p90_ratio`` = 1.5: a timing whose p90 exceeds 1.5 x its median is noisy (one run in ten
-      or more was much slower). Measured on a 2-core VM under load: ``torch.mv`` 1024x1024 with
-      2 threads had a median of 72 µs and a p90 of 16 ms (ratio 220); with 1 thread 148 / 171 µs (1.16).
+      or more was much slower).
     * ``noisy_relative_iqr`` = 0.20: a timing whose interquartile range exceeds 20 % of its median is
-      noisy. On that VM, quiet, every probe had an IQR of at most 9.6 % of its median (except one
-      2-thread GEMV: 890 %); with two busy programs running, 9 of 20 probes were between 20 % and 79 %.
+      noisy.
     * ``noisy_median_over_min`` = 1.25: a median more than 1.25 x the fastest repeat means that most
-      repeats were slowed by something other than the work. Quiet: at most 1.10; loaded: up to 10.
+      repeats were slowed by something other than the work.
     * ``contended_steal`` = 0.05: CPU steal above 5 % of the measured interval (where the system
       reports steal: Linux ``/proc/stat``) makes the verdict "contended".
     * ``min_repeats`` = 3: fewer repeats cannot show a spread (the course's fast mode takes 3).
     * ``min_effect`` = 0.03: two timings closer than 3 % are "indistinguishable" however tight their
-      spreads (bf16 against fp32 GEMV on that VM: 1.01x, 1.05x, 0.976x on three reruns).
+      spreads.
+
+    The recorded machine profiles (``tests/fixtures/profiles/``, quiet and loaded runs of the same probes)
+    are the evidence for each value: the quiet runs pass them, the loaded runs fail them, and
+    ``tests/test_quality.py`` checks the verdicts of every profile.
     """
 
     noisy_p90_ratio: float = 1.5
