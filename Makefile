@@ -137,7 +137,7 @@ $(SITE_STAMP): pyproject.toml constraints.txt | $(STAMP)
 	@touch $@
 
 site: $(SITE_STAMP)
-	$(PY) -m course_lib.authoring.site build
+	$(PY) -m course_lib.authoring.site build $(if $(SITE_REPO_URL),--repo-url "$(SITE_REPO_URL)",)
 
 # --- authoring ----------------------------------------------------------------------------
 

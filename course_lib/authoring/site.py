@@ -91,7 +91,8 @@ def run_box(path: str, *, exercise: bool, repo_url: str | None, branch: str) -> 
     else:
         local = (f"<code>make lab</code> sets everything up and opens JupyterLab; open <code>{path}</code> "
                  f"and run its cells (Run ▸ Run All Cells). Hidden code shows with a click, here and in the lab.")
-    url = binder_url(repo_url, branch, path)
+    # on Binder, binder/postBuild copies each exercise set into work/, the learner's own copy, as make lab does
+    url = binder_url(repo_url, branch, f"work/{stem}.ipynb" if exercise else path)
     if url:
         binder = f'<a href="{url}">Open {what} on Binder</a> (mybinder.org builds <code>binder/</code>; no set-up).'
     else:
@@ -145,7 +146,7 @@ def glossary_page() -> str:
     """The glossary (``course_lib/data/glossary.json``) as a MyST page: a Sphinx glossary, terms linked by lesson."""
     from course_lib.lessons.glossary import terms
 
-    stems = {int(les["n"]): les["stem"] for les in _lessons()}
+    by_n = {int(les["n"]): les for les in _lessons()}
     lines = ["# Glossary", "",
              "Each term of the course with a short definition and the lesson that teaches it "
              "(from `course_lib/data/glossary.json`, the list lesson 00 shows).", ""]
@@ -153,11 +154,10 @@ def glossary_page() -> str:
     for t in terms():
         by_lesson.setdefault(t.lesson, []).append(t)
     for n, group in by_lesson.items():
-        stem = stems.get(n)
-        head = f"Lesson {n:02d}"
-        lines += [f"## {head}", ""]
-        if stem:
-            lines += [f"Taught in [lesson {n:02d}](notebooks/{stem}.ipynb).", ""]
+        les = by_n.get(n)
+        lines += [f"## Lesson {n:02d}" + (f": {les['title']}" if les else ""), ""]
+        if les:
+            lines += [f"Taught in [lesson {n:02d}](notebooks/{les['stem']}.ipynb).", ""]
         lines += ["```{glossary}"]
         for t in group:
             lines += [t.term, f"  {' '.join(t.definition.split())}", ""]
@@ -172,9 +172,11 @@ def index_page(lessons: list[dict], repo_url: str | None, branch: str) -> str:
         ex_link = f"[exercises {les['n']}](exercises/{les['stem']}.ipynb)" if ex.exists() else "–"
         rows.append(f"| [{les['n']} {les['title']}](notebooks/{les['stem']}.ipynb) | {ex_link} | "
                     f"{les['time_min']} min |")
+    url = binder_url(repo_url, branch, "notebooks/00_start_here.ipynb")
+    binder = f"[Open the course on Binder]({url})." if url else (
+        "(This copy of the site was built without the repository's address: open the repository on mybinder.org.)")
     intro = (CONFIG_DIR / "intro.md").read_text(encoding="utf-8")
-    return intro.replace("{{ lesson_table }}", "\n".join(rows)).replace(
-        "{{ binder }}", binder_url(repo_url, branch, "notebooks/00_start_here.ipynb") or "")
+    return intro.replace("{{ lesson_table }}", "\n".join(rows)).replace("{{ binder }}", binder)
 
 
 def toc(lessons: list[dict]) -> str:
@@ -230,7 +232,7 @@ def stage(src: Path, *, cache: Path, repo_url: str | None, branch: str) -> dict:
     """Lay the book's sources out in ``src`` (emptied first). Returns what was staged, for the report."""
     if src.exists():
         shutil.rmtree(src)
-    shutil.copytree(CONFIG_DIR, src, ignore=shutil.ignore_patterns("intro.md", "__pycache__"))
+    shutil.copytree(CONFIG_DIR, src, ignore=shutil.ignore_patterns("intro.md", "README*", "__pycache__"))
     lessons = _lessons()
     report = {"lessons": 0, "exercises": 0, "hidden_inputs": 0, "joined_formulas": 0}
     for les in lessons:
