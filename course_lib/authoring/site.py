@@ -1,5 +1,7 @@
 """The course as a static HTML book: ``make site`` (Jupyter Book 1.x: Sphinx + MyST-NB).
 
+Lessons: none
+
     python -m course_lib.authoring.site build [--out build/site] [--repo-url URL] [--branch main]
     python -m course_lib.authoring.site check [--out build/site]
 
