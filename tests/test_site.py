@@ -107,7 +107,7 @@ def test_every_lesson_exercise_set_and_reference_page_is_built(built):
 
 
 @pytest.mark.parametrize("stem", _stems("notebooks"))
-def test_lesson_page_keeps_hidden_code_hidden_and_renders_computed_markdown(built, stem):
+def test_lesson_page_keeps_hidden_code_hidden_renders_math_and_shows_every_figure(built, stem):
     nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
     hidden = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c["metadata"].get("jupyter", {}).get(
         "source_hidden"))
@@ -117,7 +117,13 @@ def test_lesson_page_keeps_hidden_code_hidden_and_renders_computed_markdown(buil
     text = _text(built / "notebooks" / f"{stem}.html", code=False)
     assert "$$" not in text, "a formula of a computed output was left as raw TeX"
     assert "$\\(" not in text and "\\)$" not in text, "a $$...$$ formula was read as $ + inline math + $"
-    assert "http://README.md" not in page and 'href="http://' not in page.replace('href="http://127.0.0.1', "")
+    assert "http://README.md" not in page   # linkify is off (site.check_site reports any such link)
+    # every stored figure and widget snapshot is on the page
+    outputs = [o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])]
+    figures = sum("image/png" in d for d in outputs)
+    snapshots = sum("course-widget-snapshot" in "".join(d.get("text/html", "")) for d in outputs)
+    assert len(re.findall(r'<img [^>]*src="\.\./_images/', page)) == figures
+    assert page.count('<div class="course-widget-snapshot"') == snapshots
     assert site.RUN_BOX_CLASS in page and "make lab" in text and "Binder" in text
 
 
@@ -172,6 +178,10 @@ IMAGES_JS = """async () => {
 }"""
 
 
+#: the formulas Sphinx marked (``span.math``, ``div.math``) that hold no MathJax output: TeX left as text
+UNTYPESET_JS = """() => Array.from(document.querySelectorAll('main .math'))
+    .filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 80))"""
+
 #: the text of the page's article without its code blocks and MathJax's hidden MathML: what a reader reads
 PROSE_JS = """() => {
     const main = document.querySelector('main').cloneNode(true);
@@ -206,6 +216,9 @@ def test_index_and_three_lessons_in_a_browser_load_nothing_from_outside(server):
                 typeset = page.locator("mjx-container").count()
                 assert typeset > 0, f"{path}: no formula typeset"
                 assert page.locator("mjx-merror").count() == 0, f"{path}: MathJax reported a TeX error"
+                assert page.locator("main .math").count() > 0, f"{path}: no formula marked up for MathJax"
+                untypeset = page.evaluate(UNTYPESET_JS)
+                assert not untypeset, f"{path}: formulas MathJax left as text: {untypeset[:3]}"
                 prose = page.evaluate(PROSE_JS)
                 assert "$$" not in prose and "\\frac" not in prose, f"{path}: raw TeX on the page"
                 # code hidden in the lab: closed on the page, opened by its toggle
