@@ -11,7 +11,8 @@ build/site/html (`.ci/run` builds it before the tour) and
 * opens the index and three lessons in Debian's chromium (playwright, the system browser, never a downloaded
   one), served from 127.0.0.1, and asserts that no request leaves 127.0.0.1 and every request succeeds,
   that MathJax typeset the formulas (``mjx-container`` elements, no ``mjx-merror``), that every image loaded
-  (``naturalWidth > 0``), that widget snapshots show, and that a hidden cell's code opens with a click.
+  (``naturalWidth > 0``), that widget snapshots show, that a hidden cell's code opens with a click, and that the
+  search finds a word from the site's own index.
 
 Skipped with the reason when the built site, chromium or playwright is missing -- except under CI=true or
 COURSE_REQUIRE_ALL=1, where that fails (tests/conftest.py ``require_tool``).
@@ -232,6 +233,9 @@ def test_index_and_three_lessons_in_a_browser_load_nothing_from_outside(server):
                     snapshot.scroll_into_view_if_needed()
                     expect(snapshot).to_be_visible()
                 page.screenshot(path=str(shots / f"{Path(path).stem}.png"), full_page=False)
+            # the search runs in the page, over the site's own index
+            page.goto(f"{server}/search.html?q=bandwidth", wait_until="load")
+            expect(page.locator("#search-results li").first).to_be_visible()
         finally:
             browser.close()
     outside = [u for u in requests if not u.startswith((server + "/", "data:", "blob:"))]
