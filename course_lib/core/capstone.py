@@ -60,7 +60,7 @@ from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
-from course_lib.core.serving import _steady_state_search  # the one steady-state search
+from course_lib.core.serving.plans import steady_state_search  # the one steady-state search
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
                                         require_nonnegative, require_positive)
@@ -824,7 +824,7 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     def memory(c):
         return one.weights_per_gpu + kv_tok * k + c * kv_tok * (P + n - k)
 
-    best, binds, c, (t_dec, tpot, ttft) = _steady_state_search(
+    best, binds, c, (t_dec, tpot, ttft) = steady_state_search(
         lambda c: compute(state.replace(batch=c)).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget, cap_c)
     replicas = math.ceil(users / best) if best else None
     return ContinuousPlan(state=state.replace(batch=c), users=users, sequences=best, replicas=replicas,
