@@ -50,8 +50,11 @@ A mixed step costs ``max(compute, memory)`` of all its work together, so a prefi
 memory-bound decode step costs less than the two apart (Sarathi-Serve's piggybacking); the steady
 state's ``t_decode + C x t_prefill / (n - 1)`` adds them and is therefore an upper bound of the
 simulated TPOT at ``C`` sequences in flight. Defaults are the physical floor (efficiencies 1.0), as
-in the estimator. A sliding-window model reads at most its window of K/V per decode step but keeps
-every token's blocks (as vLLM's paged cache does).
+in the estimator. Windowed layers (every layer of a ``sliding_window`` model; the ``local_layers`` of Gemma 2/3
+and gpt-oss, ``local_window``) read at most their window of K/V per decode step and hold only the blocks their
+window reaches (vLLM's hybrid KV-cache manager; :class:`LayerGroups`), so one request alone is the estimator's
+TTFT and TPOT for every catalog model. A prefill chunk is priced over its whole context in every layer, as the
+estimator's prefill.
 
 What is not modelled: swapping to host memory (preemption is by recompute only), prefix-cache
 misses (``cached_prefix_tokens`` are a hit for every request, held once), speculative decoding in
@@ -60,7 +63,8 @@ the simulator, tensor parallelism, sampling and framework overheads between step
 from __future__ import annotations
 
 from course_lib.core.serving.disaggregation import KVTransfer, kv_transfer
-from course_lib.core.serving.memory import KVPool, kv_pool, kv_slots, paged_utilisation, reserved_utilisation
+from course_lib.core.serving.memory import (KVPool, LayerGroups, kv_pool, kv_slots, layer_groups, paged_utilisation,
+                                            reserved_utilisation)
 from course_lib.core.serving.plans import (ServingPlan, StaticBatching, continuous_batching_plan, static_batching,
                                            steady_state_search)
 from course_lib.core.serving.published import KVSlotsCheck, published_kv_slots, serving_measurements
@@ -73,6 +77,7 @@ from course_lib.core.serving.workload import MAX_REQUESTS, MAX_WORK, SimulationT
 __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_cost", "RequestRecord",
            "ServingResult", "simulate", "percentile", "ServingPlan", "continuous_batching_plan",
            "speculative_tokens_per_step", "SpeculativeStep", "speculative_decoding", "StaticBatching",
-           "static_batching", "KVPool", "kv_pool", "kv_slots", "paged_utilisation", "reserved_utilisation",
+           "static_batching", "KVPool", "kv_pool", "LayerGroups", "layer_groups", "kv_slots", "paged_utilisation",
+           "reserved_utilisation",
            "littles_law", "KVTransfer", "kv_transfer", "serving_measurements", "KVSlotsCheck",
            "published_kv_slots", "steady_state_search", "SweepPoint", "rate_sweep"]

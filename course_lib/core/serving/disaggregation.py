@@ -50,11 +50,12 @@ def kv_transfer(model, hardware, prompt_tokens, output_tokens, link_bandwidth, *
     B = require_count("decode_batch", decode_batch, minimum=1, maximum=10**6)
     wname, kvname = _precisions(precision, kv_precision)
     kv_tok = m.kv_bytes_per_token(kvname)
-    secs = g.kv_transfer_time(P, kv_tok, bw)
+    sent = m.attended_tokens(P)              # windowed layers send only their window
+    secs = g.kv_transfer_time(sent, kv_tok, bw)
     kw = dict(precision=wname, kv_precision=kvname, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
     ttft = estimate(m, hw, P, n, **kw).ttft
     tpot = estimate(m, hw, P, n, batch=B, **kw).tpot
     per_step = B / (n - 1)
-    return KVTransfer(prompt_tokens=P, bytes=P * kv_tok, link_bandwidth=bw, seconds=secs, ttft=ttft, tpot=tpot,
+    return KVTransfer(prompt_tokens=P, bytes=sent * kv_tok, link_bandwidth=bw, seconds=secs, ttft=ttft, tpot=tpot,
                       share_of_ttft=secs / ttft, transfers_per_step=per_step, link_busy_fraction=per_step * secs / tpot)

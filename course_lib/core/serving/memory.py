@@ -1,5 +1,11 @@
 """Paged KV memory: the block pool beside the weights, token slots, and how much of the allocation holds tokens.
 
+Window-aware, as vLLM's hybrid KV-cache manager: a layer that attends only the last ``W`` tokens (every layer of a
+``sliding_window`` model; the ``local_layers`` of Gemma 2/3 and gpt-oss) keeps the blocks of its window and frees
+older ones, at most ``ceil((W - 1) / block_tokens) + 1`` blocks per sequence; the other layers keep every token's
+blocks (:class:`LayerGroups`). The pool counts blocks of all layers (``block_bytes``); a sequence holds
+:meth:`LayerGroups.layer_blocks` one-layer blocks, ``layers`` of which make one such block.
+
 Lessons: 10
 """
 from __future__ import annotations
@@ -17,12 +23,55 @@ from course_lib.core.validation import require_count, require_fraction, require_
 # Paged KV memory
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class LayerGroups:
+    """How a model's layers hold K/V in blocks of ``block_tokens`` tokens (counts of one-layer blocks).
+
+    ``full_layers`` keep every token; ``window_layers`` only their last ``window`` tokens, in at most
+    ``window_blocks`` = ``ceil((window - 1) / block_tokens) + 1`` blocks (the block being written plus those the
+    window still reaches; vLLM's sliding-window manager frees the rest). ``window`` is None when no layer slides.
+    """
+
+    layers: int
+    full_layers: int
+    window_layers: int
+    window: int | None
+    block_tokens: int
+    window_blocks: int | None
+
+    def layer_blocks(self, tokens: int) -> int:
+        """One-layer blocks a sequence of ``tokens`` tokens holds, summed over the layers."""
+        b = -(-tokens // self.block_tokens)
+        if self.window is None:
+            return self.layers * b
+        return self.full_layers * b + self.window_layers * min(b, self.window_blocks)
+
+    def blocks(self, tokens: int) -> float:
+        """The same in blocks of every layer (what one block of the pool holds): ``layer_blocks / layers``."""
+        return self.layer_blocks(tokens) / self.layers
+
+
+def layer_groups(model, block_tokens: int = 16) -> LayerGroups:
+    """The :class:`LayerGroups` of a catalog model (or spec) for blocks of ``block_tokens`` tokens."""
+    m = get_model(model)
+    bt = require_count("block_tokens", block_tokens, minimum=1, maximum=10**6)
+    if m.local_window is not None:
+        w, local = m.local_window, m.local_layers
+    elif m.sliding_window is not None:
+        w, local = m.sliding_window, m.layers
+    else:
+        return LayerGroups(m.layers, m.layers, 0, None, bt, None)
+    return LayerGroups(m.layers, m.layers - local, local, w, bt, -(-(w - 1) // bt) + 1)
+
+
+@dataclass(frozen=True)
 class KVPool:
     """The paged KV pool of one device: ``kv_memory_fraction`` of its capacity less the weights (bytes).
 
     ``blocks`` blocks of ``block_tokens`` tokens each (``block_bytes``); ``token_slots`` = blocks x
     block_tokens, the tokens of K/V the pool holds at once (beside a shared prefix of
-    ``prefix_blocks`` blocks, held once).
+    ``prefix_blocks`` blocks, held once) when every layer keeps every token; ``groups`` says how many
+    one-layer blocks a sequence of a model with windowed layers holds (:meth:`sequence_bytes`,
+    :meth:`sequences_that_fit`).
     """
 
     capacity: float
@@ -35,6 +84,17 @@ class KVPool:
     pool_bytes: float
     blocks: int
     token_slots: int
+    groups: LayerGroups
+
+    def sequence_bytes(self, tokens: int) -> float:
+        """Bytes of the blocks one sequence of ``tokens`` private tokens holds (windowed layers: their window)."""
+        t = require_count("tokens", tokens, minimum=1)
+        return self.groups.blocks(t) * self.block_bytes
+
+    def sequences_that_fit(self, tokens: int) -> int:
+        """Sequences of ``tokens`` private tokens each whose blocks the pool holds at once."""
+        t = require_count("tokens", tokens, minimum=1)
+        return (self.blocks * self.groups.layers) // self.groups.layer_blocks(t)
 
 
 def _pool(m, hw, w_bytes, kv_tok, block_tokens, frac, k_prefix) -> KVPool:
@@ -50,7 +110,8 @@ def _pool(m, hw, w_bytes, kv_tok, block_tokens, frac, k_prefix) -> KVPool:
     blocks = max(0, math.floor(pool / block_bytes))
     return KVPool(capacity=hw.capacity, memory_fraction=frac, weights_bytes=w_bytes, kv_bytes_per_token=kv_tok,
                   block_tokens=block_tokens, block_bytes=block_bytes, prefix_blocks=prefix_blocks,
-                  pool_bytes=max(0.0, pool), blocks=blocks, token_slots=blocks * block_tokens)
+                  pool_bytes=max(0.0, pool), blocks=blocks, token_slots=blocks * block_tokens,
+                  groups=layer_groups(m, block_tokens))
 
 
 def kv_pool(model, hardware, *, precision="fp16", kv_precision=None, block_tokens=16, kv_memory_fraction=0.9,

@@ -94,7 +94,8 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
     ``TPOT = t_decode(C) + C · t_prefill / (n - 1)``, with ``t_decode(C)`` the estimator's mean decode
     step for a batch of C and ``t_prefill`` its TTFT for one request (the uncached prompt tokens).
     Memory: the weights, the shared prefix once, and ``C`` caches of the uncached tokens at their final
-    length ``prompt + output`` must fit in ``kv_memory_fraction`` of the capacity. ``C`` grows while
+    length ``prompt + output`` must fit in ``kv_memory_fraction`` of the capacity (a windowed layer holds only its
+    window: ``attended_tokens`` of the uncached tokens). ``C`` grows while
     both hold (and TTFT ``t_prefill + t_decode(C)`` stays within ``ttft_budget`` when given), up to
     ``max_sequences``; the GPUs needed are ``ceil(users / C)`` (``None`` when not even one fits).
     """
@@ -123,9 +124,12 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
     weights = m.weight_bytes(wname)
     limit = frac * hw.capacity
 
+    # the prefix once and C private caches, each layer holding what it keeps (windowed layers: their window)
+    prefix_kv = g.kv_cache_bytes(m.kv_values_per_token, get_precision(kvname).bytes, m.attended_tokens(k), 1)
+    per_seq = kv_tok * m.attended_tokens(P + n - k)
+
     def memory(c):
-        return weights + g.kv_cache_bytes(m.kv_values_per_token, get_precision(kvname).bytes, k, 1) \
-            + c * kv_tok * (P + n - k)
+        return weights + prefix_kv + c * per_seq
 
     best, binds, c, (t_dec, tpot, ttft) = steady_state_search(
         lambda c: estimate(m, hw, P, n, batch=c, **kw).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget,

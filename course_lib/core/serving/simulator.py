@@ -10,6 +10,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from course_lib.core import _generated as g
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.serving.memory import _pool
@@ -92,19 +93,27 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
         wname, kvname = _precisions(precision, kv_precision)
         w_bytes, kv_tok = m.weight_bytes(wname), m.kv_bytes_per_token(kvname)
     details = bool(getattr(cost, "accepts_details", False))
+    pair_w = cost.decode_pair_weight if isinstance(cost, StepCost) else 1.0
     fast = cost.time_of if isinstance(cost, StepCost) else None
 
     # --- the paged KV pool ------------------------------------------------------------------------
     pool = _pool(m, hw, w_bytes, kv_tok, block_tokens, frac, k_prefix)
     total_blocks = pool.blocks
-    need_longest = -(-(longest - 1 - k_prefix) // block_tokens)
-    if total_blocks < need_longest:
+    groups = pool.groups                 # blocks are counted per layer: windowed layers hold only their window
+    held = groups.layer_blocks           # one-layer blocks a sequence of t private tokens holds
+    n_layers = groups.layers
+    need_longest = held(longest - 1 - k_prefix)
+    if total_blocks * n_layers < need_longest:
         raise ValueError(f"kv_memory_fraction x capacity ({frac:g} x {hw.capacity / 1e9:g} GB) leaves "
                          f"{total_blocks:,} KV blocks of {block_tokens} tokens beside the weights "
-                         f"({w_bytes / 1e9:.3g} GB); the longest request needs {need_longest:,}: use a larger "
+                         f"({w_bytes / 1e9:.3g} GB); the longest request needs {need_longest / n_layers:,.1f}: "
+                         f"use a larger "
                          f"fraction, a device with more memory, a smaller KV precision or shorter requests")
 
-    window = m.sliding_window
+    # the K/V a decoding sequence at context d reads: d, its window (every layer slides), or the mean over local
+    # and global layers (the generated interleaved_attended_tokens) past the local window
+    window = groups.window
+    interleaved = m.local_window is not None
     bt = block_tokens
 
     # --- per-request state (lists indexed by request) -----------------------------------------------
@@ -119,7 +128,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
 
     waiting: deque[int] = deque()
     running: list[int] = []
-    free = total_blocks
+    free = total_blocks * n_layers      # free one-layer blocks
     t = 0.0
     nxt = 0                              # the next arrival not yet in the queue
     finished = 0
@@ -165,7 +174,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                 c = target[s] - done[s] if whole else min(target[s] - done[s], budget)
                 if whole and chunks and c > budget:
                     break                    # whole prompts: the first of a step always goes in
-                need = -(-(done[s] + c - k_prefix) // bt) - blocks[s]
+                need = held(done[s] + c - k_prefix) - blocks[s]
                 if need > free:
                     break
                 waiting.popleft()
@@ -192,12 +201,14 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                     if chunked_prefill and budget <= 0:
                         break
                     c = 1
-                    need = 1 if (d - k_prefix) % bt == 0 else 0   # a new block at each block boundary
+                    # new blocks at each block boundary (a windowed layer reuses the block its window left)
+                    need = 0 if (d - k_prefix) % bt else (
+                        n_layers if window is None else held(d + 1 - k_prefix) - blocks[s])
                 else:
                     if budget <= 0:
                         break
                     c = min(target[s] - d, budget)
-                    need = -(-(d + c - k_prefix) // bt) - blocks[s]
+                    need = held(d + c - k_prefix) - blocks[s]
                 if need > free:
                     self_preempted = False
                     while need > free:
@@ -216,7 +227,12 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                 if decoding:
                     d += 1
                     done[s] = d
-                    dctx += d if window is None or d < window else window
+                    if window is None or d <= window:
+                        dctx += d
+                    elif interleaved:
+                        dctx += g.interleaved_attended_tokens(n_layers, groups.window_layers, window, d)
+                    else:
+                        dctx += window
                     nd += 1
                     gen[s] += 1
                     if gen[s] == outputs[s]:
@@ -243,7 +259,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
             if k + c == target[s]:
                 finishing += 1
         ctx += dctx
-        pairs += dctx
+        pairs += dctx * pair_w
         if fast is not None:
             dt = fast(pf + nd, ctx, pairs, nd + finishing)
         else:
@@ -315,7 +331,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                          prefill_time=prefill_time, batch_time=batch_time,
                          mean_in_system=area_sys / span if span else 0.0,
                          mean_queued=area_queue / span if span else 0.0, preemptions=preemptions,
-                         kv_blocks=total_blocks, kv_blocks_free_at_end=free, max_batch_seen=max_seen,
+                         kv_blocks=total_blocks, kv_blocks_free_at_end=free // n_layers, max_batch_seen=max_seen,
                          settings=settings)
 
 

@@ -42,7 +42,8 @@ class StepCost:
     ``attention_pairs`` (query-key pairs: a decode token attends its context, a chunk of ``c`` tokens
     after ``k`` cached ones ``c·k + c²/2``; default ``context_tokens_total``, exact for decode-only
     steps) and ``logit_rows`` (sequences that produce a token: decodes plus the chunks that finish a
-    prompt; default ``decode_seqs`` plus one when there is prefill).
+    prompt; default ``decode_seqs`` plus one when there is prefill). :func:`simulate` weights a decode token's
+    pairs by ``decode_pair_weight`` (``decode_attn_dim / attn_dim``: MLA decodes on its latent).
 
     The step reads the weights its tokens use once (``streamed_params``; cached per token count),
     ``context_tokens_total`` K/V tokens (``decode_bytes``), and computes ``2·active_block_params``
@@ -61,6 +62,9 @@ class StepCost:
     bandwidth_efficiency: float = 1.0
     compute_dtype: str = field(init=False)
     kv_token_bytes: float = field(init=False)  # K/V bytes of one token in every layer
+    # a decode token's query-key pair costs decode_attn_dim / attn_dim of a prefill pair (MLA's absorbed latent
+    # attention; 1 otherwise): the simulator weights decode pairs by it
+    decode_pair_weight: float = field(init=False)
     accepts_details = True
 
     def __post_init__(self):
@@ -89,6 +93,7 @@ class StepCost:
         set_(self, "_per_token", per_token)
         set_(self, "_per_logit", d0 - per_token)
         set_(self, "kv_token_bytes", m.kv_bytes_per_token(kvname))
+        set_(self, "decode_pair_weight", m.decode_attn_dim / attn)
         set_(self, "_w_bytes", get_precision(wname).bytes)
         set_(self, "_peak", peak)
         set_(self, "_weights_cache", {})
