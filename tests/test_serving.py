@@ -458,3 +458,61 @@ def get_weights(name):
 def get_model_(name):
     from course_lib.core.models import get_model
     return get_model(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Which p99: per-request TPOT and per-token ITL; closed-loop users; what preemption costs (issue 30)
+# --------------------------------------------------------------------------------------------------
+def test_weighted_percentile_is_the_percentile_of_the_repeated_values():
+    from course_lib.core.serving import samples_above, weighted_percentile
+    pairs = [(0.03, 5), (0.01, 1), (0.02, 0), (0.05, 2), (0.02, 3)]
+    flat = [v for v, c in pairs for _ in range(c)]
+    for q in (0, 10, 50, 90, 99, 100):
+        assert weighted_percentile(pairs, q) == pytest.approx(np.percentile(flat, q), rel=1e-12)
+    assert (samples_above(200, 99), samples_above(10_000, 99), samples_above(1, 99)) == (2, 100, 0)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_itl_counts_every_gap_and_its_mean_is_the_token_weighted_tpot(chunked):
+    r = simulate(M, H, 12, (256, 2048), (20, 200), 300, chunked_prefill=chunked, **EFF)
+    pairs = r.itl_pairs()
+    assert r.itl_samples == sum(x.output_tokens - 1 for x in r.records)
+    gaps = sum(v * c for v, c in pairs)
+    assert rel(gaps, sum(x.finish - x.first_token for x in r.records)) < 1e-9
+    s = r.summary()
+    assert s["itl_p50"] <= s["itl_p99"] and s["measured"] == 300 and s["p99_rests_on"] == 3
+
+
+def test_chunked_prefill_shortens_the_itl_tail():
+    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, the TPOT mean hides it."""
+    kw = dict(requests=400, **EFF)
+    on = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=True, **kw).summary()
+    off = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=False, **kw).summary()
+    assert on["itl_p99"] < 0.75 * off["itl_p99"]
+    stall = step_cost(M, H, **EFF)(2048, 0, 2048, attention_pairs=2048 ** 2 / 2, logit_rows=1)
+    assert off["itl_p99"] > stall > on["itl_p99"] / 2
+
+
+def test_closed_loop_users_hold_their_concurrency_and_obey_the_response_time_law():
+    """N users with think time Z: N = X (R + Z) in the measured window (X requests/s, R the mean response)."""
+    N, Z = 24, 1.5
+    r = simulate(M, H, None, (256, 1024), (20, 200), 600, users=N, think_time=Z, **EFF)
+    assert r.settings["users"] == N and r.mean_in_system <= N
+    lo, hi = r.window
+    inside = [x for x in r.records if lo <= x.arrival <= hi]
+    X = len(inside) / (hi - lo)
+    R = sum(x.e2e for x in r.measured) / len(r.measured)
+    assert rel(X * (R + Z), N) < 0.08
+    assert 0 < len(r.measured) <= 600 - N and r.summary()["measured"] == len(r.measured)
+    # without think time the users keep exactly N requests present until the last one is sent
+    r0 = simulate(M, H, None, 512, 64, 200, users=8, **EFF)
+    assert r0.max_batch_seen == 8 and rel(r0.mean_in_system, 8) < 0.15
+
+
+def test_preemption_costs_gpu_time_the_step_count_hides():
+    kw = dict(arrivals=[0.0] * 120, **EFF)
+    tight = simulate(M, H, None, 2048, 600, kv_memory_fraction=0.3, **kw)
+    roomy = simulate(M, H, None, 2048, 600, kv_memory_fraction=0.9, **kw)
+    assert tight.preemptions > 0 and roomy.preemptions == 0
+    assert tight.recomputed_tokens > 0 and roomy.recomputed_tokens == 0
+    assert tight.busy_time > 1.2 * roomy.busy_time

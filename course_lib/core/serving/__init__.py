@@ -68,16 +68,17 @@ from course_lib.core.serving.memory import (KVPool, LayerGroups, kv_pool, kv_slo
 from course_lib.core.serving.plans import (ServingPlan, StaticBatching, continuous_batching_plan, static_batching,
                                            steady_state_search)
 from course_lib.core.serving.published import KVSlotsCheck, published_kv_slots, serving_measurements
-from course_lib.core.serving.results import RequestRecord, ServingResult, littles_law, percentile
+from course_lib.core.serving.results import (RequestRecord, ServingResult, TokenGaps, littles_law, percentile,
+                                             samples_above, weighted_percentile)
 from course_lib.core.serving.simulator import SweepPoint, rate_sweep, simulate
 from course_lib.core.serving.speculative import SpeculativeStep, speculative_decoding, speculative_tokens_per_step
 from course_lib.core.serving.step import StepCost, step_cost
 from course_lib.core.serving.workload import MAX_REQUESTS, MAX_WORK, SimulationTooLarge
 
 __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_cost", "RequestRecord",
-           "ServingResult", "simulate", "percentile", "ServingPlan", "continuous_batching_plan",
-           "speculative_tokens_per_step", "SpeculativeStep", "speculative_decoding", "StaticBatching",
-           "static_batching", "KVPool", "kv_pool", "LayerGroups", "layer_groups", "kv_slots", "paged_utilisation",
-           "reserved_utilisation",
-           "littles_law", "KVTransfer", "kv_transfer", "serving_measurements", "KVSlotsCheck",
-           "published_kv_slots", "steady_state_search", "SweepPoint", "rate_sweep"]
+           "ServingResult", "simulate", "percentile", "weighted_percentile", "samples_above", "TokenGaps",
+           "ServingPlan", "continuous_batching_plan", "speculative_tokens_per_step", "SpeculativeStep",
+           "speculative_decoding", "StaticBatching", "static_batching", "KVPool", "kv_pool", "LayerGroups",
+           "layer_groups", "kv_slots", "paged_utilisation", "reserved_utilisation", "littles_law", "KVTransfer",
+           "kv_transfer", "serving_measurements", "KVSlotsCheck", "published_kv_slots", "steady_state_search",
+           "SweepPoint", "rate_sweep"]

@@ -7,17 +7,20 @@ from __future__ import annotations
 import math
 import numbers
 import random
+from array import array
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from course_lib.core import _generated as g
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.serving.memory import _pool
-from course_lib.core.serving.results import RequestRecord, ServingResult
+from course_lib.core.serving.results import RequestRecord, ServingResult, TokenGaps
 from course_lib.core.serving.step import StepCost, _precisions, step_cost
-from course_lib.core.serving.workload import (MAX_WORK, SimulationTooLarge, _arrival_times, _as_list, _lengths)
-from course_lib.core.validation import require_count, require_fraction, require_positive
+from course_lib.core.serving.workload import (MAX_REQUESTS, MAX_WORK, SimulationTooLarge, _arrival_times, _as_list,
+                                              _lengths)
+from course_lib.core.validation import require_count, require_fraction, require_nonnegative, require_positive
 
 # --------------------------------------------------------------------------------------------------
 # The simulator
@@ -25,12 +28,21 @@ from course_lib.core.validation import require_count, require_fraction, require_
 def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, requests=None, seed=0, *,
              precision="fp16", kv_precision=None, cached_prefix_tokens=0, max_batch=256, token_budget=2048,
              chunked_prefill=True, block_tokens=16, kv_memory_fraction=0.9, compute_efficiency=1.0,
-             bandwidth_efficiency=1.0, step_time=None, arrivals=None, max_work=MAX_WORK) -> ServingResult:
+             bandwidth_efficiency=1.0, step_time=None, arrivals=None, max_work=MAX_WORK, users=None, think_time=0.0,
+             warmup=None) -> ServingResult:
     """Simulate a continuously batching server (see the module docstring) and return a :class:`ServingResult`.
 
     ``arrival_rate`` requests/s arrive as a Poisson process (seeded ``random.Random``; the same
     unit-rate draws scaled by 1 / rate, so runs at different rates share their randomness), or
-    ``arrivals`` gives the times (seconds, sorted; then ``arrival_rate`` and ``requests`` may be None).
+    ``arrivals`` gives the times (seconds, sorted; then ``arrival_rate`` and ``requests`` may be None), or
+    ``users`` closes the loop (``arrival_rate=None``): ``users`` clients each send a request, wait for its last
+    token, think for an exponential time of mean ``think_time`` seconds (0: none) and send the next, until
+    ``requests`` have been sent (a benchmark's ``--max-concurrency``, a chat service's N users).
+
+    Measured window: the first ``warmup`` requests sent (closed loop: default ``users``, the opening burst; open
+    loop: default 0) are left out of every percentile, and so, in a closed loop, are requests still running once
+    the last one was sent (fewer than ``users`` remain: the load falls). ``ServingResult.measured`` holds the
+    requests inside, the ITL samples are the gaps between tokens emitted inside the window.
     ``prompt_tokens`` and ``output_tokens``: an int (fixed), a ``(lo, hi)`` tuple (uniform, both
     included) or a list (used in order when it has one value per request, else sampled from).
     ``cached_prefix_tokens`` of every prompt are a prefix-cache hit (their K/V held once, shared).
@@ -61,8 +73,31 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     frac = require_fraction("kv_memory_fraction", kv_memory_fraction)
     k_prefix = require_count("cached_prefix_tokens", cached_prefix_tokens)
 
-    times = _arrival_times(arrival_rate, requests, arrivals, seed)
-    n_req = len(times)
+    closed = users is not None
+    if closed:
+        if arrival_rate is not None or arrivals is not None:
+            raise ValueError("users= closes the loop (each user sends its next request when the last one ended): "
+                             "arrival_rate and arrivals must be None with it")
+        users = require_count("users", users, minimum=1, maximum=MAX_REQUESTS)
+        think = require_nonnegative("think_time", think_time)
+        if requests is None:
+            raise ValueError("requests (how many requests the users send in all, >= users) is required with users=")
+        n_req = require_count("requests", requests, minimum=1, maximum=MAX_REQUESTS)
+        if n_req < users:
+            raise ValueError(f"requests ({n_req}) must be at least users ({users}): each user sends one at least")
+        think_rng = random.Random(f"{seed}:think")
+        times = [0.0] * n_req
+        user_of = [0] * n_req
+        for u in range(users):
+            times[u] = think_rng.expovariate(1.0) * think if think else 0.0
+            user_of[u] = u
+        future = sorted((times[u], u) for u in range(users))
+        issued = users
+    else:
+        times = _arrival_times(arrival_rate, requests, arrivals, seed)
+        n_req = len(times)
+        future = [(x, i) for i, x in enumerate(times)]       # sorted already: a valid heap
+    warm = (users if closed else 0) if warmup is None else require_count("warmup", warmup, maximum=n_req - 1)
     rng = random.Random(f"{seed}:lengths")
     prompts = _lengths("prompt_tokens", prompt_tokens, n_req, rng)
     outputs = _lengths("output_tokens", output_tokens, n_req, rng)
@@ -130,7 +165,12 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     running: list[int] = []
     free = total_blocks * n_layers      # free one-layer blocks
     t = 0.0
-    nxt = 0                              # the next arrival not yet in the queue
+    ends = array("d")                    # each step's end
+    itl_dt = array("d")                  # each step's time: the gap of a token following one of the step before
+    itl_n = array("l")                   # how many such tokens the step emitted
+    late: list[tuple[int, float]] = []   # (step, gap) of tokens after a stall (preempted, or decodes stalled)
+    last_step = [-2] * n_req             # the step that emitted each request's last token so far
+    recomputed = 0                       # prompt and generated tokens prefilled again after a preemption
     finished = 0
     steps = 0
     busy = prefill_time = batch_time = 0.0
@@ -151,14 +191,16 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
         waiting.appendleft(v)
 
     while finished < n_req:
-        while nxt < n_req and times[nxt] <= t:
-            waiting.append(nxt)
-            nxt += 1
+        while future and future[0][0] <= t:
+            waiting.append(heappop(future)[1])
             in_system += 1
             queued += 1
         if not running and not waiting:
-            t = times[nxt]               # idle until the next arrival (nobody present: no area)
+            t = future[0][0]             # idle until the next arrival (nobody present: no area)
             continue
+        k_step = steps
+        bulk = 0                         # tokens this step that follow one from the step before
+        stalled: list[int] = []          # decoders whose last token came earlier than that
 
         budget = token_budget
         chunks: list[tuple[int, int]] = []   # (sequence, prompt tokens) prefilled this step
@@ -225,6 +267,11 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                 budget -= c
                 i += 1
                 if decoding:
+                    if last_step[s] == k_step - 1:
+                        bulk += 1
+                    else:
+                        stalled.append(last_step[s])
+                    last_step[s] = k_step
                     d += 1
                     done[s] = d
                     if window is None or d <= window:
@@ -275,11 +322,13 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
         # --- time integrals (arrivals during the step count from their arrival) ------------------------
         area_sys += in_system * dt
         area_queue += queued * dt
-        j = nxt
-        while j < n_req and times[j] <= t_end:
-            area_sys += t_end - times[j]
-            area_queue += t_end - times[j]
-            j += 1
+        while future and future[0][0] <= t_end:      # they join the queue before the next step
+            a, i = heappop(future)
+            area_sys += t_end - a
+            area_queue += t_end - a
+            waiting.append(i)
+            in_system += 1
+            queued += 1
         steps += 1
         busy += dt
         if pf:
@@ -296,17 +345,29 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
         # --- advance ----------------------------------------------------------------------------------
         ended = False
         for s, c in chunks:
+            if n_pre[s]:
+                recomputed += c
             done[s] += c
             if done[s] == target[s]:
                 gen[s] += 1
                 if first[s] is None:
                     first[s] = t_end
+                elif last_step[s] == k_step - 1:
+                    bulk += 1
+                else:
+                    stalled.append(last_step[s])            # the first token after a recompute
+                last_step[s] = k_step
                 if gen[s] == outputs[s]:
                     finish[s] = t_end
                     ended = True
         for s in enders:
             finish[s] = t_end
             ended = True
+        ends.append(t_end)
+        itl_dt.append(dt)
+        itl_n.append(bulk)
+        for j in stalled:
+            late.append((k_step, t_end - ends[j]))
         if ended:
             keep = []
             for s in running:
@@ -315,6 +376,11 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                     blocks[s] = 0
                     finished += 1
                     in_system -= 1
+                    if closed and issued < n_req:       # the user thinks, then sends the next request
+                        times[issued] = t_end + (think_rng.expovariate(1.0) * think if think else 0.0)
+                        user_of[issued] = user_of[s]
+                        heappush(future, (times[issued], issued))
+                        issued += 1
                 else:
                     keep.append(s)
             running = keep
@@ -322,17 +388,23 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
 
     records = tuple(RequestRecord(times[i], prompts[i], outputs[i], admitted[i], first[i], finish[i], n_pre[i])
                     for i in range(n_req))
-    t0, t1 = times[0], max(finish)
+    t0, t1 = min(times), max(finish)
     span = t1 - t0
+    # the measured window: from the first request after the warm-up to (closed loop) the last request sent
+    order = sorted(range(n_req), key=times.__getitem__) if closed else range(n_req)
+    w_from = times[order[warm]] if warm else -math.inf
+    w_to = times[order[-1]] if closed else math.inf
     settings = dict(model=m.name, hardware=hw.name, max_batch=max_batch, token_budget=token_budget,
                     chunked_prefill=chunked_prefill, block_tokens=block_tokens, kv_memory_fraction=frac,
-                    cached_prefix_tokens=k_prefix, seed=seed)
+                    cached_prefix_tokens=k_prefix, seed=seed, users=users, think_time=think if closed else None,
+                    warmup=warm)
     return ServingResult(records=records, steps=steps, sequence_steps=work_done, busy_time=busy,
                          prefill_time=prefill_time, batch_time=batch_time,
                          mean_in_system=area_sys / span if span else 0.0,
                          mean_queued=area_queue / span if span else 0.0, preemptions=preemptions,
                          kv_blocks=total_blocks, kv_blocks_free_at_end=free // n_layers, max_batch_seen=max_seen,
-                         settings=settings)
+                         settings=settings, window=(w_from, w_to), recomputed_tokens=recomputed,
+                         token_gaps=TokenGaps(ends, itl_dt, itl_n, tuple(late)))
 
 
 # --------------------------------------------------------------------------------------------------
