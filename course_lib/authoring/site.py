@@ -98,8 +98,9 @@ def run_box(path: str, *, exercise: bool, repo_url: str | None, branch: str) -> 
     if url:
         binder = f'<a href="{url}">Open {what} on Binder</a> (mybinder.org builds <code>binder/</code>; no set-up).'
     else:
-        binder = ("Binder: open the repository on mybinder.org, which builds its <code>binder/</code> folder, and "
-                  f"then <code>{path}</code> (this copy of the site was built without the repository's URL).")
+        binder = ('Binder: give the repository\'s address to <a href="https://mybinder.org/">mybinder.org</a>, which '
+                  f"builds its <code>binder/</code> folder, and open <code>{path}</code> there (this copy of the site "
+                  "was built without the repository's address: <code>make site SITE_REPO_URL=...</code> links it).")
     return (f'<div class="{RUN_BOX_CLASS}">\n<p><b>Run {what}.</b> This page shows the stored results; to change '
             f"the numbers and use the widgets, run the notebook. On your machine, in the course's folder: "
             f"{local}</p>\n<p>{binder}</p>\n</div>\n")
@@ -176,7 +177,8 @@ def index_page(lessons: list[dict], repo_url: str | None, branch: str) -> str:
                     f"{les['time_min']} min |")
     url = binder_url(repo_url, branch, "notebooks/00_start_here.ipynb")
     binder = f"[Open the course on Binder]({url})." if url else (
-        "(This copy of the site was built without the repository's address: open the repository on mybinder.org.)")
+        "Give the repository's address to [mybinder.org](https://mybinder.org/) (this copy of the site was built "
+        "without it).")
     intro = (CONFIG_DIR / "intro.md").read_text(encoding="utf-8")
     return intro.replace("{{ lesson_table }}", "\n".join(rows)).replace("{{ binder }}", binder)
 
@@ -389,7 +391,7 @@ def check_site(html_dir: Path) -> list[str]:
             problems.append(f"notebooks/{les['stem']}.html is missing")
             continue
         text = page.read_text(encoding="utf-8")
-        if RUN_BOX_CLASS not in text or "make lab" not in text or "Binder" not in text:
+        if RUN_BOX_CLASS not in text or "make lab" not in text or 'href="https://mybinder.org/' not in text:
             problems.append(f"{page.relative_to(html_dir)}: no box saying how to run it (make lab, Binder)")
     for name in ("glossary.html", "instructors.html"):
         if not (html_dir / name).exists():
