@@ -83,27 +83,38 @@ def binder_url(repo_url: str | None, branch: str, path: str) -> str | None:
     return f"https://mybinder.org/v2/gh/{owner}/{name}/{branch}?urlpath=lab/tree/{path}"
 
 
-def run_box(path: str, *, exercise: bool, repo_url: str | None, branch: str) -> str:
-    """The "Run this lesson" box (HTML, so that MyST passes it through) for the notebook at ``path``."""
+def run_box(path: str, *, exercise: bool, repo_url: str | None, branch: str, companion: str | None = None) -> str:
+    """The "Run this lesson" box (HTML, so that MyST passes it through) for the notebook at ``path``.
+
+    ``companion``: the site page (``../exercises/NN_x.html`` or ``../notebooks/NN_x.html``) of the lesson's
+    exercise set, or of an exercise set's lesson, linked from the box.
+    """
     stem = Path(path).stem
-    what = "these exercises" if exercise else "this lesson"
+    # on Binder, binder/postBuild copies each exercise set into work/, the learner's own copy, as make lab does
+    binder_path = f"work/{stem}.ipynb" if exercise else path
     if exercise:
+        what, shows = "these exercises", "the questions; to answer them and have each answer checked"
         local = (f"<code>make lab</code> copies this set to <code>work/{stem}.ipynb</code>, your own copy that "
                  f"is never overwritten, and opens JupyterLab: answer there, and each check tells you at once.")
     else:
+        what, shows = "this lesson", "the stored results; to change the numbers and use the widgets"
         local = (f"<code>make lab</code> sets everything up and opens JupyterLab; open <code>{path}</code> "
                  f"and run its cells (Run ▸ Run All Cells). Hidden code shows with a click, here and in the lab.")
-    # on Binder, binder/postBuild copies each exercise set into work/, the learner's own copy, as make lab does
-    url = binder_url(repo_url, branch, f"work/{stem}.ipynb" if exercise else path)
+    url = binder_url(repo_url, branch, binder_path)
     if url:
         binder = f'<a href="{url}">Open {what} on Binder</a> (mybinder.org builds <code>binder/</code>; no set-up).'
     else:
         binder = ('Binder: give the repository\'s address to <a href="https://mybinder.org/">mybinder.org</a>, which '
-                  f"builds its <code>binder/</code> folder, and open <code>{path}</code> there (this copy of the site "
-                  "was built without the repository's address: <code>make site SITE_REPO_URL=...</code> links it).")
-    return (f'<div class="{RUN_BOX_CLASS}">\n<p><b>Run {what}.</b> This page shows the stored results; to change '
-            f"the numbers and use the widgets, run the notebook. On your machine, in the course's folder: "
-            f"{local}</p>\n<p>{binder}</p>\n</div>\n")
+                  f"builds its <code>binder/</code> folder, and open <code>{binder_path}</code> there (this copy of "
+                  "the site was built without the repository's address: <code>make site SITE_REPO_URL=...</code> "
+                  "links it).")
+    link = ""
+    if companion:
+        label = "The lesson these exercises go with" if exercise else "This lesson's exercises"
+        name = f"{'lesson' if exercise else 'exercises'} {stem[:2]}"
+        link = f'\n<p>{label}: <a href="{companion}">{name}</a>.</p>'
+    return (f'<div class="{RUN_BOX_CLASS}">\n<p><b>Run {what}.</b> This page shows {shows}, run the notebook. '
+            f"On your machine, in the course's folder: {local}</p>\n<p>{binder}</p>{link}\n</div>\n")
 
 
 def stage_notebook(src: Path, dest: Path, box: str) -> dict:
@@ -240,16 +251,19 @@ def stage(src: Path, *, cache: Path, repo_url: str | None, branch: str) -> dict:
     lessons = _lessons()
     report = {"lessons": 0, "exercises": 0, "hidden_inputs": 0, "joined_formulas": 0}
     for les in lessons:
-        path = f"notebooks/{les['stem']}.ipynb"
-        counts = stage_notebook(ROOT / path, src / path, run_box(path, exercise=False, repo_url=repo_url,
-                                                                   branch=branch))
+        stem = les["stem"]
+        has_exercises = (ROOT / "exercises" / f"{stem}.ipynb").exists()
+        path = f"notebooks/{stem}.ipynb"
+        box = run_box(path, exercise=False, repo_url=repo_url, branch=branch,
+                      companion=f"../exercises/{stem}.html" if has_exercises else None)
+        counts = stage_notebook(ROOT / path, src / path, box)
         report["lessons"] += 1
         report["hidden_inputs"] += counts["hidden_inputs"]
         report["joined_formulas"] += counts["joined_formulas"]
-        ex = ROOT / "exercises" / f"{les['stem']}.ipynb"
-        if ex.exists():
-            path = f"exercises/{ex.name}"
-            stage_notebook(ex, src / path, run_box(path, exercise=True, repo_url=repo_url, branch=branch))
+        if has_exercises:
+            path = f"exercises/{stem}.ipynb"
+            box = run_box(path, exercise=True, repo_url=repo_url, branch=branch, companion=f"../notebooks/{stem}.html")
+            stage_notebook(ROOT / path, src / path, box)
             report["exercises"] += 1
     (src / "glossary.md").write_text(glossary_page(), encoding="utf-8")
     shutil.copyfile(ROOT / "docs" / "INSTRUCTORS.md", src / "instructors.md")
