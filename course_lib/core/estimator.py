@@ -52,7 +52,8 @@ def compute_dtype(precision, hardware=None) -> str:
     dtype = get_precision(precision).compute_dtype
     if hardware is not None:
         hw = get_hardware(hardware)
-        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16", "int8", "fp4"):
+        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16", "int8", "fp4") and \
+                dtype not in hw.effective_flops:
             dtype = "fp16"
     return dtype
 
@@ -330,7 +331,7 @@ class Estimate:
         """The source material's TPS recipe: decode FLOPs divided by compute (wrong for decode: it is memory-bound)."""
         if self.decode_steps == 0:
             return self.decode_first.compute_time
-        return g.compute_time(self.decode_flops_sum / self.decode_steps, self.hardware.flops(self.compute_dtype),
+        return g.compute_time(self.decode_flops_sum / self.decode_steps, self.hardware.compute_rate(self.compute_dtype),
                               self.compute_efficiency)
 
     @property
@@ -550,7 +551,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     b_kv = _prec("kv_precision", kv_precision)
     kvname = get_precision(kv_precision).name
     dtype = compute_dtype(wname, hw)
-    peak = hw.flops(dtype)
+    peak = hw.compute_rate(dtype)
     k_tok = m.kv_bytes_per_token(kvname)
     attn = m.attn_dim
 

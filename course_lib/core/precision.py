@@ -129,8 +129,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision("q4_k_m", 4.84, "llama.cpp Q4_K_M: a mix, tensor by tensor: q4_K for most weights, q6_K for half "
                   "of attn_v and ffn_down and for the output matrix; on average 4.84 bits/weight for Llama-2-7B "
                   "(the average depends on the model's shapes)",
-                  source="llama.cpp tools/quantize/README.md, 'Llama 2 7B' table of bits per weight (BPW): "
-                  "Q4_K_M 4.84 (Q4_K_S 4.58, Q6_K 6.56)"),
+                  source="llama.cpp examples/quantize/README.md (2024, before the file moved to tools/quantize/), "
+                  "section 'Quantization', table 'Llama 2 7B' (Quantization | Bits per Weight (BPW)): Q4_K_M 4.84 "
+                  "(Q4_K_S 4.58, Q6_K 6.56); today's tools/quantize/README.md tabulates Llama-3.1-8B instead "
+                  "(Q4_K_M 4.8944 bits/weight)"),
         block_format("mxfp4", 4, 32, 8, description="OCP MXFP4: blocks of 32 FP4 (E2M1) elements + one E8M0 8-bit "
                      "scale: (32 x 4 + 8) / 32 = 4.25 bits/weight", source=_MX, compute_dtype="fp4"),
         block_format("nvfp4", 4, 16, 8, description="NVIDIA NVFP4: blocks of 16 FP4 (E2M1) elements + one FP8 E4M3 "
