@@ -193,12 +193,12 @@ def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_by
     return attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + layer_passes_time*layers + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
 
 
-def engine_profile_time(steps, step_fixed, requests, request_fixed, floor_memory_time, bandwidth_efficiency, floor_compute_time, compute_efficiency, floor_attention_time, attention_efficiency):
-    """An engine's time for a unit of work: its fixed cost per step and per request plus the floor's memory traffic (weights), matrix products and attention (its K/V reads and score products), each at a fitted efficiency. [s]
+def engine_profile_time(steps, step_fixed, layers, step_per_layer, requests, request_fixed, floor_memory_time, bandwidth_efficiency, floor_compute_time, compute_efficiency, dequant_penalty, floor_attention_time, attention_efficiency, floor_prefill_attention_time, prefill_attention_efficiency):
+    """An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: kernel launches and framework dispatch) and per request, plus the floor's parts at fitted efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention (K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf). [s]
 
-    sympy: request_fixed*requests + step_fixed*steps + floor_compute_time/compute_efficiency + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
+    sympy: floor_compute_time*(dequant_penalty + 1/compute_efficiency) + floor_prefill_attention_time/prefill_attention_efficiency + request_fixed*requests + steps*(layers*step_per_layer + step_fixed) + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
     """
-    return request_fixed*requests + step_fixed*steps + floor_compute_time/compute_efficiency + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
+    return floor_compute_time*(dequant_penalty + 1/compute_efficiency) + floor_prefill_attention_time/prefill_attention_efficiency + request_fixed*requests + steps*(layers*step_per_layer + step_fixed) + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
 
 
 def expected_experts(experts, experts_per_token, routed_tokens):
@@ -563,7 +563,7 @@ ARGUMENTS = {
     'efficiency': (('predicted_time', 'positive'), ('measured_time', 'positive')),
     'engine_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('step_fixed', 'nonnegative'), ('step_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
     'engine_prefill_time': (('linear_time', 'nonnegative'), ('attention_time', 'nonnegative'), ('lm_head_time', 'nonnegative'), ('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('prefill_fixed', 'nonnegative'), ('prefill_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive'), ('layer_passes_time', 'nonnegative')),
-    'engine_profile_time': (('steps', 'count0'), ('step_fixed', 'nonnegative'), ('requests', 'count0'), ('request_fixed', 'nonnegative'), ('floor_memory_time', 'nonnegative'), ('bandwidth_efficiency', 'positive'), ('floor_compute_time', 'nonnegative'), ('compute_efficiency', 'positive'), ('floor_attention_time', 'nonnegative'), ('attention_efficiency', 'positive')),
+    'engine_profile_time': (('steps', 'count0'), ('step_fixed', 'nonnegative'), ('layers', 'count1'), ('step_per_layer', 'nonnegative'), ('requests', 'count0'), ('request_fixed', 'nonnegative'), ('floor_memory_time', 'nonnegative'), ('bandwidth_efficiency', 'positive'), ('floor_compute_time', 'nonnegative'), ('compute_efficiency', 'positive'), ('dequant_penalty', 'nonnegative'), ('floor_attention_time', 'nonnegative'), ('attention_efficiency', 'positive'), ('floor_prefill_attention_time', 'nonnegative'), ('prefill_attention_efficiency', 'positive')),
     'expected_experts': (('experts', 'count1'), ('experts_per_token', 'count1'), ('routed_tokens', 'count1')),
     'expected_ttft': (('hit_rate', 'nonnegative'), ('ttft_hit', 'positive'), ('ttft_miss', 'positive')),
     'fixed_cost_fit_fixed_time': (('predicted_a', 'positive'), ('predicted_b', 'positive'), ('measured_a', 'positive'), ('measured_b', 'positive')),

@@ -55,12 +55,14 @@ _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "lla
             "huggingface": "transformers", "hugging face transformers": "transformers", "transformers": "transformers",
             "llama.cpp": "llama.cpp"}
 CLASSES = ("hbm", "gddr", "unified", "cpu")
-PARAMS = ("t_step", "t_req") + tuple(f"inv_eta_m:{c}" for c in CLASSES) + tuple(f"inv_eta_c:{c}" for c in CLASSES) + (
-    "inv_eta_a",)
+PARAMS = (("t_step", "t_layer", "t_req") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
+          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf"))
 # the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
-_FLOOR_PRIOR = {p: (0.0 if p.startswith("t_") else 1.0) for p in PARAMS}
-_SCALE = {"t_step": 1e-2, "t_req": 1e-1, **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
-_LOWER = {"t_step": 0.0, "t_req": 0.0, **{p: 0.25 for p in PARAMS if p.startswith("inv_")}}
+_FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
+_SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "kappa_q": 1.0,
+          **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
+_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "kappa_q": 0.0,
+          **{p: 0.25 for p in PARAMS if p.startswith("inv_")}}
 #: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error)
 SHRINK_GLOBAL = 0.05
 SHRINK_ENGINE = 1.0
@@ -163,8 +165,11 @@ def load_published(engine: str | None = None) -> list[dict]:
     return recs
 
 
-def source_of(r: dict) -> str:
-    """The source a record belongs to for leave-one-source-out: its document (URL)."""
+def source_of(r: dict, by: str = "document") -> str:
+    """The source a record belongs to for leave-one-source-out: its document (URL), or with ``by='table'`` the
+    table within it (the cited table up to its row)."""
+    if by == "table":
+        return r["source"]["url"] + " | " + r["source"]["table"].split(", row")[0]
     return r["source"]["url"]
 
 
@@ -177,28 +182,38 @@ class _Work:
     requests: float
     mem: float
     gemm: float
-    attn: float
+    attn: float               # decode attention (K/V reads and score products)
+    attn_pf: float            # prefill attention (score products over the prompt, K/V writes)
     cls: str
+    quantised: bool           # block-quantised weights, dequantised inside the matrix-product kernels
+    layers: int
     floor: float              # the floor's own time for the same work (max per operator)
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
-                     self.attn + o.attn, self.cls, self.floor + o.floor)
+                     self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.quantised, self.layers,
+                     self.floor + o.floor)
 
     def scaled(self, k):
-        return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k, self.cls,
-                     self.floor * k)
+        return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
+                     self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
-        x["t_step"], x["t_req"] = self.steps, self.requests
+        x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * self.layers, self.requests
         x[f"inv_eta_m:{self.cls}"] = self.mem
         x[f"inv_eta_c:{self.cls}"] = self.gemm
+        x["kappa_q"] = self.gemm if self.quantised else 0.0
         x["inv_eta_a"] = self.attn
+        x["inv_eta_a_pf"] = self.attn_pf
         return x
 
 
-def _parts(phase, cls, steps, requests, weight_reads=1.0) -> _Work:
+#: weight formats whose matrix products dequantise blocks inside the kernel (float formats run natively)
+_NATIVE = ("fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4", "w8a8")
+
+
+def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precision="fp16", layers=1) -> _Work:
     mem = gemm = attn = 0.0
     for o in phase.operators:
         if o.name == "attention":
@@ -206,18 +221,22 @@ def _parts(phase, cls, steps, requests, weight_reads=1.0) -> _Work:
         else:
             mem += o.memory_time * weight_reads
             gemm += o.compute_time
-    return _Work(steps, requests, mem, gemm, attn, cls, phase.time)
+    quant = get_precision(precision).name not in _NATIVE
+    return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
+                 layers, phase.time)
 
 
 def _prefill_work(e, cls, chunk, requests) -> _Work:
     tokens = e.batch * (e.prompt_tokens - e.cached_prefix_tokens)
     chunks = max(1, math.ceil(tokens / chunk)) if chunk else 1
-    return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks)
+    return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
+                  layers=e.model.layers)
 
 
 def _decode_work(e, cls) -> _Work:
     """The mean decode step of ``e`` (its per-step costs are linear in the context: the mean of the first and last)."""
-    a, b = _parts(e.decode_first, cls, 1, 0), _parts(e.decode_last, cls, 1, 0)
+    a, b = (_parts(p, cls, 1, 0, precision=e.precision, layers=e.model.layers) for p in (e.decode_first,
+                                                                                             e.decode_last))
     mean = (a + b).scaled(0.5)
     return replace(mean, floor=e.tpot)
 
@@ -287,20 +306,24 @@ class EngineProfile:
 
     def time(self, w: _Work) -> float:
         p = self.params
-        return g.engine_profile_time(w.steps, p["t_step"], w.requests, p["t_req"], w.mem,
-                                     1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"], w.attn,
-                                     1 / p["inv_eta_a"])
+        return g.engine_profile_time(w.steps, p["t_step"], w.layers, p["t_layer"], w.requests, p["t_req"], w.mem,
+                                     1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
+                                     p["kappa_q"] if w.quantised else 0.0, w.attn, 1 / p["inv_eta_a"], w.attn_pf,
+                                     1 / p["inv_eta_a_pf"])
 
     def efficiency(self, kind: str, cls: str) -> float:
-        """η_m ('memory'), η_c ('compute') for a device class, or η_a ('attention')."""
-        key = {"memory": f"inv_eta_m:{cls}", "compute": f"inv_eta_c:{cls}", "attention": "inv_eta_a"}[kind]
+        """η_m ('memory'), η_c ('compute') for a device class, η_a ('attention', decode) or η_a,pf
+        ('prefill_attention')."""
+        key = {"memory": f"inv_eta_m:{cls}", "compute": f"inv_eta_c:{cls}", "attention": "inv_eta_a",
+               "prefill_attention": "inv_eta_a_pf"}[kind]
         return 1 / self.params[key]
 
     def describe(self) -> str:
         p = self.params
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
-        return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms, t_req={p['t_req'] * 1e3:.1f} ms, "
-                f"η_a={1 / p['inv_eta_a']:.2f}; {cls} "
+        return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
+                f"t_req={p['t_req'] * 1e3:.1f} ms, "
+                f"κ_q={p['kappa_q']:.2f}, η_a={1 / p['inv_eta_a']:.2f}, η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
                 f"(fitted to {self.points} points from {len(self.sources)} sources)")
 
 
@@ -423,17 +446,19 @@ class HeldOutReport:
         return sorted(self.rows, key=lambda x: -abs(math.log(x[2] / x[0]["value"])))[:k]
 
 
-def held_out(records=None, progress=False) -> HeldOutReport:
-    """Refit with each source (document) left out and predict that source's records."""
+def held_out(records=None, progress=False, by: str = "document") -> HeldOutReport:
+    """Refit with each source left out and predict that source's records: ``by='document'`` (a whole publication:
+    the strict test) or ``'table'`` (one table of a publication: the rest of the campaign stays in)."""
+    require_choice("by", by, ("document", "table"))
     records = list(_published() if records is None else records)
-    sources = sorted({source_of(r) for r in records})
+    sources = sorted({source_of(r, by) for r in records})
     rows = []
     for i, s in enumerate(sources):
         if progress:
             print(f"  [{i + 1}/{len(sources)}] leaving out {s[:90]}", file=sys.stderr)
-        fitted = fit_profiles([r for r in records if source_of(r) != s])
+        fitted = fit_profiles([r for r in records if source_of(r, by) != s])
         for r in records:
-            if source_of(r) == s:
+            if source_of(r, by) == s:
                 p = predict_record(r, fitted[r["engine"]])
                 rows.append((r, p["floor"], p["predicted"]))
     return HeldOutReport(tuple(rows))
@@ -504,7 +529,8 @@ def with_engine(est, engine):
     prof = get_profile(engine)
     cls = device_class(est.hardware)
     pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1)
-    first, last = (_parts(p, cls, 1, 0) for p in (est.decode_first, est.decode_last))
+    first, last = (_parts(p, cls, 1, 0, precision=est.precision, layers=est.model.layers)
+                   for p in (est.decode_first, est.decode_last))
     t_first, t_last = prof.time(first), prof.time(last)
     steps = est.new_tokens - 1
     # per-step costs are linear in the context (the estimator sums them in closed form): the profile's mean step is

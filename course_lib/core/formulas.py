@@ -159,6 +159,9 @@ class S:
     floor_compute_time = _sym("floor_compute_time", r"t_{gemm}", **_nn)
     floor_attention_time = _sym("floor_attention_time", r"t_{attn}", **_nn)
     attention_efficiency = _sym("attention_efficiency", r"\eta_a", **_pos)
+    floor_prefill_attention_time = _sym("floor_prefill_attention_time", r"t_{attn,pf}", **_nn)
+    prefill_attention_efficiency = _sym("prefill_attention_efficiency", r"\eta_{a,pf}", **_pos)
+    dequant_penalty = _sym("dequant_penalty", r"\kappa_q", **_nn)
 
 
 @dataclass(frozen=True)
@@ -466,12 +469,20 @@ _f("fixed_cost_fit_fixed_time", sp.simplify(_fit[s.fixed_time]),
 # (kernel launches, scheduling, sampling) and per request (tokenisation, admission), and overlaps its loads with
 # its arithmetic imperfectly: the profile adds the parts, each divided by an efficiency fitted to published runs.
 _f("engine_profile_time",
-   s.steps * s.step_fixed + s.requests * s.request_fixed + s.floor_memory_time / s.bandwidth_efficiency
-   + s.floor_compute_time / s.compute_efficiency + s.floor_attention_time / s.attention_efficiency,
-   (s.steps, s.step_fixed, s.requests, s.request_fixed, s.floor_memory_time, s.bandwidth_efficiency,
-    s.floor_compute_time, s.compute_efficiency, s.floor_attention_time, s.attention_efficiency),
-   "An engine's time for a unit of work: its fixed cost per step and per request plus the floor's memory traffic "
-   "(weights), matrix products and attention (its K/V reads and score products), each at a fitted efficiency.", "s")
+   s.steps * (s.step_fixed + s.layers * s.step_per_layer) + s.requests * s.request_fixed
+   + s.floor_memory_time / s.bandwidth_efficiency
+   + s.floor_compute_time * (1 / s.compute_efficiency + s.dequant_penalty)
+   + s.floor_attention_time / s.attention_efficiency
+   + s.floor_prefill_attention_time / s.prefill_attention_efficiency,
+   (s.steps, s.step_fixed, s.layers, s.step_per_layer, s.requests, s.request_fixed, s.floor_memory_time,
+    s.bandwidth_efficiency, s.floor_compute_time, s.compute_efficiency, s.dequant_penalty, s.floor_attention_time,
+    s.attention_efficiency,
+    s.floor_prefill_attention_time, s.prefill_attention_efficiency),
+   "An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: "
+   "kernel launches and framework dispatch) and per request, plus the floor's parts at fitted "
+   "efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when "
+   "block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention "
+   "(K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf).", "s")
 _f("effective_step_efficiency", s.predicted_time / (s.step_fixed + s.predicted_time / s.bandwidth_efficiency),
    (s.predicted_time, s.step_fixed, s.bandwidth_efficiency),
    "The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency "
