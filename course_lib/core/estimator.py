@@ -268,12 +268,29 @@ class Estimate:
     decode_compute_steps: int
     weights_bytes: float
     kv_bytes: float
+    # an engine's profile (course_lib.core.forecast; estimate(..., engine=...)): its times replace the floor's
+    engine: str | None = None
+    engine_ttft: float | None = None
+    engine_tpot_sum: float | None = None
+    engine_tpot_first: float | None = None
+    engine_tpot_last: float | None = None
 
     # --- latency --------------------------------------------------------------------------------
     @property
     def ttft(self) -> float:
-        """Time to first token: the prefill pass (which also produces the first token)."""
+        """Time to first token: the prefill pass (which also produces the first token); with an engine, its
+        profile's time for the prefill plus one request's fixed cost."""
+        return self.prefill.time if self.engine is None else self.engine_ttft
+
+    @property
+    def floor_ttft(self) -> float:
+        """The floor's TTFT (the prefill at the given efficiencies), with or without an engine."""
         return self.prefill.time
+
+    @property
+    def floor_tpot(self) -> float:
+        """The floor's mean time per output token, with or without an engine."""
+        return self.decode_time_sum / self.decode_steps if self.decode_steps else self.decode_first.time
 
     @property
     def decode_steps(self) -> int:
@@ -282,15 +299,17 @@ class Estimate:
     @property
     def tpot(self) -> float:
         """Mean time per output token over the n-1 decode steps (the next step's time when n = 1)."""
-        return self.decode_time_sum / self.decode_steps if self.decode_steps else self.decode_first.time
+        if self.engine is not None:
+            return self.engine_tpot_sum / self.decode_steps if self.decode_steps else self.engine_tpot_first
+        return self.floor_tpot
 
     @property
     def tpot_first(self) -> float:
-        return self.decode_first.time
+        return self.decode_first.time if self.engine is None else self.engine_tpot_first
 
     @property
     def tpot_last(self) -> float:
-        return self.decode_last.time
+        return self.decode_last.time if self.engine is None else self.engine_tpot_last
 
     @property
     def total(self) -> float:
@@ -376,7 +395,7 @@ class Estimate:
         d = {k: getattr(self, k) for k in keys}
         d.update(model=self.model.name, hardware=self.hardware.name, prompt_tokens=self.prompt_tokens,
                  new_tokens=self.new_tokens, batch=self.batch, precision=self.precision,
-                 kv_precision=self.kv_precision)
+                 kv_precision=self.kv_precision, engine=self.engine)
         return d
 
 
@@ -524,13 +543,18 @@ def _count_positive(intercept, slope, p, q) -> int:
 
 
 def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_precision=None, batch=1,
-             cached_prefix_tokens=0, compute_efficiency=1.0, bandwidth_efficiency=1.0) -> Estimate:
+             cached_prefix_tokens=0, compute_efficiency=1.0, bandwidth_efficiency=1.0, engine=None) -> Estimate:
     """Estimate the latency of generating ``new_tokens`` after a ``prompt_tokens`` prompt.
 
     ``model``/``hardware`` are catalog names ('mistral-7b', 'rtx-4090', …) or specs. ``precision`` is
     the weights' format, ``kv_precision`` the KV cache's (default: same as the weights, or fp16 for
     integer/block formats). ``cached_prefix_tokens`` of the prompt already have K/V in a cache.
+    ``engine`` ('llama.cpp', 'vLLM', 'SGLang', 'TensorRT-LLM', 'transformers'): the engine's profile fitted to
+    published measurements (:mod:`course_lib.core.forecast`) gives TTFT and TPOT; ``None`` (default) is the floor.
     """
+    if engine is not None and (compute_efficiency != 1.0 or bandwidth_efficiency != 1.0):
+        raise ValueError("engine: pass either engine= (its profile has fitted efficiencies) or compute_efficiency/"
+                         "bandwidth_efficiency for the floor, not both")
     m = get_model(model)
     hw = get_hardware(hardware)
     P = require_count("prompt_tokens", prompt_tokens, minimum=1)
@@ -608,7 +632,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
         t_sum = f_sum = b_sum = 0.0
         n_comp = 0
 
-    return Estimate(
+    est = Estimate(
         model=m, hardware=hw, prompt_tokens=P, new_tokens=n, precision=wname, kv_precision=kvname, batch=B,
         cached_prefix_tokens=C, compute_efficiency=eta_c, bandwidth_efficiency=eta_b, compute_dtype=dtype,
         prefill=prefill, decode_first=step(first_c), decode_last=step(last_c), decode_time_sum=t_sum,
@@ -616,3 +640,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
         weights_bytes=m.weight_bytes(wname),
         kv_bytes=g.kv_cache_bytes(m.kv_values_per_token, b_kv, m.attended_tokens(P + n), B),
     )
+    if engine is None:
+        return est
+    from course_lib.core.forecast import with_engine
+    return with_engine(est, engine)
