@@ -153,12 +153,12 @@ def e2e_per_token(ttft, n, tpot):
     return (tpot*(n - 1) + ttft)/n
 
 
-def effective_gemm_efficiency(floor_compute_time, compute_efficiency, floor_memory_time, bandwidth_efficiency):
+def effective_gemm_efficiency(gemm_floor_time, compute_efficiency, weights_floor_time, bandwidth_efficiency):
     """The share of the peak FLOP/s a step's matrix products reach when their weight reads and arithmetic add up: it grows with the tokens in the step (more FLOPs per weight byte) towards eta_c. [fraction]
 
-    sympy: floor_compute_time/(floor_compute_time/compute_efficiency + floor_memory_time/bandwidth_efficiency)
+    sympy: gemm_floor_time/(gemm_floor_time/compute_efficiency + weights_floor_time/bandwidth_efficiency)
     """
-    return floor_compute_time/(floor_compute_time/compute_efficiency + floor_memory_time/bandwidth_efficiency)
+    return gemm_floor_time/(gemm_floor_time/compute_efficiency + weights_floor_time/bandwidth_efficiency)
 
 
 def effective_step_efficiency(predicted_time, step_fixed, bandwidth_efficiency):
@@ -558,7 +558,7 @@ ARGUMENTS = {
     'decode_bytes': (('streamed_weight_bytes', 'positive'), ('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative')),
     'decode_flops': (('batch', 'count1'), ('block_params', 'positive'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'e2e_per_token': (('ttft', 'positive'), ('n', 'count1'), ('tpot', 'positive')),
-    'effective_gemm_efficiency': (('floor_compute_time', 'nonnegative'), ('compute_efficiency', 'positive'), ('floor_memory_time', 'nonnegative'), ('bandwidth_efficiency', 'positive')),
+    'effective_gemm_efficiency': (('gemm_floor_time', 'positive'), ('compute_efficiency', 'positive'), ('weights_floor_time', 'positive'), ('bandwidth_efficiency', 'positive')),
     'effective_step_efficiency': (('predicted_time', 'positive'), ('step_fixed', 'nonnegative'), ('bandwidth_efficiency', 'positive')),
     'efficiency': (('predicted_time', 'positive'), ('measured_time', 'positive')),
     'engine_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('step_fixed', 'nonnegative'), ('step_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),

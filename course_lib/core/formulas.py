@@ -162,6 +162,8 @@ class S:
     floor_prefill_attention_time = _sym("floor_prefill_attention_time", r"t_{attn,pf}", **_nn)
     prefill_attention_efficiency = _sym("prefill_attention_efficiency", r"\eta_{a,pf}", **_pos)
     dequant_penalty = _sym("dequant_penalty", r"\kappa_q", **_nn)
+    gemm_floor_time = _sym("gemm_floor_time", r"t_{gemm}", **_pos)
+    weights_floor_time = _sym("weights_floor_time", r"t_{mem}", **_pos)
 
 
 @dataclass(frozen=True)
@@ -488,8 +490,8 @@ _f("effective_step_efficiency", s.predicted_time / (s.step_fixed + s.predicted_t
    "The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency "
    "eta: it grows with the bytes a step streams (a small step is dominated by the fixed cost).", "fraction")
 _f("effective_gemm_efficiency",
-   s.floor_compute_time / (s.floor_compute_time / s.compute_efficiency + s.floor_memory_time / s.bandwidth_efficiency),
-   (s.floor_compute_time, s.compute_efficiency, s.floor_memory_time, s.bandwidth_efficiency),
+   s.gemm_floor_time / (s.gemm_floor_time / s.compute_efficiency + s.weights_floor_time / s.bandwidth_efficiency),
+   (s.gemm_floor_time, s.compute_efficiency, s.weights_floor_time, s.bandwidth_efficiency),
    "The share of the peak FLOP/s a step's matrix products reach when their weight reads and arithmetic add up: it "
    "grows with the tokens in the step (more FLOPs per weight byte) towards eta_c.", "fraction")
 
