@@ -124,3 +124,41 @@ def test_validate_published_prints_the_held_out_tables(capsys):
                                           "leave one document out", "TABLE"]:
         assert name in out, name
     assert out.strip().splitlines()[-1].startswith("overall (tables held out)")
+
+
+# --- per-tensor-group precision -------------------------------------------------------------------------------
+def test_gpt_oss_published_layout_streams_more_than_all_mxfp4():
+    from course_lib.core.precision import LAYOUTS, get_layout
+    entry = load_catalog("models")["models"]["gpt-oss-20b"]
+    lay = get_layout(entry["published_layout"])
+    assert lay is LAYOUTS["gpt-oss-mxfp4"] and lay.format("experts").name == "mxfp4"
+    assert {lay.format(grp).name for grp in ("attention", "mlp", "embedding", "lm_head")} == {"bf16"}
+    for model in ("gpt-oss-20b", "gpt-oss-120b"):
+        flat = estimate(model, "h100-sxm", 128, 8, precision="mxfp4")
+        pub = estimate(model, "h100-sxm", 128, 8, precision="gpt-oss-mxfp4")
+        ratio = pub.decode_first.bytes / flat.decode_first.bytes
+        assert 1.3 < ratio < 2.2, (model, ratio)               # priced all-MXFP4, batch-1 decode bytes are too small
+        assert pub.weights_bytes > flat.weights_bytes and pub.kv_precision == "bf16"
+    # the checkpoint's size: 20.9B parameters, 19.1B of them in MXFP4 experts -> ~13.8 GB (HF lists 13.8 GB)
+    assert 13.0e9 < estimate("gpt-oss-20b", "h100-sxm", 8, 2, precision="gpt-oss-mxfp4").weights_bytes < 14.5e9
+
+
+def test_gguf_layouts_keep_the_output_matrix_in_q6_k_and_plain_formats_still_work():
+    q4 = estimate("llama-3-8b", "rtx-4090", 64, 8, precision="q4_0")
+    gg = estimate("llama-3-8b", "rtx-4090", 64, 8, precision="gguf-q4_0")
+    m = get_model("llama-3-8b")
+    extra = m.vocab * m.hidden * (6.5625 - 4.5) / 8                   # the lm_head in Q6_K instead of Q4_0
+    assert gg.weights_bytes - q4.weights_bytes == pytest.approx(extra)
+    assert gg.decode_first.bytes - q4.decode_first.bytes == pytest.approx(extra)
+    tied = get_model("llama-3.2-3b")                                   # a tied embedding is the Q6_K matrix too
+    t = estimate(tied, "rtx-4090", 64, 8, precision="gguf-q4_0").weights_bytes
+    assert t - estimate(tied, "rtx-4090", 64, 8, precision="q4_0").weights_bytes == pytest.approx(
+        tied.vocab * tied.hidden * (6.5625 - 4.5) / 8)
+    # a dict names groups; the rest take 'default'
+    d = estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"default": "q4_0", "lm_head": "q6_k"})
+    assert d.weights_bytes == pytest.approx(gg.weights_bytes) and "lm_head:q6_k" in d.precision
+    assert estimate("llama-3-8b", "rtx-4090", 64, 8, precision="fp16").precision == "fp16"
+    with pytest.raises(ValueError, match="precision.*groups"):
+        estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"ffn": "q4_0"})
+    with pytest.raises(ValueError, match="precision"):
+        estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"default": "q3_x"})

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from course_lib.core import _generated as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.precision import default_kv_precision, get_precision
+from course_lib.core.precision import WEIGHT_GROUPS, get_layout, get_precision
 from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
@@ -458,18 +458,46 @@ def _step_work(m: ModelSpec, tokens, logit_rows, attention_flops, kv_tokens, byt
     ``parts``: ``m.streamed_param_parts(tokens)`` when the caller has it already.
     """
     p = m.streamed_param_parts(tokens) if parts is None else parts
+    b = _group_bytes(m, bytes_per_weight)
+    attn_w = m.layers * m.attention_params_per_layer
+    dense_bytes = g.weight_bytes(attn_w, b["attention"]) + g.weight_bytes(p["dense_blocks"] - attn_w, b["mlp"])
     if m.is_moe:
-        products = (("matmuls", g.linear_flops(p["dense_blocks"], tokens),
-                     g.weight_bytes(p["dense_blocks"], bytes_per_weight)),
+        products = (("matmuls", g.linear_flops(p["dense_blocks"], tokens), dense_bytes),
                     ("experts", g.linear_flops(m.active_expert_params, tokens),
-                     g.weight_bytes(p["experts"], bytes_per_weight)))
+                     g.weight_bytes(p["experts"], b["experts"])))
     else:
-        products = (("matmuls", g.linear_flops(p["blocks"], tokens),    # a dense model uses every block weight
-                     g.weight_bytes(p["blocks"], bytes_per_weight)),)
+        products = (("matmuls", g.linear_flops(p["blocks"], tokens), dense_bytes),)  # a dense model: every weight
     return products + (
         ("attention", attention_flops, g.kv_cache_bytes(m.kv_values_per_token, bytes_per_kv, kv_tokens, 1)),
-        ("lm_head", g.linear_flops(p["lm_head"], logit_rows), g.weight_bytes(p["lm_head"], bytes_per_weight)),
-        ("embedding", 0.0, g.weight_bytes(p["embedding"], bytes_per_weight)))
+        ("lm_head", g.linear_flops(p["lm_head"], logit_rows), g.weight_bytes(p["lm_head"], b["lm_head"])),
+        ("embedding", 0.0, g.weight_bytes(p["embedding"], b["embedding"])))
+
+
+def _group_bytes(m: ModelSpec, bytes_per_weight) -> dict:
+    """Bytes per weight of each group: one number for every group, or a layout's (a tied embedding is the lm_head's
+    matrix, so it is stored, gathered and read in the lm_head's format)."""
+    if not isinstance(bytes_per_weight, dict):
+        return dict.fromkeys(WEIGHT_GROUPS, bytes_per_weight)
+    b = dict(bytes_per_weight)
+    if m.tied_embeddings:
+        b["embedding"] = b["lm_head"]
+    return b
+
+
+def _layout_weight_bytes(m: ModelSpec, b: dict) -> float:
+    """Bytes to hold every weight of ``m`` with the group bytes ``b``."""
+    b = _group_bytes(m, b)
+    attn_w = m.layers * m.attention_params_per_layer
+    routed = m.moe_layers * (m.experts or 0) * m.expert_params
+    return (g.weight_bytes(attn_w, b["attention"]) + g.weight_bytes(m.block_params - attn_w - routed, b["mlp"])
+            + g.weight_bytes(routed, b["experts"]) + g.weight_bytes(m.embedding_params, b["embedding"])
+            + g.weight_bytes(m.lm_head_params, b["lm_head"]))
+
+
+def _streamed_bytes(m: ModelSpec, tokens, b) -> float:
+    """Weight bytes one forward step over ``tokens`` tokens reads, each group in its own format (the sum of
+    :func:`_step_work`'s weight reads)."""
+    return math.fsum(w[2] for w in _step_work(m, tokens, 1, 0.0, 0, b, 1.0) if w[0] != "attention")
 
 
 def _sum_operators(lines, lo, hi, window):
@@ -569,19 +597,20 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
                          f"pass must be at most {MAX_COUNT:.0e} (the largest count the course computes with)")
     eta_c = require_fraction("compute_efficiency", compute_efficiency)
     eta_b = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
-    bw_w = _prec("precision", precision)
-    wname = get_precision(precision).name
-    kv_precision = default_kv_precision(wname) if kv_precision is None else kv_precision
+    layout = get_layout(precision)
+    bw_w = {grp: layout.bytes(grp) for grp in WEIGHT_GROUPS}     # bytes per weight of each group of weights
+    wname = layout.name
+    kv_precision = layout.kv_precision if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
     kvname = get_precision(kv_precision).name
-    dtype = compute_dtype(wname, hw)
+    dtype = compute_dtype(layout.compute_format, hw)
     peak = hw.compute_rate(dtype)
     k_tok = m.kv_bytes_per_token(kvname)
     attn = m.attn_dim
 
     # prefill: the new prompt tokens of every sequence in one pass
     Pn = P - C
-    ws_prefill = m.streamed_params(B * Pn) * bw_w
+    ws_prefill = _streamed_bytes(m, B * Pn, bw_w)
     pf_flops = g.prefill_flops(B, m.active_block_params, Pn, m.vocab, m.hidden, m.layers, m.heads, attn, C)
     pf_bytes = g.prefill_bytes(ws_prefill, B, C, Pn, k_tok)
 
@@ -595,7 +624,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
 
     # decode: per-step costs are linear in the attended tokens a = min(context, window) (only attention's are
     # not constant); the step's operators at a
-    ws = m.streamed_params(B) * bw_w
+    ws = _streamed_bytes(m, B, bw_w)
     attn_d = m.decode_attn_dim
 
     parts = m.streamed_param_parts(B)
@@ -637,7 +666,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
         cached_prefix_tokens=C, compute_efficiency=eta_c, bandwidth_efficiency=eta_b, compute_dtype=dtype,
         prefill=prefill, decode_first=step(first_c), decode_last=step(last_c), decode_time_sum=t_sum,
         decode_flops_sum=f_sum, decode_bytes_sum=b_sum, decode_compute_steps=n_comp,
-        weights_bytes=m.weight_bytes(wname),
+        weights_bytes=m.weight_bytes(wname) if layout.uniform else _layout_weight_bytes(m, bw_w),
         kv_bytes=g.kv_cache_bytes(m.kv_values_per_token, b_kv, m.attended_tokens(P + n), B),
     )
     if engine is None:

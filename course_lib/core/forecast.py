@@ -40,7 +40,7 @@ from course_lib.core import _generated as g
 from course_lib.core import data
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
-from course_lib.core.precision import get_precision
+from course_lib.core.precision import get_layout, get_precision
 from course_lib.core.validation import require_choice
 
 __all__ = ["ENGINES", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
@@ -61,8 +61,10 @@ PARAMS = (("t_step", "t_layer", "t_req") + tuple(f"inv_eta_m:{c}" for c in CLASS
 _FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
 _SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "kappa_q": 1.0,
           **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
+# no engine streams weights faster than the memory's peak (η_m <= 1); the GEMM and attention rates may beat the
+# floor's (the Apple and CPU rates are effective ones; the floor adds attention's reads and products)
 _LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "kappa_q": 0.0,
-          **{p: 0.25 for p in PARAMS if p.startswith("inv_")}}
+          **{p: (1.0 if p.startswith("inv_eta_m") else 0.25) for p in PARAMS if p.startswith("inv_")}}
 #: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error)
 SHRINK_GLOBAL = 0.05
 SHRINK_ENGINE = 1.0
@@ -120,7 +122,7 @@ def check_record(r: dict) -> None:
         raise ValueError(f"record {rid!r}: engine must be spelled {canonical_engine(r['engine'])!r}")
     get_model(r["model"])
     get_hardware(r["device"])
-    get_precision(r["precision"])
+    get_layout(r["precision"])
     if r.get("kv_precision") is not None:
         get_precision(r["kv_precision"])
     if r["metric"] not in METRICS:
@@ -232,7 +234,7 @@ def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precisi
         else:
             mem += o.memory_time * weight_reads
             gemm += o.compute_time / gemm_speedup
-    quant = get_precision(precision).name not in _NATIVE
+    quant = get_precision(get_layout(precision).compute_format).name not in _NATIVE
     return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
                  layers, phase.time)
 
