@@ -574,8 +574,9 @@ def published_main(progress: bool = True) -> int:
 # --- estimate(..., engine=...) -----------------------------------------------------------------------------------
 def with_engine(est, engine):
     """``est`` (a floor :class:`Estimate` at efficiency 1) with the engine's times: TTFT = its prefill under the
-    profile plus one request's fixed cost, each decode step the profile's time at that context."""
-    prof = get_profile(engine)
+    profile plus one request's fixed cost, each decode step the profile's time at that context. ``engine``: a name
+    (the stored profile) or an :class:`EngineProfile` (e.g. one of :func:`fit_profiles`' held-out fits)."""
+    prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
     cls = device_class(est.hardware)
     sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])
     pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1, sp)
