@@ -743,6 +743,8 @@ MODULES_NOT_FLATTENED = {
     "serving": "the serving simulator; its simulate would clash with prefix_cache.simulate",
     "app": "the make-app planner's texts (reading, serving_reading, ...), for the app's widget only; its edges are "
            "tested in tests/test_widgets_capstone.py",
+    "forecast": "engine profiles fitted to published measurements (issue 27): reached through estimate(..., "
+                "engine=) and python -m course_lib.validate --published; tested in tests/test_forecast.py",
     "numeric": "the checked formulas; their names (weight_bytes, kv_cache_bytes, ...) are the estimator's too; "
                "fuzzed from the formulas' own argument kinds in tests/test_numeric.py",
 }
