@@ -202,10 +202,12 @@ def test_the_lessons_verdicts_come_from_the_claims(nb_paths):
     nb = nbformat.read(nb_paths.lesson, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     branches = re.findall(r"^\s*(?:if|elif|else)\b.*:$", code, re.M)
-    assert [b.strip() for b in branches] == ["if fast_mode():", "else:"]     # the sizes of the tiny model only
+    assert branches == []
     for name in ("gemv_vs_copy", "cache_reuse", "beyond_cache", "time_vs_size", "small_matrix", "dtype_summary",
-                 "decode_from_gemv", "model_vs_estimate"):
+                 "decode_from_gemv", "model_vs_estimate", "calibration"):
         assert f"claims.{name}(" in code
+    # each measurement once: the worked example is the sweep's largest row, never a second timing of it
+    assert code.count('"05/rotated"') == 1 and '"05/big"' not in code and "probe_dtypes" not in code
 
 
 def test_measured_questions_are_graded_on_the_measured_row(nb_paths):

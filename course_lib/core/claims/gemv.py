@@ -6,8 +6,9 @@ Every sentence of lesson 05 and of exercise set 05 that states a relation betwee
 these functions. Each returns a :class:`Claim`: the ``relation`` the numbers show, the ``operands`` it
 was decided from, and the measurement ``verdict`` (:mod:`course_lib.core.quality`). ``outcome`` is what
 the lesson renders (:mod:`course_lib.lessons.claims.gemv`): the relation when the timings behind it are
-reliable, else the verdict ("noisy" / "contended"), so that noise is never explained as overhead,
-caching or compute-boundness.
+reliable or the relation is ``settled`` (its effect exceeds the timings' spread by
+``quality.THRESHOLDS.decisive_margin``: a busy machine does not turn a 9x effect into its opposite), else the
+verdict ("noisy" / "contended"), so that noise is never explained as overhead, caching or compute-boundness.
 
 ::
 
@@ -21,6 +22,7 @@ timing records). A GEMV row also needs ``bytes`` (and ``m``, ``k``, ``dtype`` wh
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,22 +31,27 @@ from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
-           "model_vs_estimate"]
+           "model_vs_estimate", "calibration", "UNDECIDED"]
 
 #: a measured time within this fraction of its bytes / bandwidth prediction "matches" it
 TOLERANCE = 0.25
 #: the most a per-call fixed cost (Python call, dispatcher, allocation) of one small CPU op costs: a few
-#: microseconds measured by ``probes.measure_op_overhead`` (lesson 06 §9), 50 µs leaves a wide margin.
-#: A time beyond bytes / bandwidth by more than this is not "per-call overhead": the calls waited for CPU.
-DISPATCH_SECONDS = 50e-6
+#: microseconds measured by ``probes.measure_op_overhead`` (lesson 06 §9: 3-8 µs per op on the course's 2-core
+#: VMs); 10 µs leaves a margin. A time beyond bytes / bandwidth by more than this is not "per-call overhead":
+#: the calls waited for CPU time (or the rotation missed the memory ceiling).
+DISPATCH_SECONDS = 10e-6
+#: the outcomes of a claim its numbers could not decide (the verdicts other than "reliable")
+UNDECIDED = ("noisy", "contended")
 
 
 @dataclass(frozen=True)
 class Claim:
     """One measured relation: ``relation`` (what the numbers show), ``operands`` (the numbers), ``verdict``.
 
-    ``outcome``: ``relation`` when ``verdict`` is "reliable", else the verdict ("noisy", "contended"):
-    the sentence a lesson writes. ``reasons``: why the verdict is what it is (from the timings).
+    ``outcome``: ``relation`` when ``verdict`` is "reliable" or the relation is ``settled`` (it clears the
+    timings' uncertainty by ``quality.THRESHOLDS.decisive_margin``, :func:`quality.settles`), else the verdict
+    ("noisy", "contended"): the sentence a lesson writes. ``reasons``: why the verdict is what it is (from the
+    timings).
     """
 
     name: str
@@ -52,10 +59,16 @@ class Claim:
     operands: dict = field(default_factory=dict)
     verdict: str = "reliable"
     reasons: tuple = ()
+    settled: bool = False
 
     @property
     def outcome(self) -> str:
-        return outcome_of(self.relation, self.verdict)
+        return outcome_of(self.relation, self.verdict, self.settled)
+
+    @property
+    def decided(self) -> bool:
+        """The numbers carry the relation: reliable timings, or a relation settled despite their noise."""
+        return self.outcome not in UNDECIDED
 
     @property
     def reliable(self) -> bool:
@@ -66,11 +79,15 @@ class Claim:
         return "; ".join(self.reasons)
 
 
-def outcome_of(relation: str, verdict: str) -> str:
-    """The relation when the verdict is reliable, else the verdict."""
+def outcome_of(relation: str, verdict: str, settled: bool = False) -> str:
+    """The relation when the verdict is reliable or the relation is settled, else the verdict."""
     if verdict not in quality.VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {verdict!r}")
-    return relation if verdict == "reliable" else verdict
+    return relation if verdict == "reliable" or settled else verdict
+
+
+def _log(x: float) -> float:
+    return math.log(x)
 
 
 def verdict(timing, steal: float | None = None) -> str:
@@ -138,11 +155,14 @@ def gemv_vs_copy(gemv, copy, *, tolerance: float = TOLERANCE, steal: float | Non
     ratio = g_bw / c_bw
     agreement = quality.within(_bytes("gemv", gemv) / c_bw, gemv, tolerance, steal=steal)
     relation = {"within": "matches", "over": "above", "under": "below"}[agreement.relation]
+    beyond = {"above": _log(ratio) - _log(1 + tolerance),
+              "below": -_log(ratio) + _log(1 - tolerance) if tolerance < 1 else -1.0}.get(relation, -1.0)
     return Claim("gemv_vs_copy", relation,
                  {"gemv_bandwidth": g_bw, "copy_bandwidth": c_bw, "ratio": ratio, "tolerance": tolerance,
                   "shape": _shape(gemv), "beyond_cache": _get(gemv, "beyond_cache"),
                   "gemv_seconds": vg.median, "predicted_seconds": _bytes("gemv", gemv) / c_bw},
-                 _worst(vg.verdict, vc.verdict), _reasons({"the GEMV timing": vg, "the copy timing": vc}))
+                 _worst(vg.verdict, vc.verdict), _reasons({"the GEMV timing": vg, "the copy timing": vc}),
+                 quality.settles(beyond, [vg, vc]))
 
 
 def time_vs_size(rows, *, steal: float | None = None) -> Claim:
@@ -173,7 +193,7 @@ def time_vs_size(rows, *, steal: float | None = None) -> Claim:
                  {"bytes": tuple(xs), "seconds": t.medians, "bytes_ratio": xs[-1] / xs[0],
                   "time_ratio": t.medians[-1] / t.medians[0], "first": _shape(by_bytes[0]),
                   "last": _shape(by_bytes[-1])},
-                 t.verdict, tuple(reasons) if t.verdict != "reliable" else ())
+                 t.verdict, tuple(reasons) if t.verdict != "reliable" else (), t.settled)
 
 
 def _pairs(rotated, same):
@@ -213,7 +233,7 @@ def cache_reuse(rotated, same, llc_bytes: int | None, *, steal: float | None = N
                   "rotated_bandwidth": _bytes("rotated", r) / c.b.median,
                   "speedup": c.b.median / c.a.median},
                  c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation == "cache_faster")
 
 
 def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = None) -> Claim:
@@ -239,7 +259,7 @@ def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = 
                   "same_bandwidth": _bytes("same", s) / c.a.median,
                   "rotated_bandwidth": _bytes("rotated", r) / c.b.median, "ratio": c.b.median / c.a.median},
                  c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation == "apart")
 
 
 def small_matrix(row, copy, *, tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
@@ -258,10 +278,13 @@ def small_matrix(row, copy, *, tolerance: float = TOLERANCE, steal: float | None
         relation = "faster"
     else:
         relation = "overhead" if excess <= DISPATCH_SECONDS else "waited"
+    beyond = {"faster": _log(predicted / vr.median) - _log(1 + tolerance),
+              "waited": _log(vr.median / (predicted + DISPATCH_SECONDS))}.get(relation, -1.0)
     return Claim("small_matrix", relation,
                  {"shape": _shape(row), "seconds": vr.median, "predicted_seconds": predicted,
                   "excess_seconds": excess, "dispatch_seconds": DISPATCH_SECONDS, "ratio": vr.median / predicted},
-                 _worst(vr.verdict, vc.verdict), _reasons({"the smallest matrix's timing": vr, "the copy timing": vc}))
+                 _worst(vr.verdict, vc.verdict), _reasons({"the smallest matrix's timing": vr, "the copy timing": vc}),
+                 quality.settles(beyond, [vr, vc]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -288,12 +311,17 @@ def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
         relation = "as_bytes_predict"
     else:
         relation = "faster_less"
+    # settled: the relation to fp32 clears the spread, and so does the side of the bytes ratio it names
+    lr, lp, cut = _log(c.ratio), _log(predicted), _log(1.5)
+    beyond = {"slower": lr - _log(1 + quality.THRESHOLDS.min_effect),
+              "faster_than_bytes": (lp - cut) - lr,
+              "faster_less": min(lr - (lp + cut), -lr - _log(1 + quality.THRESHOLDS.min_effect))}.get(relation, -1.0)
     return Claim("dtype_speed", relation,
                  {"dtype": _get(half, "dtype"), "shape": _shape(half), "ratio": c.ratio,
                   "interval": c.interval, "predicted_ratio": predicted, "speedup": 1 / c.ratio,
                   "predicted_speedup": 1 / predicted},
                  c.verdict, _named(c.reasons[1:], f"the {_get(half, 'dtype')} timing", "the fp32 timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), quality.settles(beyond, [c.a, c.b]))
 
 
 def dtype_summary(rows) -> list[Claim]:
@@ -355,4 +383,33 @@ def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = 
     return Claim("model_vs_estimate", relation,
                  {"seconds": m.median, "predicted_seconds": predicted_seconds, "ratio": m.median / predicted_seconds,
                   "tolerance": tolerance},
-                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ())
+                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else (), a.settled)
+
+
+def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> Claim:
+    """How settled a calibration (``machine.this_machine``) is: the verdicts of the timings it was built from.
+
+    ``bandwidth``: the calibrated bandwidth (bytes/s); ``copy``: the copy probe; ``rows``: the GEMV rows the
+    calibration saw (the bandwidth came from the row whose achieved bandwidth equals it, else from the copy);
+    ``matmul``: {dtype: matmul probe} behind the peak FLOP/s. ``relation`` "settled" (every source timing
+    reliable) or "unsettled" (not: this run's calibration is not the machine's, and its ``verdict`` says why).
+    A calibration is a number, not a relation: no margin can settle a noisy one. Operands: ``bandwidth``,
+    ``source`` (what it came from), ``uncertainty`` (its timing's, :attr:`quality.TimingVerdict.uncertainty`),
+    ``unsettled`` (the sources that are not reliable), ``fallback`` (GEMV rows were given but none was used: no
+    rotated row's buffers left the last-level cache, so the copy stood in)."""
+    bw = require_positive("bandwidth", bandwidth)
+    rows = require_list("rows", rows, "a list of GEMV rows")
+    src, label = copy, "the copy"
+    for r in rows:
+        rb = _bytes("rows[i]", r) / _verdict("rows[i]", r).median
+        if abs(rb / bw - 1) < 1e-9:
+            src, label = r, f"the {_shape(r)} GEMV"
+            break
+    sources = {label: _verdict(label, src)}
+    for d, mm in (matmul or {}).items():
+        sources[f"the {d} matmul"] = _verdict(f"matmul[{d!r}]", mm)
+    bad = tuple(k for k, v in sources.items() if not v.reliable)
+    return Claim("calibration", "unsettled" if bad else "settled",
+                 {"bandwidth": bw, "source": label, "uncertainty": sources[label].uncertainty, "unsettled": bad,
+                  "fallback": src is copy and bool(rows)},
+                 _worst(*(v.verdict for v in sources.values())), _reasons(sources))

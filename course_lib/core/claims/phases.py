@@ -14,6 +14,8 @@ profiles' timing records). Torch-free.
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 
 from course_lib.core import quality
@@ -50,7 +52,7 @@ def _trend_claim(name: str, xs, timings, steal, axis: str = "x") -> Claim:
     return Claim(name, direction,
                  {"xs": t.xs, "seconds": t.medians, "ratio": t.ratio, "first": t.medians[0], "last": t.medians[-1],
                   "steps": t.steps},
-                 t.verdict, _axis(t.reasons[1:], axis) if t.verdict != "reliable" else ())
+                 t.verdict, _axis(t.reasons[1:], axis) if t.verdict != "reliable" else (), t.settled)
 
 
 def tpot_vs_context(contexts, timings, *, steal: float | None = None) -> Claim:
@@ -69,7 +71,7 @@ def ttft_vs_prompt(prompts, timings, fit: tuple[float, float] | None = None, *, 
     if fit is not None:
         b, k = fit
         ops.update(intercept=b, slope=k, physical=bool(b >= 0 and k > 0))
-    return Claim(c.name, c.relation, ops, c.verdict, c.reasons)
+    return Claim(c.name, c.relation, ops, c.verdict, c.reasons, c.settled)
 
 
 def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | None = None) -> Claim:
@@ -95,7 +97,9 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
     return Claim("step_vs_batch", relation,
                  {"batches": t.xs, "seconds": t.medians, "growth": growth, "predicted_growth": predicted_growth,
                   "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1]},
-                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else ())
+                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else (),
+                 t.settled and relation == "grows_more"
+                 and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
 
 
 def same_step(timings: Mapping, *, ratio: float = CONSISTENT_RATIO) -> Claim:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import ADVICE, decided
+from course_lib.core.claims.gemv import UNDECIDED
+from course_lib.lessons.claims.gemv import decided, settled_note, unreliable
 
 __all__ = ["say"]
 _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
@@ -18,9 +19,8 @@ _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
 def _efficiency(c: Claim) -> str:
     o = c.operands
     head = f"efficiency {o['efficiency']:.2f}"
-    if c.verdict != "reliable":
-        return (head + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'} "
-                "(close other programs and rerun section 6 to settle it).")
+    if c.outcome in UNDECIDED:
+        return head + ". " + unreliable(c, "How far this case is from its floor")
     return head + ", " + {
         "above_floor": "faster than the floor, which is impossible for a true floor: a ceiling measured here was too "
                        "low (small matrices in `COURSE_FAST` mode, or a busy moment during the ceiling measurement); "
@@ -77,7 +77,7 @@ def _engine_vs_floor(c: Claim) -> str:
             "the floor")
     return decided(c, head, {
         "above_floor": "Faster than the floor, impossible for a true floor: a ceiling of section 6 was measured too "
-                       f"low. {ADVICE}",
+                       "low.",
         "close": "Close to the floor: the engine streams its bytes about as fast as the machine allows.",
         "within_2x": f"Within 2× of the floor ({o['slowdown']:.1f}×): most of the time is the bytes and FLOPs, "
                      "the rest the engine's own work.",
@@ -97,10 +97,16 @@ _SAY = {"efficiency": _efficiency, "floor_beaten": _floor_beaten, "fixed_cost_re
         "engine_time_split": _engine_split}
 
 
+def _noted(text: str, claim: Claim) -> str:
+    """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
+    note = settled_note(claim)
+    return text if note in text else text + note
+
+
 def say(claim: Claim) -> str:
     """The Markdown for ``claim``'s outcome."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
         raise ValueError(f"lesson 08 has no sentence for the claim {claim.name!r}")
-    return _SAY[claim.name](claim)
+    return _noted(_SAY[claim.name](claim), claim)

@@ -2,16 +2,22 @@
 
 Lessons: 05
 
-``say(claim)`` returns the Markdown sentence(s) for the claim's ``outcome``; nothing is decided here.
+``say(claim)`` returns the Markdown sentence(s) for the claim's outcome; nothing is decided here.
 Every claim has a sentence for its "noisy" and "contended" outcomes (:func:`unreliable`), which says that
-the timings cannot carry the claim and what to do, instead of explaining the noise.
+the timings cannot carry the claim, instead of explaining the noise; what to do about it is said once per
+lesson (:func:`rerun_note`). A relation the timings settle despite their noise (``Claim.settled``) is stated
+with a note saying so (:func:`settled_note`). ``say(claim, ref=reference_claim)`` puts the same claim computed
+from the course's stored reference run (:mod:`course_lib.lessons.claims.reference`) beside an undecided one,
+labelled, so that a learner on a busy machine still sees the intended picture.
 """
 from __future__ import annotations
 
-from course_lib.core.claims.gemv import Claim
+from course_lib.core import quality
+from course_lib.core.claims.gemv import UNDECIDED, Claim
 from course_lib.core.units import format_bandwidth, format_bytes, format_time
 
-__all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE"]
+__all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE", "rerun_note", "settled_note", "beside", "paired",
+           "UNDECIDED_MARK"]
 
 #: what a learner can do about unreliable timings
 RERUN_ADVICE = ("close other programs (or wait for the machine's other work to finish) and rerun the measuring "
@@ -20,22 +26,58 @@ RERUN_ADVICE = ("close other programs (or wait for the machine's other work to f
 
 #: :data:`RERUN_ADVICE` as a sentence of its own
 ADVICE = RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + "."
+#: the words every undecided sentence carries (tests count them)
+UNDECIDED_MARK = "cannot be decided from this run"
 
+
+def rerun_note() -> str:
+    """The lesson's one paragraph of advice for unreliable timings (each lesson shows it once, before it measures)."""
+    return (f"**Noisy runs.** Timings are only as steady as the machine. Where a sentence below says it "
+            f"*{UNDECIDED_MARK}*, the repeats of the timings behind it disagreed by more than the effect: "
+            f"{RERUN_ADVICE}. A relation whose effect clears the spread by more than "
+            f"{quality.THRESHOLDS.decisive_margin:g}× is stated even from a noisy run, with a note saying so, and "
+            "where a sentence cannot be decided the same sentence from the course's stored **reference run** is "
+            "shown beside it, labelled, so you still see what a quiet machine shows.")
+
+
+def settled_note(claim: Claim) -> str:
+    """For a relation stated from timings that are not all reliable (``claim.settled``): the note saying why it
+    stands; empty otherwise."""
+    if claim.verdict == "reliable" or not claim.settled:
+        return ""
+    return (f" *(The timings are {claim.verdict}, but the effect exceeds their spread by more than "
+            f"{quality.THRESHOLDS.decisive_margin:g}×, so this run settles it.)*")
+
+
+def beside(text: str, claim: Claim, ref: Claim | None, render, *, number: bool = False) -> str:
+    """``text`` (the sentence for ``claim``), followed by ``render(ref)`` labelled as the reference run when
+    ``claim`` is undecided (or, for a ``number`` claim, when its verdict is not reliable) and ``ref`` is given."""
+    if ref is None:
+        return text
+    if not isinstance(ref, Claim):
+        raise TypeError(f"ref must be the same claim computed from the reference run, got {type(ref).__name__}")
+    unsettled = claim.verdict != "reliable" if number else claim.outcome in UNDECIDED
+    if not unsettled:
+        return text
+    from course_lib.lessons.claims.reference import label
+    return text + "\n\n> **Reference run** (" + label() + "): " + render(ref)
 
 def decided(claim: Claim, head: str, sentences: dict, question: str) -> str:
     """``head``, then the sentence written for ``claim``'s outcome. A noisy or contended claim's outcome is its
     verdict, which has no sentence there: it gets :func:`unreliable` (``question``: what could not be decided)."""
-    return f"{head}. " + (sentences[claim.outcome] if claim.outcome in sentences else unreliable(claim, question))
+    if claim.outcome in sentences:
+        return f"{head}. " + sentences[claim.outcome] + settled_note(claim)
+    return f"{head}. " + unreliable(claim, question)
 
 
 def unreliable(claim: Claim, what: str) -> str:
-    """The sentence for a noisy or contended claim: what could not be decided, why, and what to do."""
+    """The sentence for a noisy or contended claim: what could not be decided, and why (what to do is said once
+    per lesson, :func:`rerun_note`)."""
     why = claim.reason or "the repeats disagree"
     if claim.verdict == "contended":
-        return (f"**{what} cannot be decided from this run: your timings are unreliable** because the hypervisor "
-                f"took CPU time away during the measurement ({why}). Rerun when the host is quieter.")
-    return (f"**{what} cannot be decided from this run: your timings are unreliable** because {why}. "
-            f"To settle it, {RERUN_ADVICE}.")
+        return (f"**{what} {UNDECIDED_MARK}: your timings are unreliable** because the hypervisor "
+                f"took CPU time away during the measurement ({why}).")
+    return f"**{what} {UNDECIDED_MARK}: your timings are unreliable** because {why}."
 
 
 def _gemv_vs_copy(c: Claim) -> str:
@@ -68,11 +110,10 @@ def _time_vs_size(c: Claim) -> str:
         return f"The time per call grows with the bytes ({span}), as bytes / bandwidth says."
     if c.outcome == "flat":
         return (f"The time per call did **not** grow with the matrix ({span}). No memory system behaves like that: "
-                f"the calls waited for CPU time (other programs on the cores, or more threads than free cores). "
-                f"{ADVICE}")
+                f"the calls waited for CPU time (other programs on the cores, or more threads than free cores).")
     if c.outcome in ("falls", "mixed"):
         return (f"The time per call did not follow the bytes ({span}, with steps up and down): the machine's "
-                f"speed changed during the sweep. {ADVICE}")
+                f"speed changed during the sweep.")
     return f"Over the sweep {span}. " + unreliable(c, "How the time grows with the size")
 
 
@@ -121,7 +162,7 @@ def _beyond_cache(c: Claim) -> str:
         return head + ": the two curves meet, because a matrix larger than the cache cannot stay in it."
     if c.outcome == "apart":
         return (head + f", still {o['ratio']:.2f} times apart although neither can stay in the cache: the two "
-                "measurements saw different conditions. " + ADVICE)
+                "measurements saw different conditions (the machine's other work changed between them).")
     return head + ". " + unreliable(c, "Whether the curves meet beyond the cache")
 
 
@@ -135,12 +176,12 @@ def _small_matrix(c: Claim) -> str:
         return (head + ": faster than memory allows. A matrix this small is partly served from cache even with "
                 "rotation (hardware prefetch, a cache larger than reported), so it says nothing about memory.")
     if c.outcome == "overhead":
-        return (head + f": {format_time(o['excess_seconds'])} more, within the few microseconds a call costs "
-                "before any byte moves (Python, dispatch).")
+        return (head + f": {format_time(o['excess_seconds'])} more, within the "
+                f"{format_time(o['dispatch_seconds'])} a call can cost before any byte moves (Python, dispatch).")
     if c.outcome == "waited":
-        return (head + f": {format_time(o['excess_seconds'])} more per call, far more than the "
-                f"{format_time(o['dispatch_seconds'])} any per-call cost explains. The calls waited for CPU time; "
-                + RERUN_ADVICE + ".")
+        return (head + f": {format_time(o['excess_seconds'])} more per call, more than the "
+                f"{format_time(o['dispatch_seconds'])} any per-call cost explains: the calls waited for CPU time, "
+                "or the rotation did not keep this small matrix at the memory ceiling.")
     return head + ". " + unreliable(c, "What sets the smallest matrix's time")
 
 
@@ -170,7 +211,23 @@ def _decode_from_gemv(c: Claim) -> str:
             f"the {format_bandwidth(o['bandwidth'])} its {o['shape']} GEMV achieved")
     if c.reliable:
         return body + "."
-    return body + ". " + unreliable(c, "How precise this estimate is")
+    return (body + f". **This run's estimate, not this machine's**: the GEMV it rests on is {c.verdict} "
+            f"({c.reason}), so the figure is only as good as that timing.")
+
+
+def _calibration(c: Claim) -> str:
+    o = c.operands
+    head = f"Calibrated bandwidth **{format_bandwidth(o['bandwidth'])}**, from {o['source']}"
+    if o.get("fallback"):
+        head += (" (no rotated GEMV's buffers exceeded four times the last-level cache, so `this_machine` took the "
+                 "copy bandwidth instead)")
+    if c.relation == "settled":
+        u = f" (uncertainty {o['uncertainty']:.0%} of its median)" if o.get("uncertainty") is not None else ""
+        return head + u + ": every timing it was built from is reliable, so it stands for this machine."
+    return (head + f". **Not settled: this is this run's calibration, not this machine's**, because "
+            f"{', '.join(o['unsettled'])} {'is' if len(o['unsettled']) == 1 else 'are'} {c.verdict} ({c.reason}). "
+            "The predictions below use it to show the method; their numbers say how this run went, not what the "
+            "machine can do.")
 
 
 def _model_vs_estimate(c: Claim) -> str:
@@ -190,13 +247,33 @@ def _model_vs_estimate(c: Claim) -> str:
 
 _SAY = {"gemv_vs_copy": _gemv_vs_copy, "time_vs_size": _time_vs_size, "cache_reuse": _cache_reuse,
         "beyond_cache": _beyond_cache, "small_matrix": _small_matrix, "dtype_speed": _dtype_speed,
-        "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate}
+        "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate,
+        "calibration": _calibration}
+#: claims that state a number rather than a relation: the reference run goes beside them whenever they are unreliable
+_NUMBERS = ("decode_from_gemv", "calibration")
 
 
-def say(claim: Claim) -> str:
-    """The Markdown sentence(s) for ``claim``'s outcome."""
+def _render(claim: Claim) -> str:
+    return _SAY[claim.name](claim) + settled_note(claim)
+
+
+def say(claim: Claim, ref: Claim | None = None) -> str:
+    """The Markdown sentence(s) for ``claim``'s outcome; ``ref``: the same claim from the reference run, shown
+    beside an undecided one (:func:`beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
         raise ValueError(f"no sentences for a {claim.name!r} claim here; lesson 05's are {', '.join(_SAY)}")
-    return _SAY[claim.name](claim)
+    if isinstance(ref, Claim) and ref.name != claim.name:
+        raise ValueError(f"ref must be a {claim.name!r} claim (the same claim from the reference run), "
+                         f"got {ref.name!r}")
+    return beside(_render(claim), claim, ref, _render, number=claim.name in _NUMBERS)
+
+
+def paired(claims: list, ref_claims: list) -> list:
+    """Each of ``claims`` with the claim of the reference run that says the same thing (same name, dtype and
+    shape), or None where the reference run has none: ``[(claim, ref or None), ...]`` for ``say(c, ref=r)``."""
+    def key(c: Claim):
+        return c.name, c.operands.get("dtype"), c.operands.get("shape")
+    refs = {key(r): r for r in ref_claims}
+    return [(c, refs.get(key(c))) for c in claims]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
 from course_lib.lessons.claims import gemv as _gemv
-from course_lib.lessons.claims.gemv import ADVICE, decided, unreliable
+from course_lib.lessons.claims.gemv import decided, settled_note, unreliable
 
 __all__ = ["say", "formula_without_cache"]
 
@@ -34,9 +34,8 @@ def _tpot(c: Claim) -> str:
         "flat": "It stays **flat** within the spread: at these contexts the K/V reads are too small a share of the "
                 "step to show.",
         "falls": "It **falls** as the context grows. More K/V cannot make a step cheaper: the machine got faster "
-                 "during the run (other work stopped). " + ADVICE,
-        "mixed": "It goes up and down: the steps disagree, so the machine's speed changed during the run. "
-                 + ADVICE,
+                 "during the run (other work stopped).",
+        "mixed": "It goes up and down: the steps disagree, so the machine's speed changed during the run.",
     }, "How TPOT changes with the context")
 
 
@@ -47,9 +46,8 @@ def _ttft(c: Claim) -> str:
         "flat": "TTFT stays flat within the spread over these prompt lengths: fixed costs dominate these short "
                 "prompts.",
         "falls": "TTFT **fell** as the prompt grew: impossible for more work, so the machine's speed changed during "
-                 "the run. " + ADVICE,
-        "mixed": "TTFT went up and down with the prompt length: the machine's speed changed during the run. "
-                 + ADVICE,
+                 "the run.",
+        "mixed": "TTFT went up and down with the prompt length: the machine's speed changed during the run.",
     }.get(c.outcome, unreliable(c, "How TTFT grows with the prompt"))
     if "physical" in o and not o["physical"]:
         text += (" The fitted line has a negative intercept or slope, which no cost can have: the medians are too "
@@ -69,9 +67,8 @@ def _step_vs_batch(c: Claim) -> str:
                       "do not run at GEMV bandwidth, and each extra row adds time of its own. A fixed per-op cost, "
                       "paid once per step and shared by the batch, cannot explain a gap that grows with the batch.",
         "falls": "The larger batch took **less** time per step, impossible for more work: the machine's speed "
-                 "changed during the run. " + ADVICE,
-        "mixed": "The step time went up and down with the batch: the machine's speed changed during the run. "
-                 + ADVICE,
+                 "changed during the run.",
+        "mixed": "The step time went up and down with the batch: the machine's speed changed during the run.",
     }, "How the step time changes with the batch")
 
 
@@ -143,10 +140,16 @@ _SAY = {"tpot_vs_context": _tpot, "ttft_vs_prompt": _ttft, "step_vs_batch": _ste
         "single_max_vs_operators": _single_max}
 
 
+def _noted(text: str, claim: Claim) -> str:
+    """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
+    note = settled_note(claim)
+    return text if note in text else text + note
+
+
 def say(claim: Claim) -> str:
     """The Markdown for ``claim``'s outcome (lesson 05's claims included)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name in _SAY:
-        return _SAY[claim.name](claim)
+        return _noted(_SAY[claim.name](claim), claim)
     return _gemv.say(claim)
