@@ -25,7 +25,8 @@ from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
 from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
-           "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row"]
+           "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
+           "engine_overhead"]
 
 #: an efficiency (floor / measured) at or above this is "close" to the floor
 CLOSE = 0.8
@@ -175,6 +176,47 @@ def engine_time_split(terms: Mapping) -> Claim:
     top = max(groups, key=groups.get)
     return Claim("engine_time_split", top, {"seconds": groups, "shares": {g: t / total for g, t in groups.items()},
                                             "total": total})
+
+
+def engine_overhead(probe, prediction) -> Claim:
+    """The per-step overhead term of the engine's predicted decode step, as arithmetic that adds up on the page.
+
+    ``probe``: ``hf.probe_engine_overhead``'s result (tiny copies of ``layers`` = (a, b) layers: ``step_fixed``,
+    ``step_per_layer``, ``clamped``, and the copies' timings ``decode``); ``prediction``:
+    ``hf.predict_engine_tpot``'s result (``terms["engine"]``, ``terms["logits"]``, ``counts["cold_factor"]``,
+    ``counts["layers"]``). ``relation``: "split" (per layer and fixed part both measured) or "clamped" (the
+    copy with more layers was not slower per step, which more layers cannot be: the machine's speed changed
+    between the copies' runs, a part was set to 0, and the split is not a measurement). ``verdict``: the worst
+    of the copies' timings, and "noisy" when clamped. Operands: ``layers``, ``fixed``, ``per_layer``,
+    ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer), ``cold_factor``, ``engine``
+    (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine + logits: the table's
+    "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
+    fixed = float(_get(probe, "step_fixed"))
+    per = float(_get(probe, "step_per_layer"))
+    terms, counts = _get(prediction, "terms"), _get(prediction, "counts")
+    if not isinstance(terms, Mapping) or not isinstance(counts, Mapping):
+        raise TypeError("prediction must be hf.predict_engine_tpot's result (with terms and counts)")
+    layers_m = int(counts["layers"])
+    cold = float(counts.get("cold_factor", 1.0))
+    uncorrected = fixed + layers_m * per
+    engine = float(terms["engine"])
+    if not math.isclose(engine, cold * uncorrected, rel_tol=1e-9, abs_tol=1e-15):
+        raise ValueError(f"the prediction's engine term {engine!r} is not cold_factor x (fixed + layers x per "
+                         f"layer) = {cold * uncorrected!r}: the prediction and the probe do not belong together")
+    verdicts = [quality.timing_verdict(t.step_times, name="probe") for t in _get(probe, "decode")]
+    clamped = tuple(_get(probe, "clamped", ()) or ())
+    verdict = max([v.verdict for v in verdicts] + (["noisy"] if any("decode" in c for c in clamped) else []),
+                  key=quality.VERDICTS.index)
+    reasons = tuple(f"the {n}-layer copy's steps are {v.verdict}: {v.reason}"
+                    for n, v in zip(_get(probe, "layers"), verdicts) if not v.reliable)
+    if any("decode" in c for c in clamped):
+        reasons += (f"the split was clamped at 0 ({', '.join(c for c in clamped if 'decode' in c)})",)
+    return Claim("engine_overhead", "clamped" if any("decode" in c for c in clamped) else "split",
+                 {"layers": tuple(_get(probe, "layers")), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
+                  "uncorrected": uncorrected, "cold_factor": cold, "engine": engine,
+                  "logits": float(terms.get("logits", 0.0)), "total": engine + float(terms.get("logits", 0.0)),
+                  "copy_steps": tuple(v.median for v in verdicts)},
+                 verdict, reasons)
 
 
 def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra) -> dict:

@@ -42,6 +42,12 @@ TOLERANCE = 0.25
 DISPATCH_SECONDS = 10e-6
 #: the outcomes of a claim its numbers could not decide (the verdicts other than "reliable")
 UNDECIDED = ("noisy", "contended")
+#: the size ``probes.measure_matmul_flops`` starts its search at (n x n); it grows while a call stays short, so
+#: an fp32 matmul left at this size means a 2n x 2n product was slow: on a CPU, whose fp32 kernels are fast, the
+#: sign that other work held the cores (the stored quiet runs of lessons 05 and 08 reached n = 1024 with 315 and
+#: 274 GFLOP/s; under load, a run of lesson 05 on the 2-core EPYC stopped at 256 with 1.4 GFLOP/s, and issue 29's
+#: run of lesson 07 at 256 with 36.6 GFLOP/s)
+MATMUL_FIRST_N = 256
 
 
 @dataclass(frozen=True)
@@ -324,8 +330,16 @@ def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
                  if c.verdict != "reliable" else (), quality.settles(beyond, [c.a, c.b]))
 
 
+_DIRECTION = {"slower": 1, "same": 0, "as_bytes_predict": -1, "faster_than_bytes": -1, "faster_less": -1}
+
+
 def dtype_summary(rows) -> list[Claim]:
-    """:func:`dtype_speed` for every half-precision row of a GEMV table with an fp32 row of the same shape."""
+    """:func:`dtype_speed` for every half-precision row of a GEMV table with an fp32 row of the same shape.
+
+    A dtype's kernel is faster or slower than fp32's at every size alike; where the decided claims of one dtype
+    point both ways (faster at one size, slower at another), the run contradicts itself (the machine's speed
+    changed between the rows): those claims are replaced by one "disagree" claim, verdict "noisy", whose
+    operands list each shape's ``ratios``."""
     rows = require_list("rows", rows, "a list of GEMV rows")
     out = []
     for r in rows:
@@ -335,7 +349,26 @@ def dtype_summary(rows) -> list[Claim]:
                and _get(x, "rotate", True) == _get(r, "rotate", True)]
         if ref:
             out.append(dtype_speed(r, ref[0]))
-    return out
+    merged, done = [], set()
+    for c in out:
+        d = c.operands["dtype"]
+        if d in done:
+            continue
+        same = [x for x in out if x.operands["dtype"] == d]
+        ways = {_DIRECTION[x.relation] for x in same if x.decided}
+        if {1, -1} <= ways:
+            done.add(d)
+            ratios = {x.operands["shape"]: x.operands["ratio"] for x in same}
+            sizes = ", ".join(f"{ratio:.3g}× at {shape}" for shape, ratio in ratios.items())
+            why = (f"the sizes disagree ({sizes} of fp32's time), which one kernel cannot: the machine's speed "
+                   "changed between the rows")
+            merged.append(Claim("dtype_speed", "disagree",
+                                {"dtype": d, "shape": " and ".join(ratios), "ratios": ratios,
+                                 "predicted_ratio": same[0].operands["predicted_ratio"]},
+                                "noisy", (why,) + tuple(r for x in same for r in x.reasons)))
+        else:
+            merged.append(c)
+    return merged
 
 
 def decode_from_gemv(weight_bytes: Mapping, rows) -> Claim:
@@ -359,31 +392,59 @@ def decode_from_gemv(weight_bytes: Mapping, rows) -> Claim:
         v = _verdict(f"rows[{dt}]", r)
         bw = _bytes("row", r) / v.median
         per[dt] = {"seconds": require_positive(f"weight_bytes[{dt!r}]", wb) / bw, "bandwidth": bw,
-                   "shape": _shape(r), "verdict": v.verdict, "reason": v.reason}
+                   "shape": _shape(r), "verdict": v.verdict, "reason": v.reason, "timing": v}
     if not per:
         raise ValueError(f"rows hold none of the dtypes {sorted(weight_bytes)}")
     best = min(per, key=lambda d: per[d]["seconds"])
     b = per[best]
+    verdict, reasons = b["verdict"], [b["reason"]] if b["verdict"] != "reliable" else []
+    # "the fastest dtype" compares the rows: it stands only where every rival is reliable or clearly slower
+    for d, x in per.items():
+        if d == best or (x["verdict"] == "reliable" and b["verdict"] == "reliable"):
+            continue
+        if not quality.settles(math.log(x["seconds"] / b["seconds"]), [x["timing"], b["timing"]]):
+            verdict = _worst(verdict, x["verdict"])
+            reasons.append(f"whether {best} is faster than {d} is not settled: the {d} GEMV is {x['verdict']} "
+                           f"({x['reason']})")
+    for x in per.values():
+        del x["timing"]
     return Claim("decode_from_gemv", best,
                  {"dtype": best, "seconds": b["seconds"], "bandwidth": b["bandwidth"], "shape": b["shape"],
                   "tokens_per_second": 1 / b["seconds"], "per_dtype": per},
-                 b["verdict"], (b["reason"],) if b["verdict"] != "reliable" else ())
+                 verdict, tuple(reasons))
 
 
 def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = TOLERANCE,
-                      steal: float | None = None) -> Claim:
+                      steal: float | None = None, basis: Claim | None = None, bound: str = "memory") -> Claim:
     """A measured model step against its estimate: "matches", "slower" or "faster" (than the estimate).
 
     Operands: ``ratio`` = measured / predicted. A reliable "slower" on a small model is the fixed cost
-    of its many small operations; a noisy one says nothing.
+    of its many small operations; a noisy one says nothing. ``basis``: the :func:`calibration` the estimate
+    was computed on, ``bound``: what bounds the estimate ("memory": it inherits the verdict of the calibration's
+    bandwidth; "compute": of the whole calibration); an estimate on an unsettled part settles nothing.
+    ``busy_run`` (operand): why the calibration is unsettled, if it is: then other work shared the machine during
+    the run, and a gap is not attributed to the model's own costs.
     """
     a = quality.within(require_positive("predicted_seconds", predicted_seconds), measured, tolerance, steal=steal)
     relation = {"within": "matches", "over": "faster", "under": "slower"}[a.relation]
     m = a.measured
+    reasons = (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ()
+    verdict, settled = a.verdict, a.settled
+    if bound not in ("memory", "compute"):
+        raise ValueError(f"bound must be 'memory' or 'compute' (what bounds the estimate), got {bound!r}")
+    if basis is not None:
+        if not isinstance(basis, Claim) or basis.name != "calibration":
+            raise TypeError("basis must be the calibration claim the estimate was computed on")
+        part = basis.operands["bandwidth_verdict"] if bound == "memory" else basis.verdict
+        if part != "reliable":
+            why = basis.operands["bandwidth_reason"] if bound == "memory" else basis.reason
+            verdict, settled = _worst(verdict, part), False
+            reasons += (f"the estimate rests on this run's calibration, which is {part} ({why})",)
+    busy = "" if basis is None or basis.verdict == "reliable" else basis.reason
     return Claim("model_vs_estimate", relation,
                  {"seconds": m.median, "predicted_seconds": predicted_seconds, "ratio": m.median / predicted_seconds,
-                  "tolerance": tolerance},
-                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else (), a.settled)
+                  "tolerance": tolerance, "busy_run": busy},
+                 verdict, reasons, settled)
 
 
 def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> Claim:
@@ -409,7 +470,30 @@ def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> 
     for d, mm in (matmul or {}).items():
         sources[f"the {d} matmul"] = _verdict(f"matmul[{d!r}]", mm)
     bad = tuple(k for k, v in sources.items() if not v.reliable)
+    reasons = list(_reasons(sources))
+    # each timing may look steady and still come from a slowed moment: the relations between them cannot lie
+    slowed = []
+    for d, mm in (matmul or {}).items():
+        gemv_rate = max((_get(r, "flops") / _verdict("rows[i]", r).median for r in rows
+                         if _get(r, "flops") and _get(r, "dtype", "fp32") == d), default=0)
+        rate = _get(mm, "flops") / _verdict(f"matmul[{d!r}]", mm).median if _get(mm, "flops") else None
+        if rate is not None and rate < gemv_rate:
+            slowed.append(f"the {d} matmul")
+            reasons.append(f"the {d} matmul reached {rate / 1e9:.3g} GFLOP/s, less than the {d} GEMV's "
+                           f"{gemv_rate / 1e9:.3g} GFLOP/s, which no machine allows (a matrix product reuses every "
+                           "weight it reads): other work slowed it")
+        elif d == "fp32" and _get(mm, "device", "cpu") == "cpu" and _get(mm, "n") == MATMUL_FIRST_N:
+            slowed.append(f"the {d} matmul")
+            reasons.append(f"the fp32 matmul probe stopped at its first size (n = {MATMUL_FIRST_N}): a "
+                           f"{2 * MATMUL_FIRST_N} × {2 * MATMUL_FIRST_N} product was too slow, which a CPU's fp32 "
+                           "kernels are only when other work holds the cores")
+    bad += tuple(k for k in slowed if k not in bad)
+    verdict = _worst(*(v.verdict for v in sources.values()), *(("noisy",) if slowed else ()))
+    bw_v = sources[label]
+    compute = [v.verdict for k, v in sources.items() if k != label] + (["noisy"] if slowed else [])
     return Claim("calibration", "unsettled" if bad else "settled",
-                 {"bandwidth": bw, "source": label, "uncertainty": sources[label].uncertainty, "unsettled": bad,
-                  "fallback": src is copy and bool(rows)},
-                 _worst(*(v.verdict for v in sources.values())), _reasons(sources))
+                 {"bandwidth": bw, "source": label, "uncertainty": bw_v.uncertainty, "unsettled": bad,
+                  "fallback": src is copy and bool(rows),
+                  "bandwidth_verdict": bw_v.verdict, "bandwidth_reason": bw_v.reason if not bw_v.reliable else "",
+                  "compute_verdict": _worst("reliable", *compute)},
+                 verdict, tuple(reasons))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
 from course_lib.core.claims.gemv import UNDECIDED
-from course_lib.lessons.claims.gemv import decided, settled_note, unreliable
+from course_lib.lessons.claims import gemv as _gemv
+from course_lib.lessons.claims.gemv import beside, decided, settled_note, unreliable
 
 __all__ = ["say"]
 _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
@@ -92,9 +93,36 @@ def _engine_split(c: Claim) -> str:
     return (f"Of the predicted {format_time(o['total'])} per step: {parts}. The largest share is **{c.relation}**.")
 
 
+def _engine_overhead(c: Claim) -> str:
+    o = c.operands
+    a, b = o["layers"]
+    ta, tb = o["copy_steps"]
+    head = (f"The per-step overhead comes from tiny copies of the engine's architecture with {a} and {b} layers, "
+            f"whose decode steps took {format_time(ta)} and {format_time(tb)}")
+    if c.relation == "clamped":
+        return (head + f". The copy with more layers was not slower per added layer, which more layers cannot be: the "
+                "machine's speed changed between the copies' runs, the split was clamped at 0 "
+                f"({c.reason}), and the overhead term below is not a measurement. "
+                + unreliable(c, "What this engine costs per step and per layer"))
+    arithmetic = (f": {format_time(o['fixed'])} per step plus {format_time(o['per_layer'])} per layer "
+                  f"(= ({format_time(tb)} − {format_time(ta)}) / {b - a}), so {format_time(o['fixed'])} + "
+                  f"{o['model_layers']} × {format_time(o['per_layer'])} = **{format_time(o['uncorrected'])}** for "
+                  f"this model's {o['model_layers']} layers.")
+    cold = (f" The tiny copies' weights stay in cache; this model streams one layer's weights between two runs of "
+            f"the same small operation, and the calibration's op probes measured such a *cold* operation at "
+            f"**{o['cold_factor']:.2f}×** the cost of a warm one (the cold factor), so the engine term is "
+            f"{format_time(o['uncorrected'])} × {o['cold_factor']:.2f} = **{format_time(o['engine'])}**; with "
+            f"the logits ({format_time(o['logits'])}) the table's per-step overhead is "
+            f"**{format_time(o['total'])}**.")
+    text = head + arithmetic + cold
+    if c.verdict != "reliable":
+        text += " " + unreliable(c, "How precise this split is")
+    return text
+
+
 _SAY = {"efficiency": _efficiency, "floor_beaten": _floor_beaten, "fixed_cost_reading": _fixed_cost,
         "engine_vs_prediction": _engine_vs_prediction, "engine_vs_floor": _engine_vs_floor,
-        "engine_time_split": _engine_split}
+        "engine_time_split": _engine_split, "engine_overhead": _engine_overhead}
 
 
 def _noted(text: str, claim: Claim) -> str:
@@ -103,10 +131,17 @@ def _noted(text: str, claim: Claim) -> str:
     return text if note in text else text + note
 
 
-def say(claim: Claim) -> str:
-    """The Markdown for ``claim``'s outcome."""
+def say(claim: Claim, ref: Claim | None = None) -> str:
+    """The Markdown for ``claim``'s outcome (lesson 05's claims, e.g. ``calibration``, included); ``ref``: the same
+    claim computed from the stored reference run, shown beside an undecided one (:func:`~.gemv.beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
+        if claim.name in _gemv_names():
+            return _gemv.say(claim, ref=ref)
         raise ValueError(f"lesson 08 has no sentence for the claim {claim.name!r}")
-    return _noted(_SAY[claim.name](claim), claim)
+    return beside(_noted(_SAY[claim.name](claim), claim), claim, ref, lambda c: _noted(_SAY[c.name](c), c))
+
+
+def _gemv_names() -> tuple:
+    return tuple(_gemv._SAY)

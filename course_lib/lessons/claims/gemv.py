@@ -13,7 +13,7 @@ labelled, so that a learner on a busy machine still sees the intended picture.
 from __future__ import annotations
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import UNDECIDED, Claim
+from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_bandwidth, format_bytes, format_time
 
 __all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE", "rerun_note", "settled_note", "beside", "paired",
@@ -49,18 +49,17 @@ def settled_note(claim: Claim) -> str:
             f"{quality.THRESHOLDS.decisive_margin:g}×, so this run settles it.)*")
 
 
-def beside(text: str, claim: Claim, ref: Claim | None, render, *, number: bool = False) -> str:
+def beside(text: str, claim: Claim, ref: Claim | None, render) -> str:
     """``text`` (the sentence for ``claim``), followed by ``render(ref)`` labelled as the reference run when
-    ``claim`` is undecided (or, for a ``number`` claim, when its verdict is not reliable) and ``ref`` is given."""
+    ``claim``'s verdict is not reliable (undecided, or settled despite the noise) and ``ref`` is given."""
     if ref is None:
         return text
     if not isinstance(ref, Claim):
         raise TypeError(f"ref must be the same claim computed from the reference run, got {type(ref).__name__}")
-    unsettled = claim.verdict != "reliable" if number else claim.outcome in UNDECIDED
-    if not unsettled:
-        return text
+    if claim.verdict == "reliable" and not claim.operands.get("busy_run"):
+        return text                     # else: undecided, decided from noisy timings, or in a run shown to be busy
     from course_lib.lessons.claims.reference import label
-    return text + "\n\n> **Reference run** (" + label() + "): " + render(ref)
+    return text + "\n\n  > **Reference run** (" + label() + "): " + render(ref)
 
 def decided(claim: Claim, head: str, sentences: dict, question: str) -> str:
     """``head``, then the sentence written for ``claim``'s outcome. A noisy or contended claim's outcome is its
@@ -105,7 +104,9 @@ def _gemv_vs_copy(c: Claim) -> str:
 
 def _time_vs_size(c: Claim) -> str:
     o = c.operands
-    span = f"from {o['first']} to {o['last']} the bytes grew {o['bytes_ratio']:,.0f}×, the time {o['time_ratio']:,.3g}×"
+    tr = o["time_ratio"]
+    span = (f"from {o['first']} to {o['last']} the bytes grew {o['bytes_ratio']:,.0f}×, the time "
+            + (f"{tr:,.0f}×" if tr >= 100 else f"{tr:.3g}×"))
     if c.outcome == "grows":
         return f"The time per call grows with the bytes ({span}), as bytes / bandwidth says."
     if c.outcome == "flat":
@@ -187,6 +188,10 @@ def _small_matrix(c: Claim) -> str:
 
 def _dtype_speed(c: Claim) -> str:
     o = c.operands
+    if c.relation == "disagree":
+        sizes = ", ".join(f"{r:.3g}× fp32's time at {shape}" for shape, r in o["ratios"].items())
+        return (f"**{o['dtype']}**: {sizes} (its bytes predict {o['predicted_ratio']:.2f}×). "
+                + unreliable(c, f"Whether {o['dtype']} is faster than fp32"))
     head = (f"**{o['dtype']}, {o['shape']}**: {o['ratio']:.3g}× fp32's time (its bytes predict "
             f"{o['predicted_ratio']:.2f}×)")
     text = {
@@ -211,8 +216,8 @@ def _decode_from_gemv(c: Claim) -> str:
             f"the {format_bandwidth(o['bandwidth'])} its {o['shape']} GEMV achieved")
     if c.reliable:
         return body + "."
-    return (body + f". **This run's estimate, not this machine's**: the GEMV it rests on is {c.verdict} "
-            f"({c.reason}), so the figure is only as good as that timing.")
+    return (body + f". **This run's estimate, not this machine's**: the GEMV timings it rests on are not "
+            f"settled ({c.reason}), so the figure is only as good as they are.")
 
 
 def _calibration(c: Claim) -> str:
@@ -225,7 +230,7 @@ def _calibration(c: Claim) -> str:
         u = f" (uncertainty {o['uncertainty']:.0%} of its median)" if o.get("uncertainty") is not None else ""
         return head + u + ": every timing it was built from is reliable, so it stands for this machine."
     return (head + f". **Not settled: this is this run's calibration, not this machine's**, because "
-            f"{', '.join(o['unsettled'])} {'is' if len(o['unsettled']) == 1 else 'are'} {c.verdict} ({c.reason}). "
+            f"{' and '.join(o['unsettled'])} {'is' if len(o['unsettled']) == 1 else 'are'} {c.verdict} ({c.reason}). "
             "The predictions below use it to show the method; their numbers say how this run went, not what the "
             "machine can do.")
 
@@ -236,9 +241,16 @@ def _model_vs_estimate(c: Claim) -> str:
             f"({format_time(o['predicted_seconds'])})")
     if c.outcome == "matches":
         return head + f": within ±{o['tolerance']:.0%}."
-    if c.outcome == "slower":
+    if c.outcome == "slower" and c.reliable and not o.get("busy_run"):
         return (head + ". Its matrices are small, so the fixed cost of each of eager PyTorch's dozens of operations "
                 "per layer is a large share of the step: a cost no byte count includes (lesson 06 §9 measures it).")
+    if c.outcome == "slower":
+        why = (f"slower by far more than the spread of its timings ({c.reason})" if c.reason else
+               f"slower, in a run whose other timings show the machine was busy ({o['busy_run']})")
+        return (head + f": {why}. On a quiet machine "
+                "the gap is the fixed cost of eager PyTorch's many small operations (lesson 06 §9 measures it); in "
+                "this run the machine's other work slowed those operations too, so the factor is this run's, not "
+                "the model's (the reference run shows a quiet machine's).")
     if c.outcome == "faster":
         return (head + ": faster than bytes / bandwidth allows, so the weights of this small model were partly "
                 "served from cache.")
@@ -249,10 +261,6 @@ _SAY = {"gemv_vs_copy": _gemv_vs_copy, "time_vs_size": _time_vs_size, "cache_reu
         "beyond_cache": _beyond_cache, "small_matrix": _small_matrix, "dtype_speed": _dtype_speed,
         "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate,
         "calibration": _calibration}
-#: claims that state a number rather than a relation: the reference run goes beside them whenever they are unreliable
-_NUMBERS = ("decode_from_gemv", "calibration")
-
-
 def _render(claim: Claim) -> str:
     return _SAY[claim.name](claim) + settled_note(claim)
 
@@ -267,7 +275,7 @@ def say(claim: Claim, ref: Claim | None = None) -> str:
     if isinstance(ref, Claim) and ref.name != claim.name:
         raise ValueError(f"ref must be a {claim.name!r} claim (the same claim from the reference run), "
                          f"got {ref.name!r}")
-    return beside(_render(claim), claim, ref, _render, number=claim.name in _NUMBERS)
+    return beside(_render(claim), claim, ref, _render)
 
 
 def paired(claims: list, ref_claims: list) -> list:
@@ -276,4 +284,7 @@ def paired(claims: list, ref_claims: list) -> list:
     def key(c: Claim):
         return c.name, c.operands.get("dtype"), c.operands.get("shape")
     refs = {key(r): r for r in ref_claims}
-    return [(c, refs.get(key(c))) for c in claims]
+    by_dtype = {}
+    for r in ref_claims:                  # a claim over several shapes: the reference's first of that dtype
+        by_dtype.setdefault((r.name, r.operands.get("dtype")), r)
+    return [(c, refs.get(key(c), by_dtype.get(key(c)[:2]))) for c in claims]
