@@ -56,10 +56,14 @@ def beside(text: str, claim: Claim, ref: Claim | None, render) -> str:
         return text
     if not isinstance(ref, Claim):
         raise TypeError(f"ref must be the same claim computed from the reference run, got {type(ref).__name__}")
+    if ref == claim:                       # this run is the reference run (the stored lesson): nothing to add
+        return text
     if claim.verdict == "reliable" and not claim.operands.get("busy_run"):
         return text                     # else: undecided, decided from noisy timings, or in a run shown to be busy
     from course_lib.lessons.claims.reference import label
-    return text + "\n\n  > **Reference run** (" + label() + "): " + render(ref)
+    shown = render(ref) if ref.decided else (
+        f"this is undecided there too: its timings were {ref.verdict} ({ref.reason or 'the repeats disagree'})")
+    return text + "\n\n  > **Reference run** (" + label() + "): " + shown
 
 def decided(claim: Claim, head: str, sentences: dict, question: str) -> str:
     """``head``, then the sentence written for ``claim``'s outcome. A noisy or contended claim's outcome is its
