@@ -206,7 +206,8 @@ def _overhead_adds_up(text: str) -> None:
     m = re.search(rf"tiny copies of the engine's architecture with (\d+) and (\d+) layers, whose decode steps took "
                   rf"{_TIME} and {_TIME}: {_TIME} per step plus {_TIME} per layer .*?so {_TIME} \+ (\d+) × {_TIME} = "
                   rf"\*\*{_TIME}\*\* .*?at \*\*([\d.]+)×\*\* .*?the engine term is {_TIME} × ([\d.]+) = "
-                  rf"\*\*{_TIME}\*\*; with the logits \({_TIME}\) the table's per-step overhead is \*\*{_TIME}\*\*", text, re.S)
+                  rf"\*\*{_TIME}\*\*; with the logits \({_TIME}\) the table's per-step overhead is \*\*{_TIME}\*\*",
+                  text, re.S)
     assert m, "the overhead arithmetic is not on the page"
     a, b, _, _, fixed, per, fixed2, layers, per2, unc, cold, unc2, cold2, engine, logits, total = m.groups()
     assert (fixed, per, unc, cold) == (fixed2, per2, unc2, cold2)
