@@ -22,7 +22,7 @@ from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst
 from course_lib.core.validation import require_list, require_positive
 
-__all__ = ["CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
+__all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
            "roofline_sides", "below_roof", "calibration_gain", "single_max_vs_operators"]
 
 #: two timings of the same work (a batch-1 decode step measured twice in one run) "agree" when their
@@ -191,3 +191,23 @@ def single_max_vs_operators(phase) -> Claim:
     return Claim("single_max_vs_operators", relation,
                  {"per_operator_seconds": total, "single_max_seconds": single, "excess": total / single - 1,
                   "operators": ops})
+
+
+def latency_inputs(ttft, tpot, same: Claim | None = None) -> Claim:
+    """Whether a latency built from measured TTFT and TPOT (``TTFT + (n - 1)·TPOT`` and what follows from it)
+    stands for this machine: "settled" when both timings are reliable and, where given, ``same`` (the
+    :func:`same_step` claim of the TPOT measured in two cells) agrees; else "unsettled", and the numbers built on
+    them are this run's, not the machine's. Operands: ``ttft``, ``tpot`` (medians)."""
+    vt, vd = _verdict("ttft", ttft), _verdict("tpot", tpot)
+    reasons = [f"the {n} timing is {v.verdict}: {v.reason}" for n, v in (("TTFT", vt), ("TPOT", vd)) if not v.reliable]
+    verdict = _worst(vt.verdict, vd.verdict)
+    if same is not None:
+        if not isinstance(same, Claim) or same.name != "same_step":
+            raise TypeError("same must be the same_step claim of the TPOT")
+        if same.outcome != "agree":
+            verdict = _worst(verdict, "noisy")
+            reasons.append(f"the same batch-1 step measured in two cells came out {same.operands['spread']:.2f}× "
+                           "apart")
+    return Claim("latency_inputs", "settled" if verdict == "reliable" else "unsettled",
+                 {"ttft": vt.median, "tpot": vd.median}, verdict, tuple(reasons))
+

@@ -17,7 +17,7 @@ from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_bandwidth, format_bytes, format_time
 
 __all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE", "rerun_note", "settled_note", "beside", "paired",
-           "UNDECIDED_MARK"]
+           "UNDECIDED_MARK", "this_run_note"]
 
 #: what a learner can do about unreliable timings
 RERUN_ADVICE = ("close other programs (or wait for the machine's other work to finish) and rerun the measuring "
@@ -292,3 +292,13 @@ def paired(claims: list, ref_claims: list) -> list:
     for r in ref_claims:                  # a claim over several shapes: the reference's first of that dtype
         by_dtype.setdefault((r.name, r.operands.get("dtype")), r)
     return [(c, refs.get(key(c), by_dtype.get(key(c)[:2]))) for c in claims]
+
+
+def this_run_note(calibration: Claim) -> str:
+    """For a figure computed from a calibration (a critical batch, a ridge point): empty when the calibration is
+    settled, else the words that keep it from being read as the machine's."""
+    if not isinstance(calibration, Claim) or calibration.name != "calibration":
+        raise TypeError("calibration must be the calibration claim the figure was computed from")
+    if calibration.verdict == "reliable":
+        return ""
+    return " (from this run's calibration, which is not settled: this run's figure, not this machine's)"
