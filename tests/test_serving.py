@@ -484,7 +484,7 @@ def test_itl_counts_every_gap_and_its_mean_is_the_token_weighted_tpot(chunked):
 
 
 def test_chunked_prefill_shortens_the_itl_tail():
-    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, the TPOT mean hides it."""
+    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, TPOT means hide it."""
     kw = dict(requests=400, **EFF)
     on = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=True, **kw).summary()
     off = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=False, **kw).summary()
