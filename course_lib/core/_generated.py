@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'cost_per_million_tokens', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'energy_per_token', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'cost_per_million_tokens', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'energy_per_token', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_exposed_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -263,6 +263,14 @@ def kv_read_time(batch, context, kv_bytes_per_token, kv_bandwidth):
     sympy: batch*context*kv_bytes_per_token/kv_bandwidth
     """
     return batch*context*kv_bytes_per_token/kv_bandwidth
+
+
+def kv_transfer_exposed_time(transfer_time, prefill_time, layers):
+    """The part of a K/V transfer the first token waits for when each layer's K/V is sent as soon as the prefill has computed it (layer by layer, as disaggregated servers stream it): the last layer's share, or, when the link is slower than the prefill, what the transfer has left once the prefill is done. [s]
+
+    sympy: Max(transfer_time/layers, transfer_time - prefill_time*(layers - 1)/layers)
+    """
+    return max(transfer_time/layers, transfer_time - prefill_time*(layers - 1)/layers)
 
 
 def kv_transfer_time(prompt, kv_bytes_per_token, link_bandwidth):
@@ -564,6 +572,7 @@ ARGUMENTS = {
     'interleaved_attended_tokens': (('layers', 'count1'), ('local_layers', 'count0'), ('local_window', 'count1'), ('context', 'count1')),
     'kv_cache_bytes': (('kv_values', 'positive'), ('bytes_per_kv', 'positive'), ('tokens', 'count0'), ('batch', 'count1')),
     'kv_read_time': (('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('kv_bandwidth', 'positive')),
+    'kv_transfer_exposed_time': (('transfer_time', 'nonnegative'), ('prefill_time', 'nonnegative'), ('layers', 'count1')),
     'kv_transfer_time': (('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('link_bandwidth', 'positive')),
     'kv_values_per_token': (('layers', 'count1'), ('kv_heads', 'count1'), ('head_dim', 'count1')),
     'linear_flops': (('params', 'positive'), ('tokens', 'count0')),

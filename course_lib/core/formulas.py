@@ -134,6 +134,7 @@ class S:
     gpu_hour_price = _sym("gpu_hour_price", r"p_{GPU}", **_pos)     # the price of one GPU for one hour
     board_power = _sym("board_power", r"P_{board}", **_pos)          # watts one GPU draws (at most its board power)
     token_rate = _sym("token_rate", r"X_{tok}", **_pos)              # output tokens per second of all the GPUs
+    transfer_time = _sym("transfer_time", r"t_{x}", **_nn)           # a whole K/V transfer, sent at once
     time_in_system = _sym("time_in_system", r"W", **_nn)
     acceptance = _sym("acceptance", r"\alpha", **_nn)
     draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
@@ -389,6 +390,12 @@ _f("kv_transfer_time", s.prompt * s.kv_bytes_per_token / s.link_bandwidth,
    (s.prompt, s.kv_bytes_per_token, s.link_bandwidth),
    "Seconds to send the K/V of a P-token prompt from a prefill GPU to a decode GPU over a link of "
    "link_bandwidth (prefill/decode disaggregation; latency per message not counted).", "s")
+_f("kv_transfer_exposed_time",
+   sp.Max(s.transfer_time / s.layers, s.transfer_time - s.prefill_time * (s.layers - 1) / s.layers),
+   (s.transfer_time, s.prefill_time, s.layers),
+   "The part of a K/V transfer the first token waits for when each layer's K/V is sent as soon as the prefill has "
+   "computed it (layer by layer, as disaggregated servers stream it): the last layer's share, or, when the link is "
+   "slower than the prefill, what the transfer has left once the prefill is done.", "s")
 
 
 # --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
