@@ -1,6 +1,6 @@
 """What a simulation returns: each request's record, the totals, percentiles, and Little's law.
 
-Lessons: 10
+Lessons: 09, 10
 """
 from __future__ import annotations
 
