@@ -19,7 +19,7 @@ system took four times the floor). Three sources of cases:
   rate measured on that same GPU (``ceilings="measured"``, :func:`h200_hardware`).
 * :func:`machine_cases` -- the learner's own measurements (seconds per decode step at a context,
   seconds per prefill), predicted on the learner's :class:`~course_lib.core.hardware.HardwareSpec`
-  (``course_lib.bench.this_machine()``). Pure: it takes numbers, never times anything.
+  (``course_lib.measure.machine.this_machine()``). Pure: it takes numbers, never times anything.
 
 Every prediction comes from ``course_lib.estimate`` or from the functions generated from
 ``course_lib.core.formulas`` (``memory_time``, ``phase_time``, ...): this module adds no formula.

@@ -20,7 +20,7 @@ New code imports the module that holds a name:
 This is the one compatibility mechanism for a module that was split: a thin module at the old path whose
 names are the public names (``__all__``) of the new modules, the same objects (``bench.measure_gemv is
 probes.measure_gemv``). Rebinding a name here does not change the module that holds it: patch that one.
-((The flat ``course_lib.bench`` path is gone with the compatibility layer.))
+(The flat ``course_lib.bench`` path is gone with the compatibility layer.)
 """
 from __future__ import annotations
 
