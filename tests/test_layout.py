@@ -281,3 +281,20 @@ def test_only_numeric_imports_the_generated_code():
                         for _, name in imported_modules(tree, filename)
                         if _is_under(name, ("course_lib.core._generated",))})
     assert importers == ["course_lib/core/numeric.py"], importers
+
+
+def test_documented_dotted_names_use_the_current_layout():
+    """A ``course_lib.X...`` name in the README or docs/ starts with a real part of the package (``core``,
+    ``measure``, ...) or a name of ``course_lib.__all__``: no flat path of an older layout."""
+    import re
+
+    import course_lib
+
+    parts = {p.stem for p in PKG.iterdir() if (p.is_dir() and (p / "__init__.py").exists())}
+    allowed = parts | set(course_lib.__all__) | {"data"}
+    stale = {}
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for m in re.finditer(r"\bcourse_lib\.(\w+)", f.read_text(encoding="utf-8")):
+            if m.group(1) not in allowed:
+                stale.setdefault(str(f.relative_to(ROOT)), set()).add(m.group(0))
+    assert not stale, stale
