@@ -517,3 +517,20 @@ def test_plans_reject_bad_input():
         D.static_plan(s, -1)
     with pytest.raises(TypeError, match="state"):
         D.continuous_plan("llama-3-8b", 10)
+
+
+def test_the_apps_serving_reading_prices_tokens_and_reports_the_itl():
+    from course_lib.core.app import serving_reading
+    from course_lib.lessons.widgets.capstone import serving_html
+    h200 = D.DashboardState(hardware="h200", precision="fp8", prompt_tokens=1024, new_tokens=64, **_EFF)
+    example = serving_reading(h200, 20, 1.0, 0.05)
+    price = D.deployment_examples()["gpu_hour_price"]["h200"]["usd_per_gpu_hour"]
+    assert example.cost.gpu_hour_price == price and "example price" in example.price_note
+    assert example.cost.per_million_tokens == pytest.approx(1e6 * price * example.gpus / 3600 / (20 * 64), rel=1e-12)
+    mine = serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=2.0)
+    assert mine.cost.gpu_hour_price == 2.0 and "your" in mine.price_note
+    assert "ITL p99" in serving_html(mine) and "per M tokens" in serving_html(mine)
+    unpriced = serving_reading(D.DashboardState(hardware="l40s", prompt_tokens=512, new_tokens=32), 2, 1.0, 0.05)
+    assert unpriced.cost is None and "GPU-hour price" in unpriced.price_note
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=0)
