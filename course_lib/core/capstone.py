@@ -55,7 +55,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
