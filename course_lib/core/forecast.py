@@ -390,17 +390,36 @@ def _profile_from(name, params, points=0, sources=()) -> EngineProfile:
 
 
 # --- fitting: least squares on relative error, each engine shrunk towards the pooled fit -------------------------
+#: Huber threshold of the robust fit: a point whose relative time error exceeds it counts with weight HUBER / |error|
+HUBER = 0.3
+ROBUST_ROUNDS = 6
+
+
 def _solve(rows, prior, weight):
-    """argmin Σ ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
+    """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
+    a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
+    dropped, each keeps a weight of at least HUBER / |its error|."""
+    w = [1.0] * len(rows)
+    theta = _solve_once(rows, prior, weight, w)
+    for _ in range(ROBUST_ROUNDS):
+        res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
+        w = [1.0 if e <= HUBER else HUBER / e for e in res]
+        theta = _solve_once(rows, prior, weight, w)
+    return theta
+
+
+def _solve_once(rows, prior, weight, w):
+    """argmin Σ w_i ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
     and refitted when the free solution crosses it)."""
     import numpy as np
     fixed: dict[str, float] = {}
     for _ in range(len(PARAMS)):
         free = [p for p in PARAMS if p not in fixed]
         A, b = [], []
-        for x, y in rows:
-            A.append([x[p] / y for p in free])
-            b.append(1.0 - sum(x[p] * fixed[p] for p in fixed) / y)
+        for (x, y), wi in zip(rows, w):
+            s_ = math.sqrt(wi) / y
+            A.append([x[p] * s_ for p in free])
+            b.append(math.sqrt(wi) * (1.0 - sum(x[p] * fixed[p] for p in fixed) / y))
         for p in free:
             s = math.sqrt(weight) / _SCALE[p]
             A.append([s if q == p else 0.0 for q in free])
