@@ -523,8 +523,8 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
 _REASONS = (
     (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
      "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
-    (lambda r: r["device"] == "h20", "H20: the only source with this device runs both engines at 5-6x its floor "
-     "(a device effect no other source shows)"),
+    (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
+     "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
      "maximum-load throughput: the batch the engine reached is not published (the model assumes the KV cache "
      "fills 90 % of free memory, capped)"),
@@ -535,6 +535,8 @@ _REASONS = (
      "the L40S F16 prefill row is 2-3x below its Q4_K_M row and rises with the prompt (a run problem in the "
      "source)"),
     (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "a 13.5 GB f16 model on a 16 GB Mac: it swaps"),
+    (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
+     "the source states no prompt length (the record assumes one): prefill speed depends on it"),
     (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,
      "very long prompts: prefill attention dominates and the engines' kernels differ most there"),
     (lambda r: r["engine"] in ("SGLang", "vLLM", "TensorRT-LLM") and len({source_of(x) for x in _published()
@@ -567,8 +569,7 @@ def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
                      f"{st['predicted']['geomean_abs_error']:>16.0%}{st['predicted']['within_30']:>11.0%}")
     lines += ["", "Worst held-out points (predicted / measured):"]
     for r, fl, pr in rep.worst(12):
-        lines.append(f"  {pr / r['value']:6.2f}x  {r['engine']:<12} {r['model']:<14} {r['device']:<14} "
-                     f"{r['precision']:<7} {r['metric']:<30} — {reason(r)}")
+        lines.append(f"  {pr / r['value']:6.2f}x  {r['id']:<46} — {reason(r)}")
     st = rep.stats()
     lines += ["", f"overall ({by}s held out): {st['points']} points, held-out geomean |error| "
               f"{st['predicted']['geomean_abs_error']:.0%}"
