@@ -131,6 +131,10 @@ class S:
     decode_steps = _sym("decode_steps", r"(n - 1)", integer=True, positive=True)   # n - 1 for n new tokens
     # lesson 10: serving many users
     arrival_rate = _sym("arrival_rate", r"\lambda", **_pos)
+    gpu_hour_price = _sym("gpu_hour_price", r"p_{GPU}", **_pos)     # the price of one GPU for one hour
+    board_power = _sym("board_power", r"P_{board}", **_pos)          # watts one GPU draws (at most its board power)
+    token_rate = _sym("token_rate", r"X_{tok}", **_pos)              # output tokens per second of all the GPUs
+    transfer_time = _sym("transfer_time", r"t_{x}", **_nn)           # a whole K/V transfer, sent at once
     time_in_system = _sym("time_in_system", r"W", **_nn)
     acceptance = _sym("acceptance", r"\alpha", **_nn)
     draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
@@ -388,10 +392,23 @@ _f("speculative_tokens_per_step", (1 - s.acceptance ** (s.draft_tokens + 1)) / (
    "Expected tokens one verification step of speculative decoding yields: k drafted tokens, each accepted with "
    "probability alpha until the first rejection, plus the target model's own token (the sum of alpha**i for "
    "i = 0..k; its limit at alpha = 1 is k + 1).", "tokens")
+_f("cost_per_million_tokens", 10**6 * s.gpu_hour_price * s.devices / (3600 * s.token_rate),
+   (s.gpu_hour_price, s.devices, s.token_rate),
+   "What a million output tokens cost on `devices` GPUs rented at gpu_hour_price each per hour that together "
+   "deliver token_rate tokens/s (the currency of the price; idle and spare GPUs are paid for too).", "price/Mtok")
+_f("energy_per_token", s.board_power * s.devices / s.token_rate, (s.board_power, s.devices, s.token_rate),
+   "Joules per output token of `devices` GPUs drawing board_power watts each while they deliver token_rate "
+   "tokens/s (the board power is an upper bound of the draw: host, network and cooling are not counted).", "J")
 _f("kv_transfer_time", s.prompt * s.kv_bytes_per_token / s.link_bandwidth,
    (s.prompt, s.kv_bytes_per_token, s.link_bandwidth),
    "Seconds to send the K/V of a P-token prompt from a prefill GPU to a decode GPU over a link of "
    "link_bandwidth (prefill/decode disaggregation; latency per message not counted).", "s")
+_f("kv_transfer_exposed_time",
+   sp.Max(s.transfer_time / s.layers, s.transfer_time - s.prefill_time * (s.layers - 1) / s.layers),
+   (s.transfer_time, s.prefill_time, s.layers),
+   "The part of a K/V transfer the first token waits for when each layer's K/V is sent as soon as the prefill has "
+   "computed it (layer by layer, as disaggregated servers stream it): the last layer's share, or, when the link is "
+   "slower than the prefill, what the transfer has left once the prefill is done.", "s")
 
 
 # --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
