@@ -1,5 +1,5 @@
 """Engine-aware forecasts (issue 27): the published-measurement set, engine profiles, estimate(engine=...), and the
-held-out benchmark `python -m course_lib.validate --published`."""
+held-out benchmark `python -m course_lib.measure.validate --published`."""
 import copy
 import math
 

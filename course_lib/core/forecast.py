@@ -22,7 +22,7 @@ Every parameter is fitted (:func:`fit_profiles`) to the published measurements t
 (``course_lib/data/published_validation.json``) by least squares on relative error, each engine shrunk towards the
 pooled fit of all engines (so an engine or device class with few points borrows from the rest), and stored with
 its provenance in ``course_lib/data/engine_profiles.json``; ``python -m course_lib.core.forecast --refit`` rewrites
-it. :func:`held_out` refits with each source left out and predicts that source (``python -m course_lib.validate
+it. :func:`held_out` refits with each source left out and predicts that source (``python -m course_lib.measure.validate
 --published``). Nothing here times anything.
 """
 from __future__ import annotations
@@ -581,7 +581,7 @@ def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
 
 
 def published_main(progress: bool = True) -> int:
-    """``python -m course_lib.validate --published``: the held-out tables by document and by table."""
+    """``python -m course_lib.measure.validate --published``: the held-out tables by document and by table."""
     _, text = published_report(progress=progress)
     _, by_table = published_report(progress=progress, by="table")
     print(text)
