@@ -263,6 +263,11 @@ CASES = {
     "Precision": call("precision.Precision", name=st.just("p"), bits=positive(1, 64), description=st.just("")),
     "get_precision": call("precision.get_precision", names=("precision",), name=precisions()),
     "bytes_per_element": call("precision.bytes_per_element", names=("precision",), name=precisions()),
+    "get_layout": call("precision.get_layout", names=("precision",), precision=st.one_of(precisions(), st.sampled_from(
+        ["gpt-oss-mxfp4", "gguf-q4_0", {"default": "q4_0", "lm_head": "q6_k"}, {"ffn": "q4_0"}, {"mlp": "fp12"}]))),
+    "Layout": call("precision.Layout", names=("precision", "group"), name=st.just("l"), formats=st.sampled_from(
+        [tuple((grp, "fp16") for grp in ("attention", "mlp", "experts", "embedding", "lm_head")),
+         (("mlp", "fp16"),)]), kv=st.sampled_from([None, "fp8", "fp12"])),
     "block_format": call("precision.block_format", name=st.just("b"), element_bits=counts(0, 65),
                          block=counts(0, 4096), scale_bits=counts(0, 64), zero_bits=counts(0, 64)),
     # data
