@@ -60,7 +60,7 @@ def _model_case(c: Claim, why: str = "") -> str:
     what = (f"*{o['case']}*: measured {value_text(o['measured'], o['kind'])}, calibrated "
             f"{value_text(o['predicted'], o['kind'])} ({error_text(o['error'])})")
     if c.verdict != "reliable":
-        return what + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'}."
+        return what + ". " + unreliable(c, f"Whether the model is within ±{o['tolerance']:.0%} here")
     if c.outcome == "within":
         return what + f": within ±{o['tolerance']:.0%}."
     side = "too long" if c.outcome == "over" else "too short"
@@ -107,6 +107,9 @@ def _largest_gap(c: Claim) -> str:
 
 def _profile_vs_measured(c: Claim) -> str:
     o = c.operands
+    if c.outcome in ("noisy", "contended"):
+        return (f"The profiled operator time and the measured median are {format_time(o['gap'])} apart. "
+                + unreliable(c, "Which of the two is longer"))
     if c.outcome == "measured_longer":
         return (f"The profile's operator time leaves out the Python between the operators: the measured median is "
                 f"{format_time(o['gap'])} longer.")
