@@ -91,7 +91,8 @@ def _calibrated_summary(c: Claim) -> str:
 def _roofline(c: Claim) -> str:
     o = c.operands
     if c.outcome == "below":
-        return (f"The roofline is {o['factor']:.1f}× below the measured {o['case']}: it is a floor, and it leaves out "
+        factor = f"{o['factor']:.2f}" if o["factor"] < 10 else f"{o['factor']:.1f}"
+        return (f"The roofline is {factor}× below the measured {o['case']}: it is a floor, and it leaves out "
                 "the costs the calibrated model adds.")
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
