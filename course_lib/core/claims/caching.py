@@ -1,6 +1,6 @@
 """The measured claims of lesson 07 (first-token optimisation), as data.
 
-Lessons: 07
+Lessons: 06, 07
 
 Every sentence of lesson 07 §7 that states a relation between measurements is one of these functions: the
 cache against no cache (prefix and session), the calibrated model within ±25 % or not (per case), the

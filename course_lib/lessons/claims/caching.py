@@ -1,6 +1,6 @@
 """Lesson 07's measured sentences: one for each outcome of each claim (:mod:`course_lib.core.claims.caching`).
 
-Lessons: 07
+Lessons: 06, 07
 
 ``say(claim)`` returns the Markdown for the claim's outcome; ``cases_table(cases, roofline)`` the table of the
 calibrated model's cases. Rendering only: every relation and number comes from the claims.
