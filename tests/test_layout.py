@@ -14,6 +14,10 @@
   ``course_lib.lessons`` and their old names).
 * **measure/ uses only public names of the core** -- an AST scan of ``course_lib/measure/**``: no
   ``from course_lib.core.x import _private``, no private core module, no ``core_module._private``.
+* **The author benchmarks stand apart** -- what lessons import from ``course_lib/measure/`` (probes, steady,
+  calibrate, predict, TinyLM, the engines' timing) never imports ``course_lib.measure.benchmarks`` (the
+  benchmarks, their bracketed-measurement primitive and judging rule); nor do core/, checks/, lessons/ or
+  authoring/. Only the command entry points at the top of the package may run them.
 """
 from __future__ import annotations
 
@@ -172,12 +176,12 @@ def core_violations(sources) -> list[str]:
 
 
 def test_core_scan_can_fail():
-    tree = ast.parse("def f():\n    import torch.nn\n\ndef g():\n    from course_lib import bench\n"
+    tree = ast.parse("def f():\n    import torch.nn\n\ndef g():\n    from course_lib import tinylm\n"
                      "def h():\n    return importlib.import_module('matplotlib.pyplot')\n"
                      "from ..measure import timing\n")
     problems = core_violations([("course_lib/core/x.py", tree)])
     assert len(problems) == 4, problems
-    for name in ("torch.nn", "course_lib.bench", "matplotlib.pyplot", "course_lib.measure"):
+    for name in ("torch.nn", "course_lib.tinylm", "matplotlib.pyplot", "course_lib.measure"):
         assert any(p.endswith(f"imports {name}") for p in problems), (name, problems)
 
 
@@ -224,10 +228,37 @@ def test_private_scan_can_fail():
     assert any("_generated" in p for p in problems) and any("units._parse" in p for p in problems)
 
 
+BENCHMARKS = "course_lib.measure.benchmarks"
+
+
+def benchmark_imports(sources) -> list[str]:
+    """Imports of the author benchmarks from a module outside them (the top-level modules of ``course_lib/``,
+    the command entry points such as ``python -m course_lib.validate``, may run them)."""
+    problems = {}
+    for filename, tree in sources:
+        name = module_name(ROOT / filename)
+        if name.startswith(BENCHMARKS) or name.count(".") <= 1:
+            continue
+        for line, name in imported_modules(tree, filename):
+            if _is_under(name, (BENCHMARKS,)):
+                problems.setdefault((filename, line), f"{filename}:{line} imports {name}")
+    return list(problems.values())
+
+
+def test_benchmark_scan_can_fail():
+    tree = ast.parse("def f():\n    from course_lib.measure.benchmarks import bracket\n"
+                     "from .benchmarks.validate import run\nimport course_lib.measure.calibrate\n")
+    problems = benchmark_imports([("course_lib/measure/calibrate.py", tree)])
+    assert len(problems) == 2 and all("benchmarks" in p for p in problems), problems
+    assert benchmark_imports([("course_lib/measure/benchmarks/validate.py", tree)]) == []
+
+
 @pytest.mark.parametrize("folder, scan, rule", [
     ("core", core_violations, "the core must not import these, not even inside a function"),
     ("measure", private_core_uses, "measure/ must use the core's public names only"),
-], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names"])
+    (".", benchmark_imports, "only the author benchmarks may import course_lib.measure.benchmarks"),
+], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names",
+        "benchmarks-stand-apart"])
 def test_import_rule(folder, scan, rule):
     sources = _sources(folder)
     assert len(sources) > 5
@@ -236,9 +267,9 @@ def test_import_rule(folder, scan, rule):
 
 
 @pytest.mark.parametrize("filename, module, level, expected", [
-    ("course_lib/measure/bench.py", "timing", 1, "course_lib.measure.timing"),
-    ("course_lib/measure/bench.py", "core.units", 2, "course_lib.core.units"),
-    ("course_lib/measure/__init__.py", "bench", 1, "course_lib.measure.bench"),
+    ("course_lib/measure/predict.py", "timing", 1, "course_lib.measure.timing"),
+    ("course_lib/measure/predict.py", "core.units", 2, "course_lib.core.units"),
+    ("course_lib/measure/__init__.py", "benchmarks", 1, "course_lib.measure.benchmarks"),
     ("course_lib/core/x.py", None, 2, "course_lib"),
 ])
 def test_relative_imports_are_resolved(filename, module, level, expected):

@@ -177,8 +177,8 @@ def expected_map() -> dict[str, dict]:
 def test_the_analysis_resolves_re_exports_and_old_paths():
     assert imports_in("from course_lib import estimate, get_model") == {"course_lib.core.estimator",
                                                                          "course_lib.core.models"}
-    assert imports_in("from course_lib import bench\nimport course_lib.dashboard") == {
-        "course_lib.measure.bench", "course_lib.core.capstone"}
+    assert imports_in("from course_lib import tinylm\nimport course_lib.dashboard") == {
+        "course_lib.measure.tinylm", "course_lib.core.capstone"}
     assert imports_in("%matplotlib inline\nfrom course_lib.lessons.widgets import estimate_explorer") == {
         "course_lib.lessons.widgets.estimator"}
     assert imports_in("from course_lib.checks import ex01 as q\nimport math") == {"course_lib.checks.ex01"}

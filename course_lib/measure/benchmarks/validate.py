@@ -1,38 +1,32 @@
 """Does the latency model predict a real model's timings?  ``python -m course_lib.validate``
 
-Lessons: 07
+Lessons: none
 
 The benchmark calibrates ONLY from microbenchmarks (:mod:`course_lib.measure.calibrate`: probes on random
 tensors; the model under test, :class:`course_lib.measure.tinylm.TinyLM`, is held out), predicts TPOT and
 TTFT (:mod:`course_lib.measure.predict`), then measures them on TinyLM models of realistic shape
-(:mod:`course_lib.measure.model_timing`) and prints predicted vs measured:
+(:mod:`course_lib.measure.model_timing`) and prints predicted vs measured::
 
     python -m course_lib.validate                # full run (a few minutes on a 2-core CPU)
     python -m course_lib.validate --fast         # tiny models, a few seconds
-    python -m course_lib.validate --threads 4 --device cpu
     python -m course_lib.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
-    python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers
-                                                 # generate() (course_lib.measure.engines.hf)
+    python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers generate()
 
-Exit status: 0 when every measured point was reliable; 3 (:data:`NOISY_EXIT`) when any was noisy or
-contended (the report says how many and why: its errors then mix the model's error with the machine's
-noise, and the last line does not judge the model); 2 for bad arguments.
+From Python::
 
-On a machine shared with other busy programs, wall-clock timings with several threads are
-dominated by the others: every small parallel op waits for a thread the OS has descheduled. The
-conditions line records the load average before and after; ``--clock process`` (single thread)
-times only this process's CPU seconds, for both the probes and the model.
+    from course_lib.measure.benchmarks import validate
+    report = validate.run(fast=True)                        # calibrate, predict, then measure
+    print(report.report())
 
-From Python (lesson 06)::
+Decode points are bracketed (:mod:`course_lib.measure.benchmarks.bracket`): interleaved rounds over the
+contexts, each between two sets of GEMV probes of the model's shapes, each predicted from the probes around it,
+and judged by the one rule :func:`~course_lib.measure.benchmarks.bracket.judge`. How to read the report:
+``docs/VALIDATE.md``.
 
-    from course_lib.measure import validate
-    report = validate.run()                                 # calibrate, predict, then measure
-    print(report.table()); print(report.last_line())
-
-This module is the benchmark (:func:`run`, its report and the command line). For this release it also
-offers the names the calibration and prediction had when they lived here (``validate.calibrate``,
-``validate.predict_tpot``, ``validate.VALIDATION_MODELS`` ...): the same objects as in
-:mod:`~course_lib.measure.calibrate`, :mod:`~course_lib.measure.predict` and :mod:`~course_lib.measure.probes`.
+Exit status: 0 when every measured point was reliable; 3 (:data:`NOISY_EXIT`) when any was noisy or contended
+(the report says how many and why: its errors then mix the model's error with the machine's noise, and the last
+line does not judge the model); 2 for bad arguments. Only the command line pins the allocator
+(:func:`course_lib.measure.allocator.pin`); :func:`run` leaves the process as it is.
 """
 from __future__ import annotations
 
@@ -45,25 +39,20 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from course_lib.core.quality import THRESHOLDS, timing_verdict
+from course_lib.core.quality import timing_verdict
 from course_lib.core.validation import require_count, require_counts
-from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_MODELS, FAST_PROMPTS, TTFT_PROMPTS,
-                                          VALIDATION_MODELS, Calibration, calibrate, check_clock, dense_spec,
-                                          Drift, load_average, model_specs, reprobe_gemv,
-                                          stream_between_ops, weight_matrices)
+from course_lib.measure import allocator
+from course_lib.measure.benchmarks.bracket import Bracketed, Drift, interleave, judge
+from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_PROMPTS, TTFT_PROMPTS, Calibration,
+                                          calibrate, check_clock, dense_spec, load_average, model_specs, reprobe_gemv,
+                                          weight_matrices)
 from course_lib.measure.device import default_device, resolve_device
 from course_lib.measure.model_timing import measure_decode_contexts, measure_prefill
-from course_lib.measure.predict import (DECODE_COUNT_CONTEXT, REUSE_PATHS, Prediction, check_calibration, count_ops,
-                                        predict_tpot, predict_ttft)
-from course_lib.measure.probes import measure_attention_products, measure_score_passes
+from course_lib.measure.predict import Prediction, check_calibration, predict_tpot, predict_ttft
 from course_lib.measure.timing import progress_bar, thread_count
 
-__all__ = ["LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "Point", "ValidationReport", "run", "main",
-           # the names of the calibrated model, offered here as before the split (see the docstring)
-           "VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
-           "Calibration", "calibrate", "weight_matrices", "stream_between_ops", "DECODE_COUNT_CONTEXT",
-           "REUSE_PATHS", "Prediction", "count_ops", "predict_tpot", "predict_ttft", "measure_score_passes",
-           "measure_attention_products"]
+__all__ = ["LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "DECODE_ROUNDS", "EXTRA_DECODE_ROUNDS", "Point",
+           "ValidationReport", "Settings", "decode_points", "ttft_points", "run", "main"]
 
 #: the last line's format
 LAST_LINE_RE = re.compile(r"^decode_geomean_abs_error=\d+\.\d+ decode_max_abs_error=\d+\.\d+$")
@@ -83,9 +72,9 @@ class Point:
     uncalibrated: float
     runs: int
     prediction: Prediction
-    verdict: str = "reliable"        # course_lib.core.quality.timing_verdict of the measurement
+    verdict: str = "reliable"        # the verdict of the measurement (decode: bracket.judge)
     reason: str = ""
-    drift: "Drift | None" = None     # decode: the GEMV probes around the model's measurements
+    drift: Drift | None = None       # decode: the GEMV probes around the model's measurements
     rounds: int = 1                  # decode: how many interleaved rounds measured it (extra ones when noisy)
 
     @property
@@ -221,27 +210,36 @@ class ValidationReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What every measurement of one run shares: the calibration, threads, clock, timed steps and repeats."""
+
+    calibration: Calibration
+    threads: int | None = None
+    clock: str = "wall"
+    steps: int = 8            # timed decode steps per decode measurement
+    repeats: int = 5          # fresh prompts per TTFT point
+    bar: object = None        # a progress bar (set_postfix_str, update), or None
+
+
+class _NoBar:
+    def set_postfix_str(self, s):
+        pass
+
+    def update(self, n=1):
+        pass
+
+
 def run(threads: int | None = None, fast: bool = False, device=None, models=None, contexts=None,
         prompt_lengths=None, ttft_model=None, runs: int | None = None, progress: bool = True,
         calibration: Calibration | None = None, clock: str = "wall") -> ValidationReport:
     """Calibrate from the probes, predict, then measure TinyLM and compare.
 
-    Decode: every model × every context (median of ``runs`` timed steps, default 8; spread = IQR /
-    median), in :data:`DECODE_ROUNDS` interleaved rounds over the contexts. The GEMV probes of the
-    model's shapes run again before the first measurement and after each one (:func:`reprobe_gemv`),
-    and each measurement is predicted from the probes just before and after it: the machine's
-    bandwidth drifts between the calibration and the measurement (by tens of % on a shared VM), and
-    comparing the model with probes minutes older would count that drift as its error. The point is the
-    round whose measured / predicted ratio is the median of the rounds'; ratios that disagree by more than
-    the noisy spread make it noisy (a drift the probes followed moves a round's time and its prediction
-    alike and leaves the ratio; one they missed does not). The report's drift lines show how far the
-    probes moved; probes before and after the kept round that disagree by more than the noisy spread
-    make it noisy. A decode point that is not reliable after :data:`DECODE_ROUNDS` rounds is measured in
-    :data:`EXTRA_DECODE_ROUNDS` more (not in a ``fast`` run), and judged again on all of them: the median
-    ratio, with the highest and lowest left out of the agreement (the report's "extra rounds" line).
-    TTFT: ``ttft_model`` (default: the first model) at every prompt length (median of ``runs`` fresh
-    prompts, default 5). ``fast``: tiny models and contexts (seconds). ``clock``: see :func:`calibrate`;
-    the same clock times the probes and the model.
+    Decode (:func:`decode_points`): every model × every context, median of ``runs`` timed steps (default 8),
+    bracketed and judged by the one rule. TTFT (:func:`ttft_points`): ``ttft_model`` (default: the first model)
+    at every prompt length, median of ``runs`` fresh prompts (default 5), judged on its own repeats. ``fast``:
+    tiny models and contexts (seconds). ``clock``: see :func:`~course_lib.measure.calibrate.calibrate`; the same
+    clock times the probes and the model.
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
@@ -252,152 +250,111 @@ def run(threads: int | None = None, fast: bool = False, device=None, models=None
     specs = model_specs(models, fast)
     ctxs = require_counts("contexts", (FAST_CONTEXTS if fast else DECODE_CONTEXTS) if contexts is None else contexts)
     prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
-                      else prompt_lengths)
+                             else prompt_lengths)
     ttft_spec = list(specs.values())[0] if ttft_model is None else dense_spec(ttft_model)
     decode_runs = 8 if runs is None else require_count("runs", runs, minimum=5)
-    ttft_runs = 5 if runs is None else decode_runs
     if calibration is None:
         calibration = calibrate(nthreads, fast, models=specs, prompt_lengths=prompts, ttft_model=ttft_spec,
                                 device=dev, progress=progress, clock=clock)
     else:
         check_calibration(calibration)
-    points = _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration,
-                      progress, clock)
+    from course_lib.measure.tinylm import TinyLM
+    points = []
+    with progress_bar(total=len(specs) * len(ctxs) + len(prompts), desc="measure TinyLM", unit="point",
+                      enabled=progress) as bar:
+        settings = Settings(calibration, nthreads, clock, decode_runs, 5 if runs is None else decode_runs, bar)
+        for s in specs.values():
+            lm = TinyLM(s, device=dev, max_seq=max(ctxs) + decode_runs + 1, seed=0)
+            points += decode_points(lm, s, ctxs, settings)
+            del lm
+        lm = TinyLM(ttft_spec, device=dev, max_seq=max(prompts), seed=0)
+        points += ttft_points(lm, ttft_spec, prompts, settings)
+        del lm
     return ValidationReport(calibration, points, load_average(), time.perf_counter() - t0)
 
 
-#: decode points are measured in this many interleaved rounds over the contexts, each predicted from the GEMV probes
-#: just before and after it; the point is the round with the median measured / predicted ratio, and ratios that
-#: disagree by more than the noisy spread make the point noisy
+#: decode points are measured in this many interleaved rounds over the contexts, each between two sets of GEMV
+#: probes and predicted from them; the point is the round with the median measured / predicted ratio
 DECODE_ROUNDS = 3
-#: a decode point that is not reliable after its :data:`DECODE_ROUNDS` rounds is measured in this many more (once, in
-#: an interleaved sequence of its own, each round again between two GEMV probe sets); with five rounds the point is
-#: still the median ratio, and the one highest and one lowest ratio are left out of the agreement, so that one round a
-#: burst of other work disturbed no longer decides the verdict while a drift that lasts still does
+#: a decode point that is not reliable after its :data:`DECODE_ROUNDS` rounds is measured in this many more (in an
+#: interleaved sequence of its own, each round again between two probe sets) and judged on all five: the middle
+#: three ratios must agree, so one round a burst of other work disturbed no longer decides the verdict
 EXTRA_DECODE_ROUNDS = 2
 
 
-def _median_round(values: Sequence[float], trim: int = 0) -> tuple[int, float]:
-    """The index of the median of ``values`` (one per round), and how far they disagree: (max - min) / median,
-    over the values left when the ``trim`` highest and ``trim`` lowest are set aside."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    if not 0 <= 2 * trim < len(order):
-        raise ValueError(f"trim must leave at least one of the {len(order)} values, got {trim!r}")
-    mid = order[len(order) // 2]
-    kept = order[trim:len(order) - trim]
-    return mid, (values[kept[-1]] - values[kept[0]]) / values[mid]
+def decode_points(lm, spec, contexts, settings: Settings) -> list[Point]:
+    """The TPOT points of one model: probe, round, probe, round, ... over ``contexts`` (:data:`DECODE_ROUNDS`
+    interleaved rounds); the points that are not reliable get :data:`EXTRA_DECODE_ROUNDS` more (not with a fast
+    calibration, which keeps its own rates instead of re-probing)."""
+    cal = settings.calibration
+    bar = settings.bar or _NoBar()
+    shapes = sorted(weight_matrices(spec))
+
+    def probe():
+        bar.set_postfix_str(f"{spec.name} GEMV probes")
+        if cal.fast:     # a smoke run keeps the calibration's rates: re-probing would take most of its time
+            return {sh: cal.gemv_bandwidth(*sh) for sh in shapes}
+        return reprobe_gemv(cal, shapes)
+
+    def measure(c):
+        bar.set_postfix_str(f"{spec.name} TPOT @ {c} (round {len(seq.of(c)) + 1})")
+        return measure_decode_contexts(lm, [c], steps=settings.steps, threads=settings.threads,
+                                       clock=settings.clock)[0]
+
+    seq = Bracketed(probe)
+    seq.run(interleave(contexts, DECODE_ROUNDS), measure)
+    points = {c: _decode_point(spec, c, seq, cal) for c in contexts}
+    again = [c for c in contexts if points[c].verdict != "reliable"]
+    if again and EXTRA_DECODE_ROUNDS and not cal.fast:
+        seq.run(interleave(again, EXTRA_DECODE_ROUNDS), measure)
+        points.update({c: _decode_point(spec, c, seq, cal) for c in again})
+    bar.update(len(contexts))
+    return [points[c] for c in contexts]
+
+
+def _decode_point(spec, c, seq: Bracketed, cal: Calibration) -> Point:
+    """The TPOT point of context ``c``: each round against the prediction from its own two probe sets (per-step
+    time is linear in context: the mean of the first and last step's), judged by :func:`bracket.judge`."""
+    c0 = min(m.item for m in seq.measurements)
+    drift = Drift(spec.name, predict_tpot(spec, c0, cal).terms["weights"],
+                  tuple(predict_tpot(spec, c0, cal.with_probes(gemv=[p])).terms["weights"] for p in seq.probes))
+    rounds = seq.of(c)
+    preds = []
+    for m in rounds:
+        around = cal.with_probes(gemv=[m.before, m.after])
+        preds.append((predict_tpot(spec, m.value.first_context, around),
+                      predict_tpot(spec, m.value.last_context, around)))
+    ratios = [m.value.seconds / ((p1.seconds + p2.seconds) / 2) for m, (p1, p2) in zip(rounds, preds)]
+    j = judge(ratios, own=[_judged(m.value, m.value.steps) for m in rounds],
+              probe_steps=[drift.step(m.index) for m in rounds], what="interleaved rounds")
+    t, (p1, p2) = rounds[j.kept].value, preds[j.kept]
+    return Point(kind="tpot", model=spec.name, weights_bytes=spec.weight_bytes("fp32"), tokens=c,
+                 predicted=(p1.seconds + p2.seconds) / 2, measured=t.seconds, spread=t.spread,
+                 uncalibrated=(p1.uncalibrated + p2.uncalibrated) / 2, runs=t.steps, prediction=p1,
+                 verdict=j.verdict, reason=j.reason, drift=None if cal.fast else drift, rounds=len(rounds))
+
+
+def ttft_points(lm, spec, prompts, settings: Settings) -> list[Point]:
+    """The TTFT points of one model: each prompt length timed on ``settings.repeats`` fresh prompts, judged on its
+    own repeats (a prefill is not bracketed: reported, not in the target)."""
+    bar = settings.bar or _NoBar()
+    out = []
+    for p in prompts:
+        bar.set_postfix_str(f"{spec.name} TTFT @ {p}")
+        t = measure_prefill(lm, [p], repeats=settings.repeats, threads=settings.threads, clock=settings.clock)[0]
+        pr = predict_ttft(spec, p, settings.calibration)
+        v = _judged(t, t.repeats)
+        out.append(Point(kind="ttft", model=spec.name, weights_bytes=spec.weight_bytes("fp32"), tokens=p,
+                         predicted=pr.seconds, measured=t.seconds, spread=t.spread, uncalibrated=pr.uncalibrated,
+                         runs=t.repeats, prediction=pr, verdict=v.verdict, reason=v.reason))
+        bar.update()
+    return out
 
 
 def _judged(timing, repeats: int):
-    """The verdict of one measured point, from its median, quartiles and number of repeats."""
+    """The verdict of one measured timing, from its median, quartiles and number of repeats."""
     return timing_verdict({"seconds": timing.seconds, "q1_seconds": timing.q1_seconds,
                            "q3_seconds": timing.q3_seconds, "repeats": repeats})
-
-
-def _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar) -> list:
-    """The TPOT points of one model: probe, round, probe, round, ... (see :func:`run`); the points that are not
-    reliable after :data:`DECODE_ROUNDS` rounds get :data:`EXTRA_DECODE_ROUNDS` more."""
-    shapes = sorted(weight_matrices(s))
-    n = DECODE_ROUNDS * len(ctxs)
-    def probe_again():
-        # a --fast smoke run (tiny models that fit in the cache, seconds in all) keeps the calibration's rates:
-        # re-probing would take most of its time
-        if calibration.fast:
-            return {sh: calibration.gemv_bandwidth(*sh) for sh in shapes}
-        return reprobe_gemv(calibration, shapes)
-    brackets = []
-    rounds: dict[int, list] = {c: [] for c in ctxs}
-    where: dict[int, list] = {c: [] for c in ctxs}     # context -> index of the probes just before it
-
-    def measure(order, label):
-        # probe, c1, probe, c2, probe, ...: each measurement between two sets of GEMV probes of the model's shapes
-        # (a sequence that follows another starts from that one's last probes)
-        if not brackets:
-            bar.set_postfix_str(f"{s.name} GEMV probes")
-            brackets.append(probe_again())
-        for k, c in enumerate(order):
-            bar.set_postfix_str(f"{s.name} TPOT @ {c} ({label} {k + 1}/{len(order)})")
-            where[c].append(len(brackets) - 1)
-            rounds[c].append(measure_decode_contexts(lm, [c], steps=steps, threads=nthreads, clock=clock)[0])
-            bar.set_postfix_str(f"{s.name} GEMV probes ({label} {k + 1}/{len(order)})")
-            brackets.append(probe_again())
-
-    c0 = min(ctxs)
-    def drift():
-        return Drift(s.name, predict_tpot(s, c0, calibration).terms["weights"],
-                     tuple(predict_tpot(s, c0, calibration.with_probes(gemv=[b])).terms["weights"] for b in brackets))
-
-    # interleaved rounds c1 c2 c3 c1 c2 c3 ..., so that a drift of the machine lands on every context alike
-    measure([ctxs[j % len(ctxs)] for j in range(n)], "round")
-    moved = drift()
-    points = {c: _decode_point(s, c, rounds[c], where[c], brackets, calibration, moved) for c in ctxs}
-    again = [c for c in ctxs if points[c].verdict != "reliable"]
-    if again and EXTRA_DECODE_ROUNDS and not calibration.fast:
-        measure([c for _ in range(EXTRA_DECODE_ROUNDS) for c in again], "extra round")
-        moved = drift()
-        points.update({c: _decode_point(s, c, rounds[c], where[c], brackets, calibration, moved) for c in again})
-    bar.update(len(ctxs))
-    return [points[c] for c in ctxs]
-
-
-def _decode_point(s, c, rounds, where, brackets, calibration, drift) -> Point:
-    """The TPOT point of context ``c`` from its decode rounds, each against its own probes (``where``: the index
-    of the probe set just before each round). ``drift``: the model's weights term from every probe set."""
-    preds = []
-    for t, j in zip(rounds, where):
-        around = calibration.with_probes(gemv=brackets[j:j + 2])    # the probes just before and just after it
-        preds.append((predict_tpot(s, t.first_context, around), predict_tpot(s, t.last_context, around)))
-    # a round's comparison is its measured time against its own probes' prediction: a drift the probes
-    # followed moves both, and only a disagreement of those ratios says the comparison is noisy
-    ratios = [t.seconds / ((p1.seconds + p2.seconds) / 2) for t, (p1, p2) in zip(rounds, preds)]
-    trim = max(0, len(rounds) - DECODE_ROUNDS) // 2
-    r, agree = _median_round(ratios, trim)
-    _, apart = _median_round([t.seconds for t in rounds], trim)
-    t, j, (p1, p2) = rounds[r], where[r], preds[r]
-    pred = (p1.seconds + p2.seconds) / 2  # per-step time is linear in context: the mean step
-    unc = (p1.uncalibrated + p2.uncalibrated) / 2
-    v = _judged(t, t.steps)
-    verdict, reason = v.verdict, v.reason
-    moved = drift.step(j)
-    which = (f"{len(rounds)} interleaved rounds'" if not trim else
-             f"{len(rounds)} interleaved rounds' middle {len(rounds) - 2 * trim}")
-    if verdict == "reliable" and agree > THRESHOLDS.noisy_relative_iqr:
-        verdict = "noisy"
-        reason = (f"the {which} measured / predicted ratios disagree by {agree:.0%} "
-                  f"(above {THRESHOLDS.noisy_relative_iqr:.0%}; their times by {apart:.0%}): the machine "
-                  f"drifted in a way the GEMV probes around them did not follow")
-    elif verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
-        verdict = "noisy"
-        reason = (f"the GEMV probes just before and just after it disagree by {moved:.0%} (above "
-                  f"{THRESHOLDS.noisy_relative_iqr:.0%}): the machine's bandwidth changed while it ran")
-    return Point("tpot", s.name, s.weight_bytes("fp32"), c, pred, t.seconds, t.spread, unc, t.steps, p1, verdict,
-                 reason, None if calibration.fast else drift, len(rounds))
-
-
-def _measure(specs, ctxs, prompts, ttft_spec, decode_runs, ttft_runs, dev, nthreads, calibration, progress, clock):
-    from course_lib.measure.tinylm import TinyLM
-    steps = decode_runs
-    points = []
-    jobs = [("tpot", s) for s in specs.values()] + [("ttft", ttft_spec)]
-    with progress_bar(total=len(specs) * len(ctxs) + len(prompts), desc="measure TinyLM", unit="point",
-                      enabled=progress) as bar:
-        for kind, s in jobs:
-            need = max(ctxs) + steps + 1 if kind == "tpot" else max(prompts)
-            lm = TinyLM(s, device=dev, max_seq=need, seed=0)
-            wbytes = s.weight_bytes("fp32")
-            if kind == "tpot":
-                points += _decode_points(lm, s, ctxs, steps, nthreads, clock, calibration, bar)
-            else:
-                for p in prompts:
-                    bar.set_postfix_str(f"{s.name} TTFT @ {p}")
-                    t = measure_prefill(lm, [p], repeats=ttft_runs, threads=nthreads, clock=clock)[0]
-                    pr = predict_ttft(s, p, calibration)
-                    v = _judged(t, t.repeats)
-                    points.append(Point("ttft", s.name, wbytes, p, pr.seconds, t.seconds, t.spread, pr.uncalibrated,
-                                        t.repeats, pr, v.verdict, v.reason))
-                    bar.update()
-            del lm
-    return points
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -423,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
                          "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
     a = ap.parse_args(argv)
+    allocator.pin()      # a block of a given size allocates alike in the probes and in the model they predict
     if a.engine is not None or a.config:
         return _engine_main(a)
     try:
@@ -436,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _engine_main(a) -> int:
-    """``--engine hf``: the engine benchmark of :mod:`course_lib.measure.engines.hf`."""
+    """``--engine hf``: the engine benchmark (:mod:`course_lib.measure.benchmarks.engine_hf`)."""
     if a.engine is None:
         print("error: --config needs --engine hf", file=sys.stderr)
         return 2
@@ -444,14 +402,14 @@ def _engine_main(a) -> int:
         print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
               file=sys.stderr)
         return 2
-    from course_lib.measure.engines import hf
     try:
-        rep = hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)
+        from course_lib.measure.benchmarks import engine_hf
+        rep = engine_hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)
     except (ImportError, ValueError, TypeError) as e:   # transformers missing; a bad config or argument
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(rep.report())
-    return hf.NOISY_EXIT if rep.noisy_points else 0
+    return engine_hf.NOISY_EXIT if rep.noisy_points else 0
 
 
 if __name__ == "__main__":
