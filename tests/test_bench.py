@@ -1,4 +1,4 @@
-"""course_lib.measure (timing, probes, machine, model_timing; the old ``bench``): what is timed and counted.
+"""course_lib.measure (timing, probes, machine, model_timing): what is timed and counted.
 
 Never how fast this machine is, nor how large its caches or its free memory are: where a result depends on
 the last-level cache or the memory budget, the test injects them (a fake LLC of 1 MiB and of 1 GiB, small
@@ -16,7 +16,7 @@ from course_lib.core.hardware import HardwareSpec
 
 torch = pytest.importorskip("torch")
 
-from course_lib.measure import bench, device, machine, model_timing, probes, timing  # noqa: E402
+from course_lib.measure import device, machine, model_timing, probes, timing  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 #: the LLC and memory budget the timed probes below are given (no host figure decides a test)
@@ -98,12 +98,14 @@ def test_rotation_plan_is_sized_in_bytes_up_to_the_budget():
         probes.rotation_plan(2 * MiB, MiB, 3 * MiB, reserve_bytes=2 * MiB)
 
 
-def test_rotation_count_and_copies():
-    assert probes.rotation_count(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
-    assert probes.rotation_count(1000, 2**20, False, 10**12) == 1
-    assert probes.rotation_count(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the object limit
-    assert probes.rotation_count(1000, 2**20, True, 5000) == 5                          # the budget
-    assert probes.rotation_count(1000, 2**20, True, 1500) == 1                          # at least one
+def test_rotation_buffer_count_and_copies():
+    def buffers(item, llc, rotate, budget):
+        return probes.rotation_plan(item, llc, budget, rotate).buffers
+    assert buffers(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
+    assert buffers(1000, 2**20, False, 10**12) == 1
+    assert buffers(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the object limit
+    assert buffers(1000, 2**20, True, 5000) == 5                          # the budget
+    assert buffers(1000, 2**20, True, 1500) == 1                          # at least one
     first = torch.arange(6.0).view(2, 3)
     copies = probes.rotated_copies(first, 3)
     assert len(copies) == 3 and all(torch.equal(c, first) for c in copies)
@@ -307,21 +309,6 @@ def _row(dtype, seconds, m=64, k=64):
                             working_set_bytes=m * k * b, llc_bytes=None, threads=1)
 
 
-def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
-    rows = [_row("fp32", 1.0), _row("fp16", 0.5), _row("bf16", 1.5)]
-    v = {d["dtype"]: d for d in probes.dtype_verdicts(rows)}
-    assert math.isclose(v["fp16"]["predicted_speedup"], 2.0) and not v["fp16"]["contradicts"]
-    assert v["bf16"]["contradicts"] and "compute-bound" in v["bf16"]["verdict"]
-    assert math.isclose(v["bf16"]["measured_speedup"], 1 / 1.5)
-    assert v["fp16"]["bound"] == "memory" and v["bf16"]["bound"] == "compute"
-
-
-def test_dtype_verdicts_do_not_call_a_speedup_far_above_the_bytes_memory_bound():
-    v = probes.dtype_verdicts([_row("fp32", 1.0), _row("fp16", 0.2)])[0]   # 5x from halving the bytes
-    assert v["bound"] == "inconclusive" and not v["contradicts"]
-    assert "memory-bound" not in v["verdict"]
-
-
 def test_probe_reports_every_dtype_and_fp32_is_always_fast():
     found = probes.probe_dtypes("cpu", size=64, **LIMITS)
     assert [p.dtype for p in found] == list(probes.DTYPES)
@@ -496,26 +483,6 @@ def test_linear_and_kv_read_probes_count_bytes_exactly():
         probes.measure_kv_read(context=0)
     with pytest.raises(ValueError, match="tokens"):
         probes.measure_linear(0, 4, 4)
-
-
-def test_every_public_name_of_the_old_bench_is_still_offered():
-    import course_lib.bench as flat
-    from course_lib import bench as from_package
-    assert flat is from_package is bench
-    old = ["CLOCKS", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "CopyResult", "DTYPES", "DecodeTiming", "DtypeProbe",
-           "FALLBACK_LLC_BYTES", "FAST_FRACTION", "GemvResult", "GemvTable", "KVReadResult", "LinearResult",
-           "MAX_BUFFERS", "MachineMeasurements", "MatmulResult", "OVERHEAD_KINDS", "OverheadResult", "PrefillTiming",
-           "ROTATION_FACTOR", "Stopwatch", "cache_sizes", "clock_name", "default_device", "default_sizes",
-           "device_name", "dtype_verdicts", "fast_dtypes", "fast_mode", "gemv_bytes", "gemv_flops",
-           "last_level_cache_bytes", "measure_copy_bandwidth", "measure_decode", "measure_decode_contexts",
-           "measure_gemv", "measure_kv_read", "measure_linear", "measure_machine", "measure_matmul_flops",
-           "measure_op_overhead", "measure_prefill", "probe_dtypes", "quartiles", "rotation_buffers", "this_machine",
-           "use_clock"]
-    assert set(old) <= set(bench.__all__)
-    for part in bench.PARTS:
-        for name in part.__all__:
-            assert getattr(bench, name) is getattr(part, name), name
-    assert bench.measure_gemv is probes.measure_gemv and bench.this_machine is machine.this_machine
 
 
 def test_quartiles_is_one_definition():
