@@ -496,3 +496,21 @@ def test_repeats_whose_comparisons_disagree_make_the_point_noisy_and_say_why():
                                  threads="1 thread (test)", seconds=1.0)
     assert "e.g. qwen2.5-0.5b TPOT @ 16: the probes just before" in rep.quality_line()
     assert "measured / predicted by repeat: 1.001 1.011 1.021" in rep.report()
+
+
+def test_the_norm_and_rotary_code_is_transformers_own():
+    """TinyLM and the prefill-passes probe share one RMSNorm and one rotary embedding: the ones Llama runs."""
+    from transformers.models.llama import modeling_llama as llama
+
+    from course_lib.measure.tinylm import rms_norm, rotary
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 64, generator=gen)
+    norm = llama.LlamaRMSNorm(64, eps=1e-6)
+    norm.weight.data = torch.randn(64, generator=gen)
+    assert torch.allclose(rms_norm(x, norm.weight, 1e-6), norm(x), atol=1e-6)
+    assert rms_norm(x.to(torch.bfloat16), norm.weight, 1e-6).dtype == torch.bfloat16   # computed in fp32
+    q, k = torch.randn(1, 4, 5, 16, generator=gen), torch.randn(1, 2, 5, 16, generator=gen)
+    cos, sin = torch.randn(1, 5, 16, generator=gen), torch.randn(1, 5, 16, generator=gen)
+    q_ref, k_ref = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    assert torch.allclose(rotary(q, cos[:, None], sin[:, None]), q_ref, atol=1e-6)
+    assert torch.allclose(rotary(k, cos[:, None], sin[:, None]), k_ref, atol=1e-6)

@@ -1,8 +1,7 @@
-"""Lesson 07 on a real (small) model: K/V reuse timed on a TinyLM, profiled, and predicted by the calibrated model.
+"""K/V reuse on a real (small) model: timed on a TinyLM, profiled, and predicted by the calibrated model.
 
 Lessons: 07
 
-Serves lesson 07 (``notebooks/07_first_token_optimisation.ipynb``, sections on measuring caches).
 The caching *model* (estimates, sessions, costs) is torch-free: :mod:`course_lib.core.caching`.
 This module measures the same cases on a :class:`course_lib.measure.tinylm.TinyLM` (torch):
 

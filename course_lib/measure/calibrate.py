@@ -506,8 +506,8 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
 def reprobe_gemv(calibration: Calibration, shapes: Iterable[tuple[int, int]]) -> dict:
     """The GEMV probes of ``shapes`` run again with ``calibration``'s settings: {(m, k): bytes/s} now.
 
-    A machine's memory bandwidth drifts (on a shared VM by about 10 % within a minute, with no CPU steal to
-    show for it: other tenants share the memory controllers). A benchmark that compares a prediction with a
+    A machine's memory bandwidth drifts (other tenants of a shared machine share its memory controllers,
+    with no CPU steal to show for it). A benchmark that compares a prediction with a
     measurement taken minutes after the calibration would count that drift as the model's error, so a
     benchmark re-runs the probes around each measurement (probe, model, probe, ...: :mod:`course_lib.measure.
     benchmarks.bracket`) and predicts each from the probes around it. Only probes run here, never the model.

@@ -2,9 +2,9 @@
 
 Lessons: 05, 06, 07, 08, 09
 
-Lesson 05 (GEMV, copy, matmul, which dtypes run well), lesson 06 and :mod:`course_lib.measure.calibrate`
-(a linear layer at a model's shape, the K/V read of decode attention, the per-op overhead, the score
-passes and attention products of a prefill), lesson 08 and exercise set 05::
+GEMV, copy, matmul and which dtypes run well; for :mod:`course_lib.measure.calibrate`, a linear layer at a
+model's shape, the K/V read of decode attention, the per-op overhead, the score passes and attention products
+of a prefill::
 
     from course_lib.measure import probes
     table = probes.measure_gemv()                 # y = W·x over sizes and dtypes, this machine

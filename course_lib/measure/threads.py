@@ -28,7 +28,7 @@ when it exceeds the host's limit the policy is marked ``oversubscribed`` and the
 
 **Why.** A thread that the OS deschedules stalls the whole parallel region, so on a machine shared with
 other work fewer threads than cores are often faster *and* steadier. The policy itself does not guess at
-load (the load average is no measure of it on a VM): it caps the threads at what the host grants,
+load (the load average is no measure of it on a virtual machine): it caps the threads at what the host grants,
 :mod:`course_lib.core.quality` judges the timings that result, and a probe that finds its timing noisy
 retries with fewer threads (:func:`fewer_threads`, :func:`course_lib.measure.steady.steady`).
 
