@@ -9,7 +9,7 @@ per old path:
 
 * ``import course_lib.bench`` (or ``from course_lib import bench``) returns the *same module object*
   as ``course_lib.measure.bench``, so attributes, monkeypatching and ``isinstance`` behave as before;
-* ``python -m course_lib.validate`` runs ``course_lib.measure.validate`` as ``__main__``;
+* ``python -m course_lib.validate`` runs ``course_lib.measure.benchmarks.validate`` as ``__main__``;
 * an old module split into several (``course_lib.caching``: the model in ``core.caching``, the
   measurements in ``measure.cache_timing``) is a small module of its own that reads every name
   from the modules that now hold it (:class:`_Merged`).

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,10 +21,11 @@ import torch
 from course_lib.core import data
 from course_lib.core.models import ModelSpec
 from course_lib.core.validation import require_choice, require_count
+from course_lib.measure.device import available_memory
 
 __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "FAST_OVERRIDES", "ModelTooLarge",
            "transformers_available", "require_transformers", "engine_configs", "load_config", "check_config",
-           "hf_config", "spec_of", "count_parameters", "available_memory_bytes", "check_fits", "tiny_config",
+           "hf_config", "spec_of", "count_parameters", "check_fits", "tiny_config",
            "fast_config", "build_model", "disable_eos", "PROBE_HIDDEN", "PROBE_HEADS", "PROBE_VOCAB"]
 
 #: the architectures whose parameter count ``ModelSpec.from_hf_config`` reproduces (tested on tiny configs)
@@ -175,33 +175,14 @@ def count_parameters(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def available_memory_bytes() -> int | None:
-    """Memory this process may still allocate: ``MemAvailable`` of ``/proc/meminfo``, capped by the cgroup
-    limit (``memory.max`` - ``memory.current``); None where neither is known."""
-    found = []
-    try:
-        m = re.search(r"^MemAvailable:\s*(\d+)\s*kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
-        if m:
-            found.append(int(m.group(1)) * 1024)
-    except OSError:
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit.isdigit() and used.isdigit():
-            found.append(max(0, int(limit) - int(used)))
-    except OSError:
-        pass
-    return min(found) if found else None
-
-
 def check_fits(spec: ModelSpec, available: int | None = None) -> int:
     """The bytes a model needs (fp32 weights x 1.15 + 0.5 GB); :class:`ModelTooLarge` when ``available``
-    (default :func:`available_memory_bytes`; None: unknown, not checked) is less."""
+    (default: the memory this process may still allocate, :func:`course_lib.measure.device.available_memory`)
+    is less."""
     weights = spec.params * 4
     need = int(weights * MEMORY_HEADROOM[0] + MEMORY_HEADROOM[1])
-    have = available_memory_bytes() if available is None else require_count("available", available)
-    if have is not None and need > have:
+    have = available_memory("cpu")[0] if available is None else require_count("available", available)
+    if need > have:
         raise ModelTooLarge(f"model {spec.name!r} does not fit: {spec.params:,} parameters need "
                             f"{weights / 1e9:.2f} GB in fp32 ({need / 1e9:.2f} GB with activations and cache), "
                             f"this machine has {have / 1e9:.2f} GB available")
