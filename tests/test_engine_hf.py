@@ -22,7 +22,8 @@ import sympy as sp  # noqa: E402
 
 from course_lib.core import formulas, numeric  # noqa: E402
 from course_lib.measure import calibrate, probes  # noqa: E402
-from course_lib.measure.benchmarks import engine_hf, validate  # noqa: E402
+from course_lib.measure import validate  # noqa: E402
+from course_lib.measure.benchmarks import engine_hf  # noqa: E402
 from course_lib.measure.benchmarks.bracket import Bracketed  # noqa: E402
 from course_lib.measure.engines import hf  # noqa: E402
 

@@ -311,7 +311,7 @@ def test_fast_mode_probes_make_one_attempt(monkeypatch):
 _PIN_PROBE = """
 import json
 from course_lib.measure import allocator, calibrate
-from course_lib.measure.benchmarks import validate
+from course_lib.measure import validate
 cal = calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False, prompt_lengths=[8])
 after_calibrate = allocator.state().pinned
 validate.main(["--threads", "0"])                 # refused (exit 2) after the entry point pinned, nothing measured

@@ -21,8 +21,8 @@ from probes misses by their share. With the thresholds fixed (:func:`pin`), a bl
 in the probes and in the model: up to :data:`PINNED_MMAP_THRESHOLD` it comes from a heap that is never trimmed,
 larger it is mapped and faulted each time, in both.
 
-Only a benchmark's entry point (``python -m course_lib.validate`` and its ``--engine`` runs) pins: the setting is
-process-wide and cannot be undone, so a library call made from a learner's kernel never changes it. Elsewhere
+Only the benchmarks' command (``python -m course_lib.measure.validate``, ``--engine`` runs too) pins: the setting
+is process-wide and cannot be undone, so a library call made from a learner's kernel never changes it. Elsewhere
 (macOS, musl, Windows) nothing is changed and the description says so.
 """
 from __future__ import annotations

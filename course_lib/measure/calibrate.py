@@ -12,7 +12,7 @@ Lessons: 06, 07
 of the models it calibrates for (their weight matrices, head layouts and prompt lengths) and returns
 a :class:`Calibration`. Which probes run, and with which settings, is one table (:data:`PROBES`, one
 entry per kind of measurement) and one list of jobs (:func:`probe_jobs`). The predictions built on it
-are :mod:`course_lib.measure.predict`; the benchmark that checks them is ``python -m course_lib.validate``.
+are :mod:`course_lib.measure.predict`; the benchmark that checks them is ``python -m course_lib.measure.validate``.
 
 The models of the benchmark (:data:`VALIDATION_MODELS`, :data:`FAST_MODELS`) and their structure
 (:func:`weight_matrices`, :func:`stream_between_ops`) are here because the calibration probes their shapes.

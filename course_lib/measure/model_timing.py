@@ -9,7 +9,7 @@ Lessons: 05, 06, 08
 
 Each prefill or decode step is one timed call, synchronised on a GPU, with a fixed CPU thread count and
 the clock of :mod:`course_lib.measure.timing` (``clock=``; None: the one in force). The results carry
-their median and quartiles (``spread``). :mod:`course_lib.measure.benchmarks.validate` compares them with the
+their median and quartiles (``spread``). :mod:`course_lib.measure.benchmarks.tinylm_bench` compares them with the
 calibrated prediction.
 """
 from __future__ import annotations

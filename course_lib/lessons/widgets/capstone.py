@@ -23,7 +23,7 @@ chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the con
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
 "This machine": the hardware dropdown lists ``"this-machine"``; the button *Measure this machine*
-runs ``course_lib.measure.machine.this_machine(machine.measure_machine(...))`` (torch is imported then, inside the
+runs ``course_lib.measure.machine.this_machine(measure_machine(...))`` (torch is imported then, inside the
 callback, never when the dashboard loads), selects it, renames its entry with the measured bandwidth and
 lists the measured ceilings (``app.machine_text``).
 

@@ -1,4 +1,4 @@
-"""The Hugging Face engine benchmark: ``python -m course_lib.validate --engine hf``.
+"""The Hugging Face engine benchmark: ``python -m course_lib.measure.validate --engine hf``.
 
 Lessons: none
 
@@ -55,7 +55,7 @@ __all__ = ["BENCHMARK_REPEATS", "NOISY_EXIT", "LAST_LINE_RE", "COLUMNS", "Engine
 #: repeats of the benchmark (a lesson measures :data:`~course_lib.measure.engines.hf.REPEATS`): each is bracketed
 #: by probe sets, and five of them average the machine's drift better than three
 BENCHMARK_REPEATS = 5
-#: ``python -m course_lib.validate --engine hf`` exits with this status when a measured point was not reliable
+#: ``python -m course_lib.measure.validate --engine hf`` exits with this status when a measured point was not reliable
 NOISY_EXIT = 3
 LAST_LINE_RE = re.compile(r"^engine_tpot_geomean_abs_error=\d+\.\d+ engine_tpot_max_abs_error=\d+\.\d+ "
                           r"engine_ttft_max_abs_error=\d+\.\d+$")

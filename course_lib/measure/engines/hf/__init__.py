@@ -20,7 +20,7 @@ The package, one idea a module:
 * :mod:`~course_lib.measure.engines.hf.overhead`: the engine's own per-step cost, probed on tiny copies;
 * :mod:`~course_lib.measure.engines.hf.predict`: TTFT and TPOT predicted from the course's probes and that cost.
 
-The benchmark that compares them over several configurations (``python -m course_lib.validate --engine hf``) is
+The benchmark that compares them over several configurations (``python -m course_lib.measure.validate --engine hf``) is
 :mod:`course_lib.measure.benchmarks.engine_hf`. This package offers the public names of its four modules.
 transformers is an optional extra (``pip install 'course-lib[engines]'``); it is imported when first needed.
 """

@@ -1,58 +1,42 @@
-"""Does the latency model predict a real model's timings?  ``python -m course_lib.validate``
+"""Does the latency model predict TinyLM's timings? The benchmark of ``python -m course_lib.measure.validate``.
 
 Lessons: none
 
 The benchmark calibrates ONLY from microbenchmarks (:mod:`course_lib.measure.calibrate`: probes on random
 tensors; the model under test, :class:`course_lib.measure.tinylm.TinyLM`, is held out), predicts TPOT and
 TTFT (:mod:`course_lib.measure.predict`), then measures them on TinyLM models of realistic shape
-(:mod:`course_lib.measure.model_timing`) and prints predicted vs measured::
+(:mod:`course_lib.measure.model_timing`) and reports predicted vs measured::
 
-    python -m course_lib.validate                # full run (a few minutes on a 2-core CPU)
-    python -m course_lib.validate --fast         # tiny models, a few seconds
-    python -m course_lib.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
-    python -m course_lib.validate --engine hf [--config path/config.json]... [--fast]   # transformers generate()
-
-From Python::
-
-    from course_lib.measure.benchmarks import validate
-    report = validate.run(fast=True)                        # calibrate, predict, then measure
-    print(report.report())
+    from course_lib.measure.benchmarks import tinylm_bench
+    report = tinylm_bench.run(fast=True)                    # calibrate, predict, then measure
+    print(report.report())                                  # what the command prints
 
 Decode points are bracketed (:mod:`course_lib.measure.benchmarks.bracket`): interleaved rounds over the
 contexts, each between two sets of GEMV probes of the model's shapes, each predicted from the probes around it,
-and judged by the one rule :func:`~course_lib.measure.benchmarks.bracket.judge`. How to read the report:
-``docs/VALIDATE.md``.
-
-Exit status: 0 when every measured point was reliable; 3 (:data:`NOISY_EXIT`) when any was noisy or contended
-(the report says how many and why: its errors then mix the model's error with the machine's noise, and the last
-line does not judge the model); 2 for bad arguments. Only the command line pins the allocator
-(:func:`course_lib.measure.allocator.pin`); :func:`run` leaves the process as it is.
+and judged by the one rule :func:`~course_lib.measure.benchmarks.bracket.judge`. :func:`run` leaves the
+process's allocator as it is (the command pins it). How to read the report: ``docs/VALIDATE.md``.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
 from course_lib.core.quality import timing_verdict
 from course_lib.core.validation import require_count, require_counts
-from course_lib.measure import allocator
 from course_lib.measure.benchmarks.bracket import Bracketed, Drift, interleave, judge
 from course_lib.measure.calibrate import (DECODE_CONTEXTS, FAST_CONTEXTS, FAST_PROMPTS, TTFT_PROMPTS, Calibration,
                                           calibrate, check_clock, dense_spec, load_average, model_specs, reprobe_gemv,
                                           weight_matrices)
-from course_lib.measure.device import default_device, resolve_device
+from course_lib.measure.device import resolve_device
 from course_lib.measure.model_timing import measure_decode_contexts, measure_prefill
 from course_lib.measure.predict import Prediction, check_calibration, predict_tpot, predict_ttft
 from course_lib.measure.timing import progress_bar, thread_count
 
 __all__ = ["LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "DECODE_ROUNDS", "EXTRA_DECODE_ROUNDS", "Point",
-           "ValidationReport", "Settings", "decode_points", "ttft_points", "run", "main"]
+           "ValidationReport", "Settings", "decode_points", "ttft_points", "run"]
 
 #: the last line's format
 LAST_LINE_RE = re.compile(r"^decode_geomean_abs_error=\d+\.\d+ decode_max_abs_error=\d+\.\d+$")
@@ -89,7 +73,7 @@ class Point:
 
 COLUMNS = ("phase", "model", "weights (GB)", "context/prompt", "predicted (ms)", "measured (ms)", "error %",
            "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
-#: exit status of ``python -m course_lib.validate`` when a measured point was not reliable (noisy or contended):
+#: exit status of ``python -m course_lib.measure.validate`` when a measured point was not reliable (noisy or contended):
 #: its errors then mix the model's error with the machine's noise (0: all reliable; 2: bad arguments)
 NOISY_EXIT = 3
 
@@ -355,62 +339,3 @@ def _judged(timing, repeats: int):
     """The verdict of one measured timing, from its median, quartiles and number of repeats."""
     return timing_verdict({"seconds": timing.seconds, "q1_seconds": timing.q1_seconds,
                            "q3_seconds": timing.q3_seconds, "repeats": repeats})
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m course_lib.validate",
-                                 description="Calibrate from microbenchmarks, then predict and measure TinyLM "
-                                             "TPOT/TTFT. Last line: decode_geomean_abs_error=… "
-                                             "decode_max_abs_error=…",
-                                 epilog=f"exit status: 0 when every measured point was reliable, {NOISY_EXIT} when "
-                                        f"any was noisy or contended (the report says how many and why), 2 for "
-                                        f"bad arguments")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all physical cores)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    ap.add_argument("--fast", action="store_true", help="tiny models and contexts: a few seconds")
-    ap.add_argument("--runs", type=int, default=None, help="timed runs per point (>= 5)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    ap.add_argument("--clock", default="wall", help="wall (default) or process: CPU seconds of this process, "
-                                                    "for a busy shared machine; needs --threads 1 --device cpu")
-    ap.add_argument("--engine", choices=("hf",), default=None,
-                    help="hf: predict and measure Hugging Face transformers generate() instead of TinyLM "
-                         "(last line: engine_tpot_geomean_abs_error=... engine_tpot_max_abs_error=... "
-                         "engine_ttft_max_abs_error=...; exit status 3 when a point was not reliable)")
-    ap.add_argument("--config", action="append", default=None, metavar="PATH",
-                    help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
-                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
-    a = ap.parse_args(argv)
-    allocator.pin()      # a block of a given size allocates alike in the probes and in the model they predict
-    if a.engine is not None or a.config:
-        return _engine_main(a)
-    try:
-        rep = run(threads=a.threads, fast=a.fast, device=a.device or default_device(), runs=a.runs,
-                  progress=not a.no_progress, clock=a.clock)
-    except (ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(rep.report())
-    return NOISY_EXIT if rep.noisy_points else 0
-
-
-def _engine_main(a) -> int:
-    """``--engine hf``: the engine benchmark (:mod:`course_lib.measure.benchmarks.engine_hf`)."""
-    if a.engine is None:
-        print("error: --config needs --engine hf", file=sys.stderr)
-        return 2
-    if a.device not in (None, "cpu") or a.clock != "wall" or a.runs is not None:
-        print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
-              file=sys.stderr)
-        return 2
-    try:
-        from course_lib.measure.benchmarks import engine_hf
-        rep = engine_hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)
-    except (ImportError, ValueError, TypeError) as e:   # transformers missing; a bad config or argument
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(rep.report())
-    return engine_hf.NOISY_EXIT if rep.noisy_points else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

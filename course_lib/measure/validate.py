@@ -1,0 +1,88 @@
+"""``python -m course_lib.measure.validate``: does the latency model predict real timings on this machine?
+
+Lessons: none
+
+The command of the author benchmarks (:mod:`course_lib.measure.benchmarks`)::
+
+    python -m course_lib.measure.validate                # TinyLM, full run (about 5 minutes on a 2-core CPU)
+    python -m course_lib.measure.validate --fast         # tiny models: a smoke run
+    python -m course_lib.measure.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
+    python -m course_lib.measure.validate --engine hf [--config path/config.json]... [--fast]   # transformers
+
+It pins the allocator first (:func:`course_lib.measure.allocator.pin`: a block of a given size then allocates
+alike in the probes and in the model they predict), then runs :func:`course_lib.measure.benchmarks.tinylm_bench.run`
+or, with ``--engine hf``, :func:`course_lib.measure.benchmarks.engine_hf.run`, and prints the report. Exit status:
+0 when every measured point was reliable; 3 (``NOISY_EXIT``) when any was noisy or contended (the report says how
+many and why: its errors then mix the model's error with the machine's noise, and the last line does not judge
+the model); 2 for bad arguments. How a point is judged and how to read the report: ``docs/VALIDATE.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from course_lib.measure import allocator
+from course_lib.measure.benchmarks.tinylm_bench import NOISY_EXIT, run
+from course_lib.measure.device import default_device
+
+__all__ = ["main", "NOISY_EXIT"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_lib.measure.validate",
+                                 description="Calibrate from microbenchmarks, then predict and measure TinyLM "
+                                             "TPOT/TTFT. Last line: decode_geomean_abs_error=… "
+                                             "decode_max_abs_error=…",
+                                 epilog=f"exit status: 0 when every measured point was reliable, {NOISY_EXIT} when "
+                                        f"any was noisy or contended (the report says how many and why), 2 for "
+                                        f"bad arguments")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all physical cores)")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--fast", action="store_true", help="tiny models and contexts: a few seconds")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs per point (>= 5)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--clock", default="wall", help="wall (default) or process: CPU seconds of this process, "
+                                                    "for a busy shared machine; needs --threads 1 --device cpu")
+    ap.add_argument("--engine", choices=("hf",), default=None,
+                    help="hf: predict and measure Hugging Face transformers generate() instead of TinyLM "
+                         "(last line: engine_tpot_geomean_abs_error=... engine_tpot_max_abs_error=... "
+                         "engine_ttft_max_abs_error=...; exit status 3 when a point was not reliable)")
+    ap.add_argument("--config", action="append", default=None, metavar="PATH",
+                    help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
+                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
+    a = ap.parse_args(argv)
+    allocator.pin()      # a block of a given size allocates alike in the probes and in the model they predict
+    if a.engine is not None or a.config:
+        return _engine_main(a)
+    try:
+        rep = run(threads=a.threads, fast=a.fast, device=a.device or default_device(), runs=a.runs,
+                  progress=not a.no_progress, clock=a.clock)
+    except (ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(rep.report())
+    return NOISY_EXIT if rep.noisy_points else 0
+
+
+def _engine_main(a) -> int:
+    """``--engine hf``: the engine benchmark (:mod:`course_lib.measure.benchmarks.engine_hf`)."""
+    if a.engine is None:
+        print("error: --config needs --engine hf", file=sys.stderr)
+        return 2
+    if a.device not in (None, "cpu") or a.clock != "wall" or a.runs is not None:
+        print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
+              file=sys.stderr)
+        return 2
+    try:
+        from course_lib.measure.benchmarks import engine_hf
+        rep = engine_hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)
+    except (ImportError, ValueError, TypeError) as e:   # transformers missing; a bad config or argument
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(rep.report())
+    return engine_hf.NOISY_EXIT if rep.noisy_points else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
