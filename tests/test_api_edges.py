@@ -453,6 +453,16 @@ CASES = {
                                   kv_memory_fraction=fraction(), max_sequences=counts(1, 512)),
     "simulate_plan": call("capstone.simulate_plan", plan=st.one_of(small_plans(), bad), requests=counts(1, 40),
                           seed=st.integers(0, 5), token_budget=counts(16, 4096)),
+    "size_plan": call("capstone.size_plan", plan=st.one_of(small_plans(), bad), ttft_budget=positive(1e-3, 10),
+                      tpot_budget=positive(1e-3, 1), spare=counts(0, 2), requests=Keep(st.just(200)),
+                      max_extra=counts(0, 1)),
+    "SizedPlan": call("capstone.size_plan", label="SizedPlan", plan=small_plans(), ttft_budget=positive(1e-3, 10),
+                      tpot_budget=positive(1e-3, 1), requests=Keep(st.just(200)), max_extra=Keep(st.just(0))),
+    "plan_cost": call("capstone.plan_cost", gpus=counts(1, 64), tokens_per_s=positive(), gpu_hour_price=positive(),
+                      board_power=st.one_of(st.none(), positive(1, 2000))),
+    "PlanCost": call("capstone.plan_cost", label="PlanCost", gpus=counts(1, 64), tokens_per_s=positive(),
+                     gpu_hour_price=positive()),
+    "deployment_examples": no_args("capstone.deployment_examples"),
     # measurements
     "published": no_args("measurements.published"),
     "published_about": no_args("measurements.published_about"),
@@ -743,6 +753,8 @@ MODULES_NOT_FLATTENED = {
     "serving": "the serving simulator; its simulate would clash with prefix_cache.simulate",
     "app": "the make-app planner's texts (reading, serving_reading, ...), for the app's widget only; its edges are "
            "tested in tests/test_widgets_capstone.py",
+    "forecast": "engine profiles fitted to published measurements (issue 27): reached through estimate(..., "
+                "engine=) and python -m course_lib.validate --published; tested in tests/test_forecast.py",
     "numeric": "the checked formulas; their names (weight_bytes, kv_cache_bytes, ...) are the estimator's too; "
                "fuzzed from the formulas' own argument kinds in tests/test_numeric.py",
 }

@@ -8,13 +8,15 @@ The command of the author benchmarks (:mod:`course_lib.measure.benchmarks`)::
     python -m course_lib.measure.validate --fast         # tiny models: a smoke run
     python -m course_lib.measure.validate --threads 1 --clock process   # a busy shared machine: CPU seconds
     python -m course_lib.measure.validate --engine hf [--config path/config.json]... [--fast]   # transformers
+    python -m course_lib.measure.validate --published    # held-out forecasts of published figures (times nothing)
 
-It pins the allocator first (:func:`course_lib.measure.allocator.pin`: a block of a given size then allocates
-alike in the probes and in the model they predict), then runs :func:`course_lib.measure.benchmarks.tinylm_bench.run`
-or, with ``--engine hf``, :func:`course_lib.measure.benchmarks.engine_hf.run`, and prints the report. Exit status:
-0 when every measured point was reliable; 3 (``NOISY_EXIT``) when any was noisy or contended (the report says how
-many and why: its errors then mix the model's error with the machine's noise, and the last line does not judge
-the model); 2 for bad arguments. How a point is judged and how to read the report: ``docs/VALIDATE.md``.
+``--published`` runs :func:`course_lib.core.forecast.published_main` (it times nothing). Otherwise it pins the
+allocator first (:func:`course_lib.measure.allocator.pin`: a block of a given size then allocates alike in the
+probes and in the model they predict), then runs :func:`course_lib.measure.benchmarks.tinylm_bench.run` or, with
+``--engine hf``, :func:`course_lib.measure.benchmarks.engine_hf.run`, and prints the report. Exit status: 0 when
+every measured point was reliable; 3 (``NOISY_EXIT``) when any was noisy or contended (the report says how many
+and why: its errors then mix the model's error with the machine's noise, and the last line does not judge the
+model); 2 for bad arguments. How a point is judged and how to read the report: ``docs/VALIDATE.md``.
 """
 from __future__ import annotations
 
@@ -51,7 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", action="append", default=None, metavar="PATH",
                     help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
                          "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
+    ap.add_argument("--published", action="store_true", help="held-out forecasts of published measurements, "
+                    "floor and engine profiles (course_lib.core.forecast; times nothing)")
     a = ap.parse_args(argv)
+    if a.published:
+        from course_lib.core.forecast import published_main
+        return published_main(progress=not a.no_progress)
     allocator.pin()      # a block of a given size allocates alike in the probes and in the model they predict
     if a.engine is not None or a.config:
         return _engine_main(a)

@@ -62,7 +62,8 @@ the simulator, tensor parallelism, sampling and framework overheads between step
 """
 from __future__ import annotations
 
-from course_lib.core.serving.disaggregation import KVTransfer, kv_transfer
+from course_lib.core.serving.disaggregation import (DisaggregatedPlan, KVTransfer, disaggregated_plan,
+                                                   kv_transfer)
 from course_lib.core.serving.memory import (KVPool, LayerGroups, kv_pool, kv_slots, layer_groups, paged_utilisation,
                                             reserved_utilisation)
 from course_lib.core.serving.plans import (ServingPlan, StaticBatching, continuous_batching_plan, static_batching,
@@ -81,4 +82,4 @@ __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_c
            "speculative_decoding", "StaticBatching", "static_batching", "KVPool", "kv_pool", "LayerGroups",
            "layer_groups", "kv_slots", "paged_utilisation", "reserved_utilisation", "littles_law", "KVTransfer",
            "kv_transfer", "serving_measurements", "KVSlotsCheck", "published_kv_slots", "steady_state_search",
-           "SweepPoint", "rate_sweep"]
+           "SweepPoint", "rate_sweep", "DisaggregatedPlan", "disaggregated_plan"]
