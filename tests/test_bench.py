@@ -16,7 +16,7 @@ from course_lib.core.hardware import HardwareSpec
 
 torch = pytest.importorskip("torch")
 
-from course_lib.measure import device, machine, model_timing, probes, timing  # noqa: E402
+from course_lib.measure import device, machine, model_timing, probes, sysinfo, timing  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 #: the LLC and memory budget the timed probes below are given (no host figure decides a test)
@@ -221,18 +221,28 @@ def test_llc_is_the_last_level_the_cores_in_use_share(monkeypatch, tmp_path, tre
     assert sizes["LLC"] == llc and sizes["L3"] == l3
     assert sizes["L1i"] == 32 * 2**10 and sizes["L2"] in (2 * MiB, MiB)
     assert device.last_level_cache_bytes("cpu", sysfs_root=root, cpus=cpus) == llc
-    l3s = [c for c in device.sysfs_cache_instances(root, cpus) if c["level"] == 3]
+    l3s = [c for c in sysinfo.sysfs_cache_instances(root, device.cpus_in_use() if cpus is None else cpus)
+           if c["level"] == 3]
     assert sum(c["size_bytes"] for c in l3s) == llc and len({c["cpus"] for c in l3s}) == len(l3s)   # once each
+
+
+def test_the_system_report_counts_every_cache_instance_of_the_same_sysfs_tree(monkeypatch, tmp_path):
+    """sysinfo.cache_info (the environment report) reads sysfs through the same reader as cache_sizes: every CPU of
+    the tree, one entry per level and type with its instances."""
+    monkeypatch.setattr(sysinfo, "SYSFS_CPU", _write_sysfs(tmp_path, SYSFS_TREES["two-socket-2x32MiB"]))
+    caches = {(c["level"], c["type"]): (c["size_bytes"], c["instances"]) for c in sysinfo.cache_info()}
+    assert caches[(3, "Unified")] == (32 * MiB, 2) and caches[(2, "Unified")] == (MiB, 8)
+    assert caches[(1, "Data")] == (32 * 2**10, 8)
 
 
 def test_sysfs_tree_without_caches_reports_none(tmp_path):
     (tmp_path / "cpu0").mkdir()
     assert device.cache_sizes("cpu", sysfs_root=tmp_path, cpus={0}) == {}
     assert device.last_level_cache_bytes("cpu", sysfs_root=tmp_path, cpus={0}) is None
-    assert device.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert sysinfo.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
     for bad in ("3-1", "a", "1,,2"):
         with pytest.raises(ValueError, match="cpu list"):
-            device.parse_cpu_list(bad)
+            sysinfo.parse_cpu_list(bad)
 
 
 @pytest.mark.parametrize("reported,expected", [
@@ -246,8 +256,7 @@ def test_sysfs_tree_without_caches_reports_none(tmp_path):
 ])
 def test_without_sysfs_the_fallback_sums_the_last_level(monkeypatch, tmp_path, reported, expected):
     """lscpu / macOS sysctl do not say which CPUs share a cache: their last level is summed over its instances."""
-    from course_lib.measure import sysinfo
-    monkeypatch.setattr(device, "SYSFS_CPU", tmp_path)          # an empty tree: no sysfs here
+    monkeypatch.setattr(sysinfo, "SYSFS_CPU", tmp_path)         # an empty tree: no sysfs here
     monkeypatch.setattr(sysinfo, "cache_info", lambda: reported)
     assert device.cache_sizes("cpu") == expected
     assert device.last_level_cache_bytes("cpu") == expected.get("LLC")
