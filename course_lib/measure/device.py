@@ -9,8 +9,8 @@ Lessons: 05, 06, 07, 08, 09
 
 Nothing here times anything: :mod:`course_lib.measure.timing` times, :mod:`~course_lib.measure.probes`
 sizes its buffers from the cache and memory figures read here, :mod:`~course_lib.measure.machine`
-records them. CPU caches are read from Linux sysfs here (the caches the CPUs in use share; the root
-is injectable), else from ``lscpu`` / macOS ``sysctl`` via :mod:`course_lib.measure.sysinfo`; GPU
+records them. CPU caches are read from Linux sysfs (the caches the CPUs in use share, through the one sysfs
+reader :func:`course_lib.measure.sysinfo.sysfs_cache_instances`), else from ``lscpu`` / macOS ``sysctl``; GPU
 figures come from the CUDA driver. The memory budget of one probe is defined here once
 (:data:`MEMORY_BUDGET_FRACTION`, :data:`FAST_MEMORY_BUDGET_BYTES`).
 """
@@ -23,11 +23,8 @@ from typing import Iterable
 
 import torch
 
-from course_lib.measure import sysinfo
-from course_lib.measure.sysinfo import cpus_in_use, parse_cpu_list, sysfs_cache_instances
-
-__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "SYSFS_CPU", "parse_cpu_list",
-           "cpus_in_use", "sysfs_cache_instances", "cache_sizes", "last_level_cache_bytes",
+__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "cpus_in_use", "cache_sizes",
+           "last_level_cache_bytes",
            "MEMORY_BUDGET_FRACTION", "FAST_MEMORY_BUDGET_BYTES", "ASSUMED_RAM_BYTES", "cgroup_memory_room",
            "available_memory", "memory_budget_note", "memory_budget", "memory_capacity", "FALLBACK_LLC_BYTES"]
 
@@ -86,14 +83,18 @@ def device_name(device=None) -> str:
     return cpu_info().get("model") or "CPU"
 
 
-#: where Linux describes the CPU caches: ``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``
-SYSFS_CPU = sysinfo.SYSFS_CPU
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
     except OSError:
+        return None
+
+
+def cpus_in_use() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity mask), or None where the OS does not say."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
         return None
 
 
@@ -117,7 +118,8 @@ def cache_sizes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = No
     last level **the measuring threads see**, the total of the last-level instances shared by the
     CPUs in use (the affinity mask, or ``cpus``): two sockets with a 32 MiB L3 each give 32 MiB to a
     process pinned to one socket and 64 MiB to one that spans both. Read from Linux sysfs
-    (``sysfs_root``, default :data:`SYSFS_CPU`; :func:`sysfs_cache_instances`); where sysfs says
+    (``sysfs_root``, default :data:`course_lib.measure.sysinfo.SYSFS_CPU`;
+    :func:`course_lib.measure.sysinfo.sysfs_cache_instances`); where sysfs says
     nothing, ``lscpu`` or macOS ``sysctl`` (:func:`course_lib.measure.sysinfo.cache_info`), whose
     last level is summed over all its instances (they do not say which CPUs share which).
     GPU: ``{"L2": ..., "LLC": ...}``. An empty dict when nothing tells.
@@ -126,7 +128,9 @@ def cache_sizes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = No
     if dev.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
         return {"L2": l2, "LLC": l2} if l2 else {}
-    instances = sysfs_cache_instances(SYSFS_CPU if sysfs_root is None else sysfs_root, cpus)
+    from course_lib.measure import sysinfo
+    instances = sysinfo.sysfs_cache_instances(sysinfo.SYSFS_CPU if sysfs_root is None else sysfs_root,
+                                              cpus_in_use() if cpus is None else cpus)
     if instances or sysfs_root is not None:
         return _sizes_from_instances(instances)
     from course_lib.measure.sysinfo import cache_info

@@ -24,11 +24,10 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["system_info", "torch_info", "cpu_info", "cache_info", "memory_bytes", "package_versions",
-           "to_markdown", "to_html", "system_report", "SystemReport", "PACKAGES", "SYSFS_CPU", "parse_size",
-           "parse_cpu_list", "cpus_in_use", "sysfs_cache_instances"]
+           "to_markdown", "to_html", "system_report", "SystemReport", "PACKAGES", "SYSFS_CPU", "parse_cpu_list",
+           "sysfs_cache_instances", "parse_size"]
 
 #: Distributions whose versions the report lists (missing ones show as "not installed").
 PACKAGES = ("course_lib", "numpy", "torch", "sympy", "matplotlib", "ipywidgets", "jupyterlab", "ipykernel",
@@ -146,27 +145,17 @@ def parse_cpu_list(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-def cpus_in_use() -> frozenset[int] | None:
-    """The CPUs this process may run on (its affinity mask), or None where the OS does not say."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
-def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> list[dict]:
+def sysfs_cache_instances(root=None, cpus=None) -> list[dict]:
     """Every distinct cache that the CPUs ``cpus`` use, once, from a Linux sysfs tree under ``root``.
 
-    ``cpus``: default :func:`cpus_in_use` (all CPUs of the tree where the OS does not say). Each CPU's
-    ``cache/index*`` folders describe the caches it uses; a cache shared by several CPUs appears under
-    each of them with the same ``shared_cpu_list``, and is counted once. Returns
-    ``[{level, type, size_bytes, cpus}]`` sorted by level and type (``cpus``: the frozenset of CPUs
-    that share the instance); an empty list when the tree says nothing (no sysfs: macOS, Windows).
-    ``root`` is injectable so tests feed recorded trees.
+    ``root``: default :data:`SYSFS_CPU` (tests feed recorded trees); ``cpus``: default every CPU of the tree
+    (:func:`course_lib.measure.device.cache_sizes` passes the CPUs in use). Each CPU's ``cache/index*`` folders
+    describe the caches it uses; a cache shared by several CPUs appears under each of them with the same
+    ``shared_cpu_list``, and is counted once. Returns ``[{level, type, size_bytes, cpus}]`` sorted by level and
+    type (``cpus``: the frozenset of CPUs that share the instance); an empty list when the tree says nothing
+    (no sysfs: macOS, Windows).
     """
-    root = Path(root)
-    if cpus is None:
-        cpus = cpus_in_use()
+    root = Path(SYSFS_CPU if root is None else root)
     if cpus is None:
         dirs = sorted(root.glob("cpu[0-9]*"))
     else:
@@ -174,8 +163,7 @@ def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> 
     found: dict[tuple, dict] = {}
     for cpu_dir in dirs:
         for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
-            level, ctype = _read(idx / "level"), _read(idx / "type")
-            size = parse_size(_read(idx / "size"))
+            level, ctype, size = _read(idx / "level"), _read(idx / "type"), parse_size(_read(idx / "size"))
             if not (level and level.isdigit() and ctype and size):
                 continue
             shared_text = _read(idx / "shared_cpu_list")
@@ -189,15 +177,13 @@ def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> 
 
 
 def _caches_from_sys() -> list[dict]:
-    """Cache levels from Linux sysfs (every CPU of the machine): one entry per (level, type) with the size of
-    one instance and the number of instances, from :func:`sysfs_cache_instances`."""
-    everything = [int(p.name[3:]) for p in SYSFS_CPU.glob("cpu[0-9]*")]
-    found: dict[tuple[int, str], dict] = {}
-    for c in sysfs_cache_instances(SYSFS_CPU, everything):
-        entry = found.setdefault((c["level"], c["type"]), {"level": c["level"], "type": c["type"],
-                                                           "size_bytes": c["size_bytes"], "instances": 0})
+    """Cache levels from Linux sysfs: one entry per (level, type), its size per instance and how many instances."""
+    out: dict[tuple[int, str], dict] = {}
+    for c in sysfs_cache_instances():
+        entry = out.setdefault((c["level"], c["type"]), {"level": c["level"], "type": c["type"],
+                                                          "size_bytes": c["size_bytes"], "instances": 0})
         entry["instances"] += 1
-    return [found[k] for k in sorted(found)]
+    return [out[k] for k in sorted(out)]
 
 
 def _caches_from_lscpu() -> list[dict]:
