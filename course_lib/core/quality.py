@@ -76,15 +76,15 @@ class Thresholds:
     * ``min_effect`` = 0.03: two timings closer than 3 % are "indistinguishable" however tight their
       spreads.
     * ``decisive_margin`` = 2.0: a relation between timings that are not all reliable still **stands** (is
-      *settled*) when its effect exceeds their spread by this factor: each timing's spread is its
-      uncertainty u = max(IQR / median, median / fastest - 1) (:attr:`TimingVerdict.uncertainty`), and the
-      relation must survive moving every operand by the factor (1 + u) ** margin against it
-      (:func:`settles`). A busy laptop slows and scatters its repeats, but it does not turn a 4.7x cache
-      effect or a 1,000x growth with size into their opposites. In a recorded run of lesson 05 at load 9-10
-      (``tests/fixtures/recordings/busy/05.json``) the 23 timings had uncertainties of 0.02-0.33 (median 0.16;
-      4 of them noisy), so the margin asks a two-operand relation for 1.1x-3.1x. Why 2 and not 1: drift
-      between runs exceeds one timing's own spread under load (a busy run timed the same GEMV at 40.7 and 27.7 ms, 1.47x apart, both "reliable"); with uncertainties of 0.2 a margin of 1
-      would accept a 1.44x relation, which such drift produces, while 2 asks for 2.07x.
+      *settled*) when its effect exceeds their spread by this factor: each timing's spread is its uncertainty u =
+      max(IQR / median, median / fastest - 1) (:attr:`TimingVerdict.uncertainty`), and the relation must survive
+      moving every operand by the factor (1 + u) ** margin against it (:func:`settles`). A busy laptop slows and
+      scatters its repeats, but it does not turn a 4.7x cache effect or a 1,000x growth with size into their
+      opposites. In a recorded run of lesson 05 at load 9-10 (``tests/fixtures/recordings/busy/05.json``) the 23
+      timings had uncertainties of 0.02-0.33 (median 0.16; 4 of them noisy), so the margin asks a two-operand
+      relation for 1.1x-3.1x. Why 2 and not 1: drift between runs exceeds one timing's own spread under load (a busy
+      run timed the same GEMV at 40.7 and 27.7 ms, 1.47x apart, both "reliable"); with uncertainties of 0.2 a margin
+      of 1 would accept a 1.44x relation, which such drift produces, while 2 asks for 2.07x.
 
     The recorded machine profiles (``tests/fixtures/profiles/``, quiet and loaded runs of the same probes)
     are the evidence for each value: the quiet runs pass them, the loaded runs fail them, and
