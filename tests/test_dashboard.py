@@ -96,7 +96,8 @@ def test_llama70b_fp16_does_not_fit_one_h100_and_the_view_says_so():
 
 
 def test_unpriceable_settings_show_not_available_with_the_reason():
-    s = D.DashboardState(hardware="m2-ultra")                  # no published peak FLOP/s
+    s = D.DashboardState(hardware="this-machine",              # no peak and no effective FLOP/s
+                         machine=custom_hardware("this-machine", bandwidth=50e9, capacity=64e9))
     with pytest.raises(ValueError) as info:
         D.compute(s)
     v = D.dashboard_view(s)
