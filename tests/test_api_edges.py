@@ -441,7 +441,7 @@ CASES = {
                             collective=st.sampled_from(["all-reduce", "all-gather", "all-to-all", "scan"]),
                             devices=counts(1, 64), message_bytes=positive(0, 1e9),
                             link_bandwidth=st.one_of(st.none(), positive(1e6, 1e13)),
-                            algorithm=st.sampled_from(["ring", "tree"])),
+                            algorithm=st.sampled_from(["ring", "tree", "one-shot"])),
     "alltoall_time_per_pass": call("capstone.alltoall_time_per_pass", moe_layers=counts(0, 100),
                                    tokens=counts(1, 10**6), hidden=counts(1, 10**4), experts_per_token=counts(1, 16),
                                    devices=counts(1, 8), value_bytes=positive(1, 4), link_bandwidth=positive()),
