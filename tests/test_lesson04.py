@@ -88,9 +88,11 @@ def test_reading_notes_the_sliding_window_and_the_trained_context():
 
 
 def test_unestimable_device_gives_a_reading_with_the_estimators_message():
-    r = tpot_reading("mistral-7b", "m2-ultra", "fp16", 1024)
+    from course_lib.core.hardware import custom_hardware
+    bare = custom_hardware("bare-gpu", bandwidth=500e9)            # no peak and no effective rate (every catalog
+    r = tpot_reading("mistral-7b", bare, "fp16", 1024)              # device prices a step since issue 27)
     with pytest.raises(ValueError) as info:
-        estimate("mistral-7b", "m2-ultra", 1024, 1)
+        estimate("mistral-7b", bare, 1024, 1)
     assert r.estimate is None and r.error == str(info.value)
     assert r.tpot_text == r.tps_text == NOT_AVAILABLE
     assert "course-error" in r.details_html and html.escape(str(info.value)) in r.details_html
@@ -165,8 +167,11 @@ def test_every_model_and_device_in_the_dropdowns(explorer):
 
 
 def test_unestimable_device_shows_the_error_instead_of_raising(explorer):
+    # every catalog device now prices a step (issue 27: Apple parts get effective rates), so the dropdown reaches no
+    # error; the error path itself is test_unestimable_device_gives_a_reading_with_the_estimators_message's
     explorer.hardware.value = "m3-max"
-    assert explorer.tpot.value == NOT_AVAILABLE and "course-error" in explorer.details.value
+    assert explorer.tpot.value == expected_tpot_text("source-7b", "m3-max", "fp16", 1024)
+    assert "course-error" not in explorer.details.value
     explorer.hardware.value = "h100-sxm"
     assert explorer.tpot.value == expected_tpot_text("source-7b", "h100-sxm", "fp16", 1024)
 
@@ -234,8 +239,9 @@ def test_tpot_vs_context_without_window_and_errors():
     (ln,) = ax.get_lines()
     y = list(ln.get_ydata())
     assert y == sorted(y) and y[-1] > y[0] and ax.get_xlim()[1] == 8000
-    with pytest.raises(ValueError, match="m2-ultra"):
-        plot_tpot_vs_context("llama-3-8b", hardware=["m2-ultra"], points=3)
+    from course_lib.core.hardware import custom_hardware
+    with pytest.raises(ValueError, match="bare-gpu"):
+        plot_tpot_vs_context("llama-3-8b", hardware=[custom_hardware("bare-gpu", bandwidth=500e9)], points=3)
     with pytest.raises(ValueError, match="hardware"):
         plot_tpot_vs_context("llama-3-8b", hardware=[])
     with pytest.raises(ValueError, match="model"):
