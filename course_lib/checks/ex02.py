@@ -110,9 +110,13 @@ q3 = NumericQuestion(
     objective="O3 compute the weight bytes one decode step streams",
     prompt=("Qwen3-0.6B ties its lm_head to its token embedding: one V x h matrix serves both. In fp16 at "
             "batch 1, how many weight bytes does one decode step stream?"),
-    expected=_QW_STREAM, dimension="bytes", rel_tol=0.01,
+    # 0.3 %: the nominal 0.6B x 2 bytes (0.66 % above) is a mistake, not the answer
+    expected=_QW_STREAM, dimension="bytes", rel_tol=0.003,
     detect=[d.bits_vs_bytes(), d.gb_vs_gib()],
     mistakes=[
+        Mistake(0.6e9 * _FP16,
+                "That is the nominal 0.6B from the name x 2 bytes. Count what a step streams from the real shapes: "
+                "`block_params`, `vocab` and `hidden` of `get_model('qwen3-0.6b')`.", rel_tol=0.001),
         Mistake(g.weight_bytes(_QW.block_params + _QW.hidden, _FP16),
                 "That leaves out the lm_head. Tied or not, the output projection multiplies the hidden state "
                 "by all V x h weights every step; tying saves memory, not reads."),
@@ -164,7 +168,9 @@ q5 = NumericQuestion(
             "(`get_hardware('rtx-4090').bandwidth`). (a) bytes of the matrix; (b) time to read them at the full "
             "bandwidth (ignore the two small vectors). Answer in microseconds (a bare number is read as µs)."),
     expected=_GEMV_T / _US, unit="us", dimension="time", rel_tol=0.01,
-    detect=[d.ms_vs_s(), d.bits_vs_bytes(),
+    detect=[d.ms_vs_s(feedback=(
+                "That is a factor of 1000 off: a time-unit slip (ns, µs, ms and s are each 1000 apart). A bare "
+                "number is read as microseconds; or write the unit, e.g. '0.5 ms'.")), d.bits_vs_bytes(),
             d.compute_instead_of_memory(g.compute_time(_GEMV_FLOPS, _RTX4090.flops("fp16"), 1.0) / _US)],
     mistakes=[
         Mistake(g.memory_time(g.weight_bytes(_GEMV_ELEMENTS, _FP32), _RTX4090.bandwidth, 1.0) / _US,
@@ -195,8 +201,9 @@ q6 = NumericQuestion(
     mistakes=[
         Mistake(_GEMV_AI / _RIDGE, "Upside down: divide the ridge point by the GEMV's intensity."),
         Mistake(_H100.sparse_flops["fp16"] / _H100.bandwidth / _GEMV_AI,
-                "That uses the datasheet's 2:4 structured-sparsity figure, twice the dense peak. Dense "
-                "matrix products get the dense peak."),
+                "That is twice the answer. Three slips give it: the datasheet's 2:4 structured-sparsity peak "
+                "(twice the dense one; dense matrix products get the dense peak), the fp8 peak (the GEMV is fp16), "
+                "or a GEMV intensity of 0.5 FLOP/byte (one FLOP per 2-byte weight; a multiply-add is 2 FLOPs)."),
         Mistake(_RIDGE / (2 * _GEMV_AI),
                 "That gives the GEMV 2 FLOP/byte. In fp16 each weight is 2 bytes and yields 2 FLOPs: 1 FLOP/byte."),
         Mistake(0.5, "That looks like an intensity (1 FLOP per 2-byte weight), not the factor. The GEMV's "
@@ -224,13 +231,13 @@ q7 = NumericQuestion(
     mistakes=[
         Mistake(_MI.weight_bytes("fp16") / _CACHE,
                 "That uses the whole checkpoint. A decode step streams the blocks, the lm_head and one "
-                "embedding row, not the whole embedding table."),
+                "embedding row, not the whole embedding table.", alters="weights"),
         Mistake(_MI.streamed_params(1) / _CACHE,
                 "That compares a parameter count with bytes: each fp16 weight takes 2 bytes."),
         Mistake(_CACHE / _MI_STREAM, "Upside down: the question asks how many caches the weights fill."),
         Mistake(7e9 * 2 / _CACHE,
                 "That uses the nominal 7B parameters from the name; take the bytes one step streams from "
-                "`decode_weight_bytes('fp16')`.", rel_tol=0.003),
+                "`decode_weight_bytes('fp16')`.", rel_tol=0.003, alters="weights"),
     ],
     hints=["`get_model('mistral-7b').decode_weight_bytes('fp16')` gives the bytes of one step.",
            "Both numbers in bytes, then divide."],
