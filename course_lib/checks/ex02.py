@@ -27,10 +27,10 @@ from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import _generated as g
 from course_lib.core import units
 from course_lib.core.hardware import get_hardware
-from course_lib.core.models import get_model
+from course_lib.core.models import catalog_entry, get_model
 from course_lib.core.precision import get_precision
 
-__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "streamed_bytes"]
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "streamed_bytes"]
 
 SET = "ex02"
 
@@ -316,4 +316,45 @@ q9 = ChoiceQuestion(
               "prefix. Batching other requests raises total throughput, not this response's speed."),
 )
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9]
+# --- O6: a config.json, layer by layer ---------------------------------------------------------------
+_CFG = catalog_entry("llama-3-8b")["config"]
+_H, _HQ, _HKV = _CFG["hidden_size"], _CFG["num_attention_heads"], _CFG["num_key_value_heads"]
+_D, _I = _H // _HQ, _CFG["intermediate_size"]
+_ATTN = _H * _HQ * _D + 2 * _H * _HKV * _D + _HQ * _D * _H
+_MLP = 3 * _H * _I
+_Q10 = _L3.attention_params_per_layer + _L3.dense_mlp_params + _L3.norm_params_per_layer
+assert _Q10 == _ATTN + _MLP + 2 * _H  # the catalog's count is the config's, read layer by layer
+q10 = NumericQuestion(
+    id="q10", set=SET, points=2,
+    objective="O6 read a model's config.json and count its parameters layer by layer",
+    prompt=("Multi-step: `catalog_entry('llama-3-8b')['config']` is Llama-3-8B's `config.json` (the fields that "
+            "fix its shape). Count the parameters of ONE transformer block: (a) attention: the Q and O projections "
+            "(h x H_q·d each) and the K and V projections (h x H_kv·d each), with d = hidden_size / "
+            "num_attention_heads; (b) the gated MLP: gate, up and down (h x intermediate_size each); (c) its two "
+            "RMSNorm weight vectors (h each). No biases. How many parameters has one block?"),
+    expected=_Q10, rel_tol=0,
+    mistakes=[
+        Mistake(_H * _HQ * _D * 4 + _MLP + 2 * _H,
+                "That gives K and V as many heads as Q (multi-head attention). Llama-3-8B uses grouped-query "
+                "attention: `num_key_value_heads` K/V heads, fewer than `num_attention_heads`."),
+        Mistake(_ATTN + 2 * _H * _I + 2 * _H,
+                "That counts two MLP matrices. Llama's MLP is gated: gate, up AND down, three h x I matrices."),
+        Mistake(_ATTN + _MLP,
+                "That leaves out the block's two RMSNorm weight vectors (h values each): small, but part of the "
+                "count."),
+        Mistake(_H * _HQ * _D + _H * _HKV * _D + _HQ * _D * _H + _MLP + 2 * _H,
+                "That counts one of K and V: a block has a K projection AND a V projection."),
+        Mistake(_ATTN + _MLP + 2 * _H + _CFG["vocab_size"] * _H,
+                "That adds the embedding table: it belongs to the model, not to each block."),
+        Mistake(_L3.params / _CFG["num_hidden_layers"],
+                "That divides the whole model by the number of layers: it spreads the embedding table and the "
+                "lm_head over the blocks. Count one block from its shapes."),
+    ],
+    hints=["d = 4096 / 32 = 128; the K and V projections have num_key_value_heads x d outputs each.",
+           "Attention h·H_q·d + 2·h·H_kv·d + H_q·d·h; MLP 3·h·I; norms 2·h."],
+    solution=(f"d = {_H} / {_HQ} = {_D}. Attention: {_H:,} x {_HQ * _D:,} x 2 + {_H:,} x {_HKV * _D:,} x 2 = "
+              f"{_ATTN:,}; MLP: 3 x {_H:,} x {_I:,} = {_MLP:,}; norms: 2 x {_H:,}. One block: **{_Q10:,}**. "
+              f"`get_model('llama-3-8b').block_params` is {_CFG['num_hidden_layers']} of them plus the final norm."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10]
