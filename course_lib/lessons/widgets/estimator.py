@@ -64,8 +64,9 @@ def estimate_summary(model: str, hardware: str, precision: str, prompt_tokens: i
     else:
         verdict = "fits" if e.fits else "does NOT fit"
         sold = getattr(hw, "capacity_marketing_gb", None)
-        as_sold = (f" (the memory its driver reports, {format_bytes(e.memory_available, 'iec', digits=4)}, of a card sold as "
-                   f"'{sold:g} GB': lesson 03 explains the difference)") if sold else ""
+        driver = format_bytes(e.memory_available, "iec", digits=4)
+        as_sold = (f" (the memory its driver reports, {driver}, of a card sold as '{sold:g} GB': lesson 03 "
+                   "explains the difference)") if sold else ""
         memory_note = (f"weights + KV cache at the end of the response; "
                        f"{esc(device)} has {format_bytes(e.memory_available)}{esc(as_sold)}: {verdict}")
 
