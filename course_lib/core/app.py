@@ -294,7 +294,8 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                 warnings.append(
                     f"The all-reduces dominate: {share}. Their fixed latency binds ({format_time(fixed)} of each "
                     f"step at any link bandwidth), not the link's {format_bandwidth(state.interconnect_bandwidth)}: "
-                    "a faster link would not help; fewer GPUs (TP) would, and a larger batch spreads it over more tokens.")
+                    "a faster link would not help; fewer GPUs (TP) would, and a larger batch spreads it over more "
+                    "tokens.")
             else:
                 warnings.append(
                     f"The link dominates: {share}. Check the link bandwidth "
