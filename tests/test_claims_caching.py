@@ -41,10 +41,11 @@ def _pairs(run):
 
 
 def _check(c):
-    assert c.outcome == (c.relation if c.verdict == "reliable" else c.verdict)
+    assert c.outcome == (c.relation if c.verdict == "reliable" or c.settled else c.verdict)
     text = say(c)
     assert isinstance(text, str) and text
-    assert ("unreliable" in text) == (c.verdict != "reliable")
+    assert ("unreliable" in text) == (c.outcome in ("noisy", "contended"))
+    assert ("so this run settles it" in text) == (c.verdict != "reliable" and c.settled)
 
 
 @pytest.mark.parametrize("profile,run", RUNS, ids=RUN_IDS)

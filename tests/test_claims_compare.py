@@ -21,10 +21,11 @@ FACTORS = (0.3, 0.6, 0.9, 1.0, 1.2, 2.0)
 
 
 def _check(c):
-    assert c.outcome == (c.relation if c.verdict == "reliable" else c.verdict)
+    assert c.outcome == (c.relation if c.verdict == "reliable" or c.settled else c.verdict)
     text = say(c)
     assert isinstance(text, str) and text
-    assert ("unreliable" in text) == (c.verdict != "reliable")
+    assert ("unreliable" in text) == (c.outcome in ("noisy", "contended"))
+    assert ("so this run settles it" in text) == (c.verdict != "reliable" and c.settled)
 
 
 def _band_ok(relation, eff):

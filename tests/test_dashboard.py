@@ -3,7 +3,7 @@
 * on one GPU every number equals ``course_lib.estimate`` of the same setting (the dashboard adds
   nothing of its own), and the texts are ``course_lib.units`` formats of those numbers;
 * tensor parallelism: the split work is the estimate on one device with G times the bandwidth and
-  FLOP/s, plus 2 ring all-reduces per layer priced by ``_generated.ring_allreduce_time``;
+  FLOP/s, plus 2 ring all-reduces per layer priced by ``numeric.ring_allreduce_time``;
 * properties over the batch: aggregate tokens/s never falls and TPOT never falls as the batch grows;
   the memory verdict turns exactly at ``max_batch_that_fits``;
 * bad input gets one clear error naming the field; importing the module pulls in no torch,
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import capstone as D
 from course_lib import estimate, get_hardware, get_model
 from course_lib.core.hardware import custom_hardware
@@ -465,19 +465,42 @@ def test_continuous_plan_with_tensor_and_expert_parallelism():
         D.simulate_plan(p)
 
 
-def test_simulate_plan_runs_the_serving_simulator_at_the_plans_load():
+def test_simulate_plan_runs_the_serving_simulator_at_the_plans_concurrency():
     s = D.DashboardState(precision="fp8", prompt_tokens=512, new_tokens=32, cached_prefix_tokens=256, **_EFF)
     p = D.continuous_plan(s, 200, 0.05)
-    res = D.simulate_plan(p, requests=300, seed=1)
-    assert len(res.records) == 300 and res.max_batch_seen <= p.sequences
-    # Little's law at the load of users / GPUs sequences in flight, priced in the steady state at that load
-    n_in = math.ceil(200 / p.gpus)
-    t_dec = D.compute(p.state.replace(batch=n_in)).tpot
-    tpot = g.steady_state_tpot(t_dec, n_in, p.prefill_time, 31)
-    rate = (200 / p.gpus) / g.total_latency(p.prefill_time + t_dec, 32, tpot)
-    assert res.arrival_rate == pytest.approx(rate, rel=0.25)          # 300 Poisson arrivals: a few % of noise
+    res = D.simulate_plan(p, requests=800, seed=1)
+    n_in = math.ceil(200 / p.gpus)                         # users per GPU, in a closed loop
+    assert len(res.records) == 800 and res.max_batch_seen <= min(p.sequences, n_in)
+    assert res.settings["users"] == n_in and res.settings["warmup"] == n_in
+    assert res.mean_in_system <= n_in and 0 < len(res.measured) <= 800 - n_in
+    assert all(r.arrival >= res.window[0] and r.finish <= res.window[1] for r in res.measured)
+    fewer = D.simulate_plan(p, requests=300, seed=1, gpus=p.gpus + 1)   # one more GPU: fewer users on each
+    assert fewer.settings["users"] == math.ceil(200 / (p.gpus + 1))
     with pytest.raises(TypeError, match="plan"):
         D.simulate_plan(s)
+
+
+def test_size_plan_adds_gpus_until_the_simulated_p99_meets_the_budgets_then_a_spare():
+    s = D.DashboardState(prompt_tokens=512, new_tokens=32, **_EFF)
+    p = D.continuous_plan(s, 300, 0.05, 1.0)
+    sized = D.size_plan(p, 1.0, 0.05, requests=400)
+    assert sized.serving_gpus >= p.gpus and sized.gpus == sized.serving_gpus + 1
+    assert sized.summary["ttft_p99"] <= 1.0 and sized.summary["tpot_p99"] <= 0.05
+    assert all(t["ttft_p99"] > 1.0 or t["tpot_p99"] > 0.05 for n, t in sized.tried[:-1])
+    assert 0 <= sized.headroom < 1 and sized.users_per_gpu == math.ceil(300 / sized.serving_gpus)
+    tight = D.size_plan(p, 1e-4, 0.05, requests=400, max_extra=1)   # a TTFT no prefill meets
+    assert tight.serving_gpus is None and len(tight.tried) == 2
+
+
+def test_plan_cost_is_the_generated_price_and_energy_per_token():
+    ex = D.deployment_examples()
+    price, watts = ex["gpu_hour_price"]["h200"]["usd_per_gpu_hour"], ex["board_power_w"]["h200"]["watts"]
+    c = D.plan_cost(3, 20_000.0, price, watts)
+    assert c.per_million_tokens == pytest.approx(1e6 * price * 3 / 3600 / 20_000, rel=1e-12)
+    assert c.joules_per_token == pytest.approx(700 * 3 / 20_000, rel=1e-12)
+    assert D.plan_cost(1, 1.0, 1.0).joules_per_token is None
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        D.plan_cost(1, 1.0, 0)
 
 
 def test_plans_reject_bad_input():

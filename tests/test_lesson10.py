@@ -110,3 +110,25 @@ def test_ex10_expected_values_come_from_course_lib():
     assert ex10.q4.expected == S.paged_utilisation([100, 17, 33], 16)
     assert ex10.q8.evaluate(ex10.tokens_per_step_reference).correct
     assert ex10.q8.evaluate(lambda a, k: sum(a ** i for i in range(k + 1))).correct
+
+
+def test_ex10_accepts_what_the_lesson_prints_and_refuses_what_it_should():
+    """Round 3's findings: 0.46 (two digits) is right for q1; q3 wants whole blocks; q5 takes summation's
+    Piecewise and Sum(...).doit(); q6's halved time names both ways to get it."""
+    import sympy
+
+    from course_lib.checks import ex10
+    assert ex10.q1.evaluate(0.46).correct and not ex10.q1.evaluate(0.54).correct
+    blocks = ex10.q3.expected
+    assert ex10.q3.evaluate(blocks).correct
+    for near in (blocks + 0.3, blocks + 1):
+        r = ex10.q3.evaluate(near)
+        assert not r.correct and "Round down" in r.feedback
+    a, k = sympy.symbols("a k", positive=True)
+    i = sympy.symbols("i", integer=True, nonnegative=True)
+    for answer in (sympy.summation(a ** i, (i, 0, k)), sympy.Sum(a ** i, (i, 0, k)).doit(),
+                   sympy.Sum(a ** i, (i, 0, k))):
+        assert ex10.q5.evaluate(answer).correct, answer
+    assert not ex10.q5.evaluate(sympy.summation(a ** i, (i, 0, k - 1))).correct
+    half = ex10.q6.evaluate(ex10.q6.expected / 2).feedback
+    assert "directions" in half and "keys" in half

@@ -70,6 +70,11 @@ def assert_comparison_agrees(c: q.TimingComparison, th: Thresholds = TH):
     assert q.VERDICTS.index(c.verdict) >= max(q.VERDICTS.index(a.verdict), q.VERDICTS.index(b.verdict))
     if c.spread_exceeds_effect is not None:
         assert c.spread_exceeds_effect == (max(a.spread, b.spread) > c.effect)
+    if c.settled and c.verdict != "reliable":       # settled by the margin: the effect clears both uncertainties
+        assert c.relation != "indistinguishable"
+        assert abs(math.log(c.ratio)) > th.decisive_margin * (math.log1p(c.a.uncertainty) + math.log1p(c.b.uncertainty))
+    assert c.settled == (c.verdict == "reliable") or c.settled == q.settles(
+        abs(math.log(c.ratio)) - math.log1p(th.min_effect), [c.a, c.b], thresholds=th)
 
 
 def assert_trend_agrees(t: q.Trend):
@@ -84,7 +89,8 @@ def assert_trend_agrees(t: q.Trend):
     else:
         assert t.direction == "inconclusive"
     if any(not p.reliable for p in t.points):
-        assert t.direction == "inconclusive"
+        assert t.direction == "inconclusive" or (t.direction in ("grows", "falls") and t.overall.settled)
+    assert t.settled == (t.direction != "inconclusive")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -92,7 +98,7 @@ def assert_trend_agrees(t: q.Trend):
 # --------------------------------------------------------------------------------------------------
 def test_the_thresholds_are_the_documented_ones():
     assert (TH.noisy_p90_ratio, TH.noisy_relative_iqr, TH.noisy_median_over_min, TH.contended_steal,
-            TH.min_repeats, TH.min_effect) == (1.5, 0.20, 1.25, 0.05, 3, 0.03)
+            TH.min_repeats, TH.min_effect, TH.decisive_margin) == (1.5, 0.20, 1.25, 0.05, 3, 0.03, 2.0)
     with pytest.raises(Exception):
         TH.noisy_p90_ratio = 2  # frozen
 
@@ -102,7 +108,7 @@ def test_the_thresholds_are_the_documented_ones():
     ("noisy_relative_iqr", 0, ValueError), ("noisy_median_over_min", math.nan, ValueError),
     ("contended_steal", 1.0, ValueError), ("contended_steal", 0, ValueError),
     ("min_repeats", 0, ValueError), ("min_repeats", 2.5, ValueError), ("min_repeats", "3", TypeError),
-    ("min_effect", -0.1, ValueError),
+    ("min_effect", -0.1, ValueError), ("decisive_margin", 0, ValueError),
 ])
 def test_bad_thresholds_name_the_field(field, value, error):
     with pytest.raises(error, match=field):
@@ -464,8 +470,9 @@ def test_the_quiet_vm_is_reliable_with_one_thread_and_the_loaded_one_is_not():
 
 
 def test_the_quiet_amd_vm_validate_runs_are_within_the_accuracy_target():
-    # the two runs of python -m course_lib.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable by their
-    # own verdicts): every decode point within 15 %, geomean at most 10 % (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
+    # the two runs of python -m course_lib.measure.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable
+    # by their own verdicts): every decode point within 15 %, geomean at most 10 %
+    # (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
     profile = load_profile("amd-epyc-2core-32mib-l3-quiet")
     for k, (geomean, worst) in enumerate([(0.046, 0.134), (0.034, 0.113)], 1):
         points = [pt for s in profile.series if s.name.startswith("tpot") and s.name.endswith(f"(validate run {k})")

@@ -55,12 +55,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
-from course_lib.core.serving import _steady_state_search  # the one steady-state search
+from course_lib.core.serving.plans import steady_state_search  # the one steady-state search
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
                                         require_nonnegative, require_positive)
@@ -798,7 +798,8 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     ``TPOT = t_decode(C) + C · t_prefill / (n - 1)`` (``steady_state_tpot``), with ``t_decode(C)`` =
     ``compute(state with batch C).tpot`` and ``t_prefill`` = ``compute(state with batch 1).ttft``, collectives
     included. Memory per GPU: its share of the weights, the cached prefix once and ``C`` caches of the uncached
-    tokens at their final length must fit in ``kv_memory_fraction`` of its capacity. ``C`` is the largest
+    tokens at their final length (windowed layers: their window) must fit in ``kv_memory_fraction`` of its
+    capacity. ``C`` is the largest
     within ``tpot_budget`` (and ``ttft_budget`` when given) and memory, at most ``max_sequences``; on one GPU
     this is :func:`course_lib.core.serving.continuous_batching_plan`. ``binds`` names what ``C + 1`` breaks.
     """
@@ -821,10 +822,13 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     k, P = state.cached_prefix_tokens, state.prompt_tokens
     limit = frac * one.memory_available
 
-    def memory(c):
-        return one.weights_per_gpu + kv_tok * k + c * kv_tok * (P + n - k)
+    # windowed layers (sliding_window, Gemma 2/3's and gpt-oss's local layers) hold only their window
+    prefix_kv, per_seq = kv_tok * m.attended_tokens(k), kv_tok * m.attended_tokens(P + n - k)
 
-    best, binds, c, (t_dec, tpot, ttft) = _steady_state_search(
+    def memory(c):
+        return one.weights_per_gpu + prefix_kv + c * per_seq
+
+    best, binds, c, (t_dec, tpot, ttft) = steady_state_search(
         lambda c: compute(state.replace(batch=c)).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget, cap_c)
     replicas = math.ceil(users / best) if best else None
     return ContinuousPlan(state=state.replace(batch=c), users=users, sequences=best, replicas=replicas,
@@ -835,15 +839,19 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
                           memory_needed=memory(c), memory_limit=limit)
 
 
-def simulate_plan(plan: ContinuousPlan, requests: int = 2000, seed: int = 0, *, token_budget: int = 2048,
-                  chunked_prefill: bool = True, max_batch: int | None = None, kv_memory_fraction: float = 0.9):
-    """Simulate one GPU of a one-GPU ``plan`` at its load: :func:`course_lib.core.serving.simulate`'s result.
+def simulate_plan(plan: ContinuousPlan, requests: int | None = None, seed: int = 0, *, token_budget: int = 2048,
+                  chunked_prefill: bool = True, max_batch: int | None = None, kv_memory_fraction: float = 0.9,
+                  gpus: int | None = None, think_time: float = 0.0):
+    """Simulate one GPU of a one-GPU ``plan`` at its planned concurrency: :func:`course_lib.core.serving.simulate`.
 
-    The ``users`` of the plan are spread over its GPUs; each holds ``N = users / gpus`` sequences generating at
-    once, so by Little's law its requests arrive at ``N / (ttft + (n - 1) tpot)`` per second (Poisson), with
-    the steady-state TTFT and TPOT at ``ceil(N)`` sequences in flight. ``max_batch`` defaults to the plan's
-    ``sequences``. The simulator serves from one device:
-    plans with ``tensor_parallel > 1`` (or "this-machine") are refused with the reason.
+    The ``users`` of the plan generate at once, spread over its ``gpus`` (default: the plan's); each GPU serves
+    ``ceil(users / gpus)`` of them in a closed loop: a user sends its next request as soon as (after
+    ``think_time`` seconds) its answer ends, as a benchmark's ``--max-concurrency``. The first request of every
+    user (the opening burst) is the warm-up and is left out, and so are requests still running once the last one
+    was sent; ``requests`` (default: 8 per user, at least 1,000) makes the run long enough for a steady state,
+    and the result says how many requests its percentiles rest on (``summary()["measured"]``). ``max_batch``
+    defaults to the plan's ``sequences``. The simulator serves from one device: plans with
+    ``tensor_parallel > 1`` (or "this-machine") are refused with the reason.
     """
     from course_lib.core import serving
 
@@ -855,16 +863,109 @@ def simulate_plan(plan: ContinuousPlan, requests: int = 2000, seed: int = 0, *, 
                          f"parallelism or a measured machine (this plan: {describe(s)})")
     if plan.gpus is None:
         raise ValueError("the plan serves nobody (not even one sequence meets its budgets): nothing to simulate")
-    n = s.new_tokens
-    per_gpu = plan.users / plan.gpus                          # sequences in flight on each GPU (<= sequences)
-    c = max(1, math.ceil(per_gpu))
-    t_dec = compute(s.replace(batch=c)).tpot                  # the steady state at that load, not at the plan's limit
-    tpot = g.steady_state_tpot(t_dec, c, plan.prefill_time, n - 1)
-    rate = per_gpu / g.total_latency(plan.prefill_time + t_dec, n, tpot)
-    return serving.simulate(s.model, s.hardware, rate, s.prompt_tokens, n, requests=requests, seed=seed,
-                            precision=s.precision, kv_precision=s.kv_precision,
+    n_gpus = plan.gpus if gpus is None else require_count("gpus", gpus, minimum=1, maximum=10**6)
+    users = math.ceil(plan.users / n_gpus)                    # sequences generating at once on each GPU
+    if requests is None:
+        requests = max(1000, 8 * users)
+    return serving.simulate(s.model, s.hardware, None, s.prompt_tokens, s.new_tokens, requests=requests, seed=seed,
+                            users=users, think_time=think_time, precision=s.precision, kv_precision=s.kv_precision,
                             cached_prefix_tokens=s.cached_prefix_tokens,
                             max_batch=plan.sequences if max_batch is None else max_batch,
                             token_budget=token_budget, chunked_prefill=chunked_prefill,
                             kv_memory_fraction=kv_memory_fraction, compute_efficiency=s.compute_efficiency,
                             bandwidth_efficiency=s.bandwidth_efficiency)
+
+
+# --------------------------------------------------------------------------------------------------
+# A plan sized on its simulated p99, with a spare; what it costs per token
+# --------------------------------------------------------------------------------------------------
+__all__ += ["SizedPlan", "size_plan", "PlanCost", "plan_cost", "deployment_examples"]
+
+
+@dataclass(frozen=True)
+class SizedPlan:
+    """A plan sized on simulated percentiles (see :func:`size_plan`); seconds, tokens/s.
+
+    ``serving_gpus`` is the fewest GPUs (from the steady state's ``plan.gpus`` up) whose simulated p99 TTFT and
+    p99 TPOT at ``ceil(users / serving_gpus)`` users per GPU meet the budgets; ``gpus`` adds ``spare`` GPUs (N+1:
+    one may fail, or be drained for an upgrade, and the rest still meet the budgets). ``users_per_gpu / sequences``
+    is how close each GPU runs to the steady state's limit ``C`` (``headroom`` = 1 - that). ``tried`` holds
+    ``(gpus, summary)`` of every count simulated; ``summary`` is the one at ``serving_gpus``.
+    """
+
+    plan: ContinuousPlan
+    ttft_budget: float
+    tpot_budget: float
+    serving_gpus: int | None
+    spare: int
+    gpus: int | None
+    users_per_gpu: int | None
+    headroom: float | None
+    summary: dict | None
+    tried: tuple
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Output tokens/s of the serving GPUs together in the steady window (the spares serve nobody)."""
+        return None if self.summary is None else self.summary["steady_throughput"] * self.serving_gpus
+
+
+def size_plan(plan: ContinuousPlan, ttft_budget: float, tpot_budget: float, *, spare: int = 1,
+              requests: int | None = None, seed: int = 0, max_extra: int = 8) -> SizedPlan:
+    """Size ``plan`` on its simulated p99: from ``plan.gpus`` up, the first count of GPUs whose closed-loop
+    simulation (:func:`simulate_plan`) keeps the p99 TTFT within ``ttft_budget`` and the p99 TPOT within
+    ``tpot_budget`` (seconds), plus ``spare`` GPUs. At most ``max_extra`` GPUs beyond the plan's are tried;
+    ``serving_gpus`` is ``None`` when none of them passes."""
+    if not isinstance(plan, ContinuousPlan):
+        raise TypeError(f"plan must be a ContinuousPlan (from continuous_plan), got {type(plan).__name__}")
+    ttft_budget = require_positive("ttft_budget", ttft_budget)
+    tpot_budget = require_positive("tpot_budget", tpot_budget)
+    spare = require_count("spare", spare, maximum=10**6)
+    max_extra = require_count("max_extra", max_extra, maximum=1000)
+    if plan.gpus is None:
+        raise ValueError("the plan serves nobody (not even one sequence meets its budgets): nothing to size")
+    tried = []
+    for n in range(plan.gpus, plan.gpus + max_extra + 1):
+        summ = simulate_plan(plan, requests=requests, seed=seed, gpus=n).summary()
+        tried.append((n, summ))
+        if summ["ttft_p99"] <= ttft_budget and (summ["tpot_p99"] is None or summ["tpot_p99"] <= tpot_budget):
+            users = math.ceil(plan.users / n)
+            return SizedPlan(plan, ttft_budget, tpot_budget, n, spare, n + spare, users,
+                             1 - users / plan.sequences, summ, tuple(tried))
+    return SizedPlan(plan, ttft_budget, tpot_budget, None, spare, None, None, None, None, tuple(tried))
+
+
+def deployment_examples() -> dict:
+    """``course_lib/data/deployment_examples.json`` (a fresh copy): an example GPU-hour price and board powers,
+    each with its source. Examples, not the market: pass your own price to :func:`plan_cost`."""
+    from course_lib.core.data import load_catalog
+    return load_catalog("deployment_examples", copy=True)
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """What a deployment's tokens cost: ``gpus`` GPUs (spares included) delivering ``tokens_per_s`` output tokens/s.
+
+    ``per_million_tokens`` in the currency of ``gpu_hour_price`` (generated ``cost_per_million_tokens``);
+    ``joules_per_token`` at ``board_power`` watts per GPU (generated ``energy_per_token``; the board power is an
+    upper bound of the draw, and the host, network and cooling are left out).
+    """
+
+    gpus: int
+    tokens_per_s: float
+    gpu_hour_price: float
+    per_million_tokens: float
+    board_power: float | None
+    joules_per_token: float | None
+
+
+def plan_cost(gpus: int, tokens_per_s: float, gpu_hour_price: float, board_power: float | None = None) -> PlanCost:
+    """Price ``tokens_per_s`` output tokens/s on ``gpus`` GPUs at ``gpu_hour_price`` per GPU-hour (your price: the
+    course holds one sourced example, :func:`deployment_examples`), and its energy at ``board_power`` watts."""
+    n = require_count("gpus", gpus, minimum=1, maximum=10**6)
+    rate = require_positive("tokens_per_s", tokens_per_s)
+    price = require_positive("gpu_hour_price", gpu_hour_price)
+    power = None if board_power is None else require_positive("board_power", board_power)
+    return PlanCost(gpus=n, tokens_per_s=rate, gpu_hour_price=price,
+                    per_million_tokens=g.cost_per_million_tokens(price, n, rate), board_power=power,
+                    joules_per_token=None if power is None else g.energy_per_token(power, n, rate))

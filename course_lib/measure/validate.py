@@ -422,7 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", action="append", default=None, metavar="PATH",
                     help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
                          "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
+    ap.add_argument("--published", action="store_true", help="held-out forecasts of published measurements, "
+                    "floor and engine profiles (course_lib.core.forecast; times nothing)")
     a = ap.parse_args(argv)
+    if a.published:
+        from course_lib.core.forecast import published_main
+        return published_main(progress=not a.no_progress)
     if a.engine is not None or a.config:
         return _engine_main(a)
     try:

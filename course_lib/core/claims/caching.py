@@ -71,7 +71,7 @@ def prefix_cache(measurement, *, steal: float | None = None) -> Claim:
                  {"full_seconds": c.b.median, "cached_seconds": c.a.median, "speedup": c.b.median / c.a.median,
                   "prefix_tokens": _get(measurement, "prefix_tokens"), "new_tokens": _get(measurement, "new_tokens")},
                  c.verdict, _named(c.reasons[1:], "the cached timing", "the full timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation != "same")
 
 
 def _per_turn(name: str, values) -> tuple[float, ...]:

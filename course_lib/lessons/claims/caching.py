@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import ADVICE, unreliable
+from course_lib.lessons.claims.gemv import settled_note, unreliable
 from course_lib.lessons.prose import table
 
 __all__ = ["say", "cases_table", "error_text", "value_text"]
@@ -32,7 +32,7 @@ def _prefix_cache(c: Claim) -> str:
         "cache_faster": f"The cache made the first token **{o['speedup']:.1f}× faster**.",
         "same": "The two are indistinguishable within their spread: on this run the cache saved nothing measurable.",
         "cache_slower": f"The cached pass was **slower** ({1 / o['speedup']:.1f}× the full prefill's time), which less "
-                        f"work cannot be: the machine's speed changed between the runs. {ADVICE}",
+                        "work cannot be: the machine's speed changed between the runs.",
     }.get(c.outcome, unreliable(c, "Whether the cache is faster"))
 
 
@@ -50,7 +50,7 @@ def _session_cache(c: Claim) -> str:
         "mixed": "From turn 2 on the cache was faster on the whole, but not by a clear margin on every turn.",
         "cache_slower": f"Yet turn{'s' if len(o['slower_turns']) > 1 else ''} "
                         f"{', '.join(str(t) for t in o['slower_turns'])} took longer with the cache, which less work "
-                        f"cannot: the machine's speed changed during the run. {ADVICE}",
+                        "cannot: the machine's speed changed during the run.",
         "one_turn": "A one-turn session has no later turn to compare.",
     }[c.outcome]
 
@@ -79,7 +79,7 @@ def _calibrated_summary(c: Claim) -> str:
         which = "; ".join(f"*{k}*" for k in o["unreliable"])
         return (f"Within {tol}: {inside or 'no case'}; outside: {outside or 'no case'}. "
                 f"**Your timings are unreliable** for {which}, because {why}: on those rows the table cannot "
-                f"say how good the model is on this machine. {ADVICE}")
+                f"say how good the model is on this machine.")
     return {
         "all_within": f"The calibrated model is within {tol} on every case.",
         "some_within": f"The calibrated model is within {tol} on {inside}, and outside it on {outside}.",
@@ -95,7 +95,7 @@ def _roofline(c: Claim) -> str:
                 "the costs the calibrated model adds.")
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
-                f"measured at the top of this section was too low (a busy moment). {ADVICE}")
+                f"measured at the top of this section was too low (a busy moment).")
     return unreliable(c, f"How far the roofline is below the measured {o['case']}")
 
 
@@ -139,6 +139,12 @@ _SAY = {"prefix_cache": _prefix_cache, "session_cache": _session_cache, "model_c
         "profile_vs_measured": _profile_vs_measured, "module_positions": _module_positions}
 
 
+def _noted(text: str, claim: Claim) -> str:
+    """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
+    note = settled_note(claim)
+    return text if note in text else text + note
+
+
 def say(claim: Claim, **extra) -> str:
     """The Markdown for ``claim``'s outcome. ``why=`` (model cases only): where to look when the case is outside
     its tolerance, appended to that sentence only."""
@@ -148,7 +154,7 @@ def say(claim: Claim, **extra) -> str:
         raise ValueError(f"lesson 07 has no sentence for the claim {claim.name!r}")
     if extra and claim.name != "model_case":
         raise TypeError(f"say() takes extra arguments for model_case claims only, got {sorted(extra)}")
-    return _SAY[claim.name](claim, **extra)
+    return _noted(_SAY[claim.name](claim, **extra), claim)
 
 
 def cases_table(cases, roofline) -> str:

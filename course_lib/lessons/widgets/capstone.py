@@ -23,7 +23,7 @@ chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the con
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
 "This machine": the hardware dropdown lists ``"this-machine"``; the button *Measure this machine*
-runs ``course_lib.measure.bench.this_machine(bench.measure_machine(...))`` (torch is imported then, inside the
+runs ``course_lib.measure.machine.this_machine(measure_machine(...))`` (torch is imported then, inside the
 callback, never when the dashboard loads), selects it, renames its entry with the measured bandwidth and
 lists the measured ceilings (``app.machine_text``).
 
@@ -480,9 +480,9 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         """Measure this machine (torch imported here, on demand), then select it."""
         self.status.value = "<p>Measuring this machine (copy, matmul and GEMV timings)...</p>"
         try:
-            from course_lib.measure import bench  # torch: imported only when asked for
+            from course_lib.measure import machine  # torch: imported only when asked for
 
-            self.machine = bench.this_machine(bench.measure_machine(progress=False))
+            self.machine = machine.this_machine(machine.measure_machine(progress=False))
         except Exception as exc:
             self.status.value = status_html(None, f"The measurement failed: {exc}")
             return
