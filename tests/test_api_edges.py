@@ -263,6 +263,11 @@ CASES = {
     "Precision": call("precision.Precision", name=st.just("p"), bits=positive(1, 64), description=st.just("")),
     "get_precision": call("precision.get_precision", names=("precision",), name=precisions()),
     "bytes_per_element": call("precision.bytes_per_element", names=("precision",), name=precisions()),
+    "get_layout": call("precision.get_layout", names=("precision",), precision=st.one_of(precisions(), st.sampled_from(
+        ["gpt-oss-mxfp4", "gguf-q4_0", {"default": "q4_0", "lm_head": "q6_k"}, {"ffn": "q4_0"}, {"mlp": "fp12"}]))),
+    "Layout": call("precision.Layout", names=("precision", "group"), name=st.just("l"), formats=st.sampled_from(
+        [tuple((grp, "fp16") for grp in ("attention", "mlp", "experts", "embedding", "lm_head")),
+         (("mlp", "fp16"),)]), kv=st.sampled_from([None, "fp8", "fp12"])),
     "block_format": call("precision.block_format", name=st.just("b"), element_bits=counts(0, 65),
                          block=counts(0, 4096), scale_bits=counts(0, 64), zero_bits=counts(0, 64)),
     # data
@@ -436,7 +441,7 @@ CASES = {
                             collective=st.sampled_from(["all-reduce", "all-gather", "all-to-all", "scan"]),
                             devices=counts(1, 64), message_bytes=positive(0, 1e9),
                             link_bandwidth=st.one_of(st.none(), positive(1e6, 1e13)),
-                            algorithm=st.sampled_from(["ring", "tree"])),
+                            algorithm=st.sampled_from(["ring", "tree", "one-shot"])),
     "alltoall_time_per_pass": call("capstone.alltoall_time_per_pass", moe_layers=counts(0, 100),
                                    tokens=counts(1, 10**6), hidden=counts(1, 10**4), experts_per_token=counts(1, 16),
                                    devices=counts(1, 8), value_bytes=positive(1, 4), link_bandwidth=positive()),

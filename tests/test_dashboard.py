@@ -96,7 +96,8 @@ def test_llama70b_fp16_does_not_fit_one_h100_and_the_view_says_so():
 
 
 def test_unpriceable_settings_show_not_available_with_the_reason():
-    s = D.DashboardState(hardware="m2-ultra")                  # no published peak FLOP/s
+    # every catalog device prices a step now (Apple devices by their effective rates): a spec without a peak
+    s = D.DashboardState(hardware="this-machine", machine=custom_hardware("no-peak", bandwidth=100e9, capacity=64e9))
     with pytest.raises(ValueError) as info:
         D.compute(s)
     v = D.dashboard_view(s)
@@ -343,7 +344,8 @@ def test_what_binds_names_the_limit_the_next_batch_breaks():
 def test_collective_latencies_are_nccls_with_their_source():
     ring, tree = D.COLLECTIVE_LATENCIES["ring"], D.COLLECTIVE_LATENCIES["tree"]
     assert (ring.base, ring.hop, tree.base, tree.hop) == (6.6e-6, 0.6e-6, 6.8e-6, 0.6e-6)
-    for c in (ring, tree):
+    assert "not published" in D.COLLECTIVE_LATENCIES["one-shot"].source
+    for c in (ring, tree, D.COLLECTIVE_LATENCIES["one-shot"]):
         assert "github.com/NVIDIA/nccl" in c.source and "tuning.cc" in c.source
     assert D.collective_latency() == (ring.base, ring.hop)
     assert D.collective_latency("tree", hop_latency=0) == (tree.base, 0.0)
@@ -355,7 +357,9 @@ def test_collective_time_is_latency_times_steps_plus_bytes_over_bandwidth():
         ring = D.collective_time("all-reduce", G, m, beta, base_latency=a0, hop_latency=a)
         assert ring == pytest.approx(a0 + 2 * (G - 1) * a + 2 * (G - 1) / G * m / beta, rel=1e-12)
         tree = D.collective_time("all-reduce", G, m, beta, algorithm="tree", base_latency=a0, hop_latency=a)
-        assert tree == pytest.approx(a0 + 2 * math.ceil(math.log2(G)) * a + 2 * m / beta, rel=1e-12)
+        assert tree == pytest.approx(a0 + 2 * (G - 1) * a + 2 * m / beta, rel=1e-12)    # one node: a chain (NCCL)
+        one = D.collective_time("all-reduce", G, m, beta, algorithm="one-shot", base_latency=a0, hop_latency=a)
+        assert one == pytest.approx(a0 + a + (G - 1) * m / beta, rel=1e-12)
         gather = D.collective_time("all-gather", G, m, beta, base_latency=a0, hop_latency=a)
         assert gather == pytest.approx(a0 + (G - 1) * a + (G - 1) / G * m / beta, rel=1e-12)
         assert D.collective_time("all-to-all", G, m, beta, base_latency=a0, hop_latency=a) == gather
@@ -363,9 +367,15 @@ def test_collective_time_is_latency_times_steps_plus_bytes_over_bandwidth():
         assert D.collective_time("all-reduce", G, m, beta, base_latency=0, hop_latency=0) == pytest.approx(
             g.ring_allreduce_time(G, m, beta), rel=1e-12)
     assert D.collective_time("all-reduce", 1, m, None) == 0.0
-    # the tree takes fewer steps than the ring from 4 GPUs on: at tiny messages it is faster
-    assert D.collective_time("all-reduce", 8, 1e3, beta, algorithm="tree") < D.collective_time("all-reduce", 8, 1e3,
-                                                                                                beta)
+    # NCCL's numbers for 8 GPUs of one node: ring 6.6 + 14 x 0.6 = 15 us, tree (a chain) 6.8 + 14 x 0.6 = 15.2 us;
+    # the one-shot kernel's single step wins at small messages, the ring at large ones
+    assert D.collective_time("all-reduce", 8, 0, beta, algorithm="tree") == pytest.approx(15.2e-6, rel=1e-12)
+    assert D.collective_time("all-reduce", 8, 0, beta) == pytest.approx(15.0e-6, rel=1e-12)
+    small, large = 1e3, 1e9
+    assert D.collective_time("all-reduce", 8, small, beta, algorithm="one-shot") < D.collective_time(
+        "all-reduce", 8, small, beta)
+    assert D.collective_time("all-reduce", 8, large, beta, algorithm="one-shot") > D.collective_time(
+        "all-reduce", 8, large, beta)
     with pytest.raises(ValueError, match="collective"):
         D.collective_time("broadcast", 2, m, beta)
     with pytest.raises(ValueError, match="link_bandwidth"):
@@ -517,3 +527,20 @@ def test_plans_reject_bad_input():
         D.static_plan(s, -1)
     with pytest.raises(TypeError, match="state"):
         D.continuous_plan("llama-3-8b", 10)
+
+
+def test_the_apps_serving_reading_prices_tokens_and_reports_the_itl():
+    from course_lib.core.app import serving_reading
+    from course_lib.lessons.widgets.capstone import serving_html
+    h200 = D.DashboardState(hardware="h200", precision="fp8", prompt_tokens=1024, new_tokens=64, **_EFF)
+    example = serving_reading(h200, 20, 1.0, 0.05)
+    price = D.deployment_examples()["gpu_hour_price"]["h200"]["usd_per_gpu_hour"]
+    assert example.cost.gpu_hour_price == price and "example price" in example.price_note
+    assert example.cost.per_million_tokens == pytest.approx(1e6 * price * example.gpus / 3600 / (20 * 64), rel=1e-12)
+    mine = serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=2.0)
+    assert mine.cost.gpu_hour_price == 2.0 and "your" in mine.price_note
+    assert "ITL p99" in serving_html(mine) and "per M tokens" in serving_html(mine)
+    unpriced = serving_reading(D.DashboardState(hardware="l40s", prompt_tokens=512, new_tokens=32), 2, 1.0, 0.05)
+    assert unpriced.cost is None and "GPU-hour price" in unpriced.price_note
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=0)

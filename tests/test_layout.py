@@ -18,6 +18,10 @@
 * **No compatibility layer** -- no module aliases another (no import hook on ``sys.meta_path``), and every
   ``python -m course_lib...`` command that the README, docs/ and the Makefile document names a real module
   with a ``__main__`` block.
+* **The author benchmarks stand apart** -- what lessons import from ``course_lib/measure/`` (probes, steady,
+  calibrate, predict, TinyLM, the engines' timing) never imports ``course_lib.measure.benchmarks`` (the
+  benchmarks, their bracketed-measurement primitive and judging rule); nor do core/, checks/, lessons/ or
+  authoring/. Only their command, ``course_lib/measure/validate.py``, runs them.
 """
 from __future__ import annotations
 
@@ -212,14 +216,43 @@ def test_private_scan_can_fail():
     assert any("_generated" in p for p in problems) and any("units._parse" in p for p in problems)
 
 
+BENCHMARKS = "course_lib.measure.benchmarks"
+#: the one module outside the benchmarks that runs them: their command, ``python -m course_lib.measure.validate``
+BENCHMARK_COMMAND = "course_lib.measure.validate"
+
+
+def benchmark_imports(sources) -> list[str]:
+    """Imports of the author benchmarks from a module outside them, except their command."""
+    problems = {}
+    for filename, tree in sources:
+        name = module_name(ROOT / filename)
+        if _is_under(name, (BENCHMARKS,)) or name == BENCHMARK_COMMAND:
+            continue
+        for line, name in imported_modules(tree, filename):
+            if _is_under(name, (BENCHMARKS,)):
+                problems.setdefault((filename, line), f"{filename}:{line} imports {name}")
+    return list(problems.values())
+
+
+def test_benchmark_scan_can_fail():
+    tree = ast.parse("def f():\n    from course_lib.measure.benchmarks import bracket\n"
+                     "from .benchmarks.tinylm_bench import run\nimport course_lib.measure.calibrate\n")
+    problems = benchmark_imports([("course_lib/measure/calibrate.py", tree)])
+    assert len(problems) == 2 and all("benchmarks" in p for p in problems), problems
+    assert benchmark_imports([("course_lib/measure/benchmarks/tinylm_bench.py", tree)]) == []
+    assert benchmark_imports([("course_lib/measure/validate.py", tree)]) == []
+
+
 @pytest.mark.parametrize("folder, scan, rule", [
     ("core", core_violations, "the core must not import these, not even inside a function"),
     ("measure", private_core_uses, "measure/ must use the core's public names only"),
     ("lessons", private_core_uses, "lessons/ must use the core's public names only"),
     ("checks", private_core_uses, "checks/ must use the core's public names only"),
     ("authoring", private_core_uses, "authoring/ must use the core's public names only"),
+    (".", benchmark_imports, "only the author benchmarks may import course_lib.measure.benchmarks"),
 ], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names",
-        "lessons-use-public-core-names", "checks-use-public-core-names", "authoring-uses-public-core-names"])
+        "lessons-use-public-core-names", "checks-use-public-core-names", "authoring-uses-public-core-names",
+        "benchmarks-stand-apart"])
 def test_import_rule(folder, scan, rule):
     sources = _sources(folder)
     assert len(sources) > 5

@@ -524,3 +524,51 @@ def test_trends_the_numbers_show():
     gpu = series("h200-mistral7b", "full decode step (CUDA graph), batch 1, by context")
     t = trend(gpu.xs, gpu.timings)
     assert t.direction == "inconclusive" and t.overall.relation == "slower"
+
+
+# --------------------------------------------------------------------------------------------------
+# settles: a relation that clears the spread by the margin stands on noisy timings
+# --------------------------------------------------------------------------------------------------
+def _noisy(median, spread):
+    return {"seconds": median, "q1_seconds": median * (1 - spread / 2), "q3_seconds": median * (1 + spread / 2),
+            "min_seconds": median * (1 - spread / 2), "repeats": 7}
+
+
+def test_a_large_effect_settles_on_noisy_timings_and_a_small_one_does_not():
+    # issue 29: a 9x cache effect between timings whose middle halves span 40 % is settled ...
+    big = compare_timings(_noisy(1.0, 0.4), _noisy(9.0, 0.4))
+    assert big.verdict == "noisy" and big.relation == "faster" and big.settled
+    # ... a 1.47x difference with the same spreads is not (run-to-run drift of that size is common under load)
+    small = compare_timings(_noisy(1.0, 0.4), _noisy(1.47, 0.25))
+    assert small.verdict == "noisy" and not small.settled
+    # the rule, stated once: beyond > margin x sum ln(1 + u)
+    va, vb = q.timing_verdict(_noisy(1.0, 0.4)), q.timing_verdict(_noisy(9.0, 0.4))
+    need = TH.decisive_margin * (math.log1p(va.uncertainty) + math.log1p(vb.uncertainty))
+    assert q.settles(need * 1.01, [va, vb]) and not q.settles(need * 0.99, [va, vb])
+
+
+def test_nothing_settles_on_a_median_only_or_too_few_repeats():
+    median_only = q.timing_verdict({"seconds": 1.0})
+    assert median_only.uncertainty is None and not q.settles(10.0, [median_only])
+    few = q.timing_verdict([1.0, 1.1])
+    assert not q.settles(10.0, [few])
+    with pytest.raises(TypeError, match="beyond"):
+        q.settles("1", [median_only])
+    with pytest.raises(TypeError, match="timings"):
+        q.settles(1.0, [])
+
+
+def test_a_trend_over_noisy_points_stands_only_when_settled_and_no_step_goes_back():
+    xs = [1, 10, 100, 1000]
+    rising = [_noisy(1e-3 * x, 0.3) for x in xs]
+    t = q.trend(xs, rising)
+    assert t.verdict == "noisy" and t.direction == "grows" and t.settled
+    wobble = [_noisy(1e-3, 0.3), _noisy(3e-3, 0.3), _noisy(1.2e-3, 0.3), _noisy(1.1e-3, 0.3)]
+    assert q.trend(xs, wobble).direction == "inconclusive"
+
+
+def test_an_agreement_is_settled_far_outside_the_tolerance_only():
+    far = q.within(1e-3, _noisy(8.67e-3, 0.4), 0.25)      # issue 29: a model step 8.67x its estimate
+    assert far.relation == "under" and far.verdict == "noisy" and far.settled
+    near = q.within(1e-3, _noisy(1.1e-3, 0.4), 0.25)
+    assert near.relation == "within" and not near.settled

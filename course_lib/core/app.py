@@ -44,8 +44,8 @@ from dataclasses import dataclass, replace
 from course_lib.core.numeric import raw as g
 from course_lib.core import serving
 from course_lib.core.capstone import (NOT_AVAILABLE, THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState,
-                                      best_batch, compute, continuous_plan, dashboard_view, memory_text,
-                                      resolve_hardware)
+                                      PlanCost, best_batch, compute, continuous_plan, dashboard_view,
+                                      deployment_examples, memory_text, plan_cost, resolve_hardware)
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.precision import get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_flop_rate, format_time, \
@@ -382,6 +382,8 @@ class ServingReading:
     static_batch: int | None = None
     static_total: float | None = None
     static_gpus: int | None = None
+    cost: PlanCost | None = None          # the continuous plan's $/M tokens and J/token (None: no price)
+    price_note: str | None = None         # where the GPU-hour price and the board power come from
 
     @property
     def meets_targets(self) -> bool | None:
@@ -412,9 +414,29 @@ class ServingReading:
         return None if self.gpus is None or self.static_gpus is None else self.static_gpus / self.gpus
 
 
+def _cost(state: DashboardState, gpus: int, tokens_per_s: float, price) -> tuple[PlanCost | None, str | None]:
+    """The plan's cost per token: the price given (per GPU-hour), else the course's sourced example for this GPU
+    (said so); the board power from the same examples where they hold this GPU."""
+    ex = deployment_examples()
+    example = ex["gpu_hour_price"].get(state.hardware)
+    power = ex["board_power_w"].get(state.hardware)
+    if price is None and example is None:
+        return None, "no GPU-hour price: type yours in 'GPU-hour price' for the cost per token"
+    if price is None:
+        price, note = example["usd_per_gpu_hour"], (f"an example price, not a quote: {example['what']}, "
+                                                    f"{example['cite']}; type yours in 'GPU-hour price'")
+    else:
+        note = "your GPU-hour price"
+    note += "" if power is None else f"; board power {power['watts']:g} W per GPU, the datasheet's maximum"
+    return plan_cost(gpus, tokens_per_s, price, None if power is None else power["watts"]), note
+
+
 def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: float, tpot_target: float,
-                    chunked_prefill: bool = True, seed: int = 0) -> ServingReading:
-    """Plan ``state`` for ``arrival_rate`` requests/s with p99 targets (seconds); see the module docstring."""
+                    chunked_prefill: bool = True, seed: int = 0, gpu_hour_price: float | None = None) -> ServingReading:
+    """Plan ``state`` for ``arrival_rate`` requests/s with p99 targets (seconds); see the module docstring.
+
+    ``gpu_hour_price`` (per GPU-hour, any currency) prices the plan's tokens (``cost``); without it the course's
+    sourced example price for the GPU is used where there is one, and ``price_note`` says so."""
     if not isinstance(state, DashboardState):
         raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
     rate = require_positive("arrival_rate", arrival_rate)
@@ -422,6 +444,8 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     if not isinstance(chunked_prefill, bool):
         raise TypeError(f"chunked_prefill must be True or False, got {type(chunked_prefill).__name__}")
     seed = require_count("seed", seed)
+    if gpu_hour_price is not None:
+        gpu_hour_price = require_positive("gpu_hour_price", gpu_hour_price)
     base = dict(arrival_rate=rate, ttft_target=ttft_t, tpot_target=tpot_t, chunked_prefill=chunked_prefill)
     if state.new_tokens < 2:
         return ServingReading(**base, problem="The serving plan needs answers of at least 2 tokens (a decode step "
@@ -445,8 +469,10 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     if b:
         static_total = compute(state.replace(batch=b)).total
         static_gpus = math.ceil(g.littles_law(rate, static_total) / b) * tp
+    cost, note = _cost(state, replicas * tp, rate * n, gpu_hour_price)
     out = ServingReading(**base, plan=plan, e2e=e2e, in_flight=in_flight, replicas=replicas,
-                         gpus=replicas * tp, static_batch=b, static_total=static_total, static_gpus=static_gpus)
+                         gpus=replicas * tp, static_batch=b, static_total=static_total, static_gpus=static_gpus,
+                         cost=cost, price_note=note)
     if tp > 1:
         return replace(out, sim_note="the serving simulator models one GPU per copy of the model (no tensor "
                                      "parallelism): set 'GPUs (TP)' to 1 for the simulated p99")

@@ -85,7 +85,7 @@ TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8)
 
 
 #: All-reduce algorithms the planner prices (``DashboardState.collective_algorithm``).
-COLLECTIVE_ALGORITHMS = ("ring", "tree")
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "one-shot")
 
 #: Collectives :func:`collective_time` prices.
 COLLECTIVES = ("all-reduce", "all-gather", "all-to-all")
@@ -110,6 +110,10 @@ class CollectiveLatency:
 COLLECTIVE_LATENCIES = {
     "ring": CollectiveLatency("ring", 6.6e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Ring", base=6.6, hop=0.6)),
     "tree": CollectiveLatency("tree", 6.8e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Tree", base=6.8, hop=0.6)),
+    # no latency is published for the engines' custom one-shot kernels: NCCL's Ring LL figures, for its one step
+    "one-shot": CollectiveLatency("one-shot", 6.6e-6, 0.6e-6, "not published for the custom all-reduce kernels of "
+                                  "vLLM and TensorRT-LLM; the course reuses " + _NCCL_SOURCE.format(
+                                      algo="Ring", base=6.6, hop=0.6) + " An assumption: measure your own."),
 }
 
 
@@ -274,8 +278,10 @@ def collective_time(collective: str, devices: int, message_bytes: float, link_ba
                     hop_latency: float | None = None) -> float:
     """Seconds of one collective over ``devices`` GPUs (0 on one GPU), latency included.
 
-    ``"all-reduce"``: ``allreduce_ring_time`` (or ``allreduce_tree_time`` with ``algorithm="tree"``, over
-    ``ceil(log2 devices)`` levels) of a ``message_bytes`` message; ``"all-gather"``: ``allgather_ring_time`` of a
+    ``"all-reduce"``: ``allreduce_ring_time`` (or ``allreduce_tree_time`` with ``algorithm="tree"``: inside one
+    node NCCL's tree is a chain of ``devices - 1`` steps each way; or ``allreduce_oneshot_time`` with
+    ``algorithm="one-shot"``, the engines' custom kernel over NVSwitch) of a ``message_bytes`` message;
+    ``"all-gather"``: ``allgather_ring_time`` of a
     ``message_bytes`` result; ``"all-to-all"``: ``alltoall_time``, each GPU sending ``message_bytes`` in all.
     Latencies: :func:`collective_latency`. ``link_bandwidth``: bytes/s per GPU and direction.
     """
@@ -289,8 +295,10 @@ def collective_time(collective: str, devices: int, message_bytes: float, link_ba
         raise ValueError("link_bandwidth is required for devices > 1")
     link = require_positive("link_bandwidth", link_bandwidth)
     if collective == "all-reduce":
-        if algorithm == "tree":
-            return g.allreduce_tree_time((devices - 1).bit_length(), message_bytes, link, base, hop)
+        if algorithm == "tree":                  # one node: NCCL's intra-node tree is a chain of G - 1 steps
+            return g.allreduce_tree_time(devices - 1, message_bytes, link, base, hop)
+        if algorithm == "one-shot":
+            return g.allreduce_oneshot_time(devices, message_bytes, link, base, hop)
         return g.allreduce_ring_time(devices, message_bytes, link, base, hop)
     if collective == "all-gather":
         return g.allgather_ring_time(devices, message_bytes, link, base, hop)

@@ -364,9 +364,16 @@ _f("allreduce_ring_time",
    "each GPU's link. At small messages the latency terms dominate.", "s")
 _f("allreduce_tree_time", s.base_latency + 2 * s.tree_depth * s.hop_latency + 2 * s.message_bytes / s.link_bandwidth,
    (s.tree_depth, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
-   "A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), "
-   "pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its "
-   "bus bandwidth).", "s")
+   "A tree all-reduce: a reduce up d steps and a broadcast down them (2 d steps), pipelined, so each link carries "
+   "the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). Inside one node "
+   "NCCL's tree is a chain, d = G - 1 (tuning.cc: 2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)); "
+   "between nodes it adds log2(nodes) levels.", "s")
+_f("allreduce_oneshot_time",
+   s.base_latency + s.hop_latency + (s.devices - 1) * s.message_bytes / s.link_bandwidth,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A one-shot all-reduce inside one switched node (NVSwitch): every GPU reads the G - 1 other partial sums "
+   "straight from their memory and adds them, one step; its link carries (G - 1) m. The custom all-reduce of "
+   "vLLM and TensorRT-LLM for small messages.", "s")
 _f("allgather_ring_time",
    s.base_latency + (s.devices - 1) * s.hop_latency + (s.devices - 1) / s.devices * s.message_bytes / s.link_bandwidth,
    (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),

@@ -195,6 +195,17 @@ class Layout:
     models: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
+        for f in ("description", "source"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {type(getattr(self, f)).__name__}")
+        if not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models):
+            raise TypeError("models must be a tuple of catalog model names")
+        if not isinstance(self.formats, tuple) or not all(
+                isinstance(x, tuple) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in self.formats):
+            raise TypeError("formats must be a tuple of (group, format) pairs of strings, e.g. (('attention', "
+                            "'bf16'), ...)")
         groups = [g_ for g_, _ in self.formats]
         if sorted(groups) != sorted(WEIGHT_GROUPS):
             raise ValueError(f"precision: a layout names every group of {WEIGHT_GROUPS} once, got {groups}")

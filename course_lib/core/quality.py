@@ -81,12 +81,13 @@ class Thresholds:
       *settled*) when its effect exceeds their spread by this factor: each timing's spread is its
       uncertainty u = max(IQR / median, median / fastest - 1) (:attr:`TimingVerdict.uncertainty`), and the
       relation must survive moving every operand by the factor (1 + u) ** margin against it
-      (:func:`settles`). A busy laptop slows and scatters its repeats, but it does not turn a 9x cache
-      effect or an fp16 GEMV 30x slower than fp32 into their opposites: under two busy processes on a
-      2-core VM the uncertainties of lesson 05's timings were mostly 0.05-0.6, which a factor-2 margin turns
-      into 1.1x-2.6x per operand, while the effects the lesson names are 1.5x-30x. The same reruns showed
-      one 8192² GEMV at 40.7 and 27.7 ms (1.47x) with both timings "reliable": a margin of 1 would let
-      such run-to-run drift through, 2 does not.
+      (:func:`settles`). A busy laptop slows and scatters its repeats, but it does not turn a 4.7x cache
+      effect or a 1,000x growth with size into their opposites. In a recorded run of lesson 05 on a 2-core
+      EPYC VM at load 9-10 (``tests/fixtures/recordings/busy/05.json``) the 23 timings had uncertainties of
+      0.02-0.33 (median 0.16; 4 of them noisy), so the margin asks a two-operand relation for 1.1x-3.1x. Why
+      2 and not 1: drift between runs exceeds one timing's own spread under load (issue 29's run timed the
+      same GEMV at 40.7 and 27.7 ms, 1.47x apart, both "reliable"); with uncertainties of 0.2 a margin of 1
+      would accept a 1.44x relation, which such drift produces, while 2 asks for 2.07x.
     """
 
     noisy_p90_ratio: float = 1.5

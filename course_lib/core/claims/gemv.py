@@ -1,6 +1,6 @@
 """The measured claims of lesson 05 (GEMV timing), as data.
 
-Lessons: 05, 06
+Lessons: 05, 06, 07, 08
 
 Every sentence of lesson 05 and of exercise set 05 that states a relation between measurements is one of
 these functions. Each returns a :class:`Claim`: the ``relation`` the numbers show, the ``operands`` it

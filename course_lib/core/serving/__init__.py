@@ -68,7 +68,8 @@ from course_lib.core.serving.memory import (KVPool, LayerGroups, kv_pool, kv_slo
                                             reserved_utilisation)
 from course_lib.core.serving.plans import (ServingPlan, StaticBatching, continuous_batching_plan, static_batching,
                                            steady_state_search)
-from course_lib.core.serving.published import KVSlotsCheck, published_kv_slots, serving_measurements
+from course_lib.core.serving.published import (KVSlotsCheck, ServingCheck, published_kv_slots, published_serving_checks,
+                                              serving_measurements)
 from course_lib.core.serving.results import (RequestRecord, ServingResult, TokenGaps, littles_law, percentile,
                                              samples_above, weighted_percentile)
 from course_lib.core.serving.simulator import SweepPoint, rate_sweep, simulate
@@ -82,4 +83,5 @@ __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_c
            "speculative_decoding", "StaticBatching", "static_batching", "KVPool", "kv_pool", "LayerGroups",
            "layer_groups", "kv_slots", "paged_utilisation", "reserved_utilisation", "littles_law", "KVTransfer",
            "kv_transfer", "serving_measurements", "KVSlotsCheck", "published_kv_slots", "steady_state_search",
-           "SweepPoint", "rate_sweep", "DisaggregatedPlan", "disaggregated_plan"]
+           "SweepPoint", "rate_sweep", "DisaggregatedPlan", "disaggregated_plan",
+           "ServingCheck", "published_serving_checks"]

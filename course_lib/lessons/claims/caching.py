@@ -1,6 +1,6 @@
 """Lesson 07's measured sentences: one for each outcome of each claim (:mod:`course_lib.core.claims.caching`).
 
-Lessons: 07
+Lessons: 06, 07
 
 ``say(claim)`` returns the Markdown for the claim's outcome; ``cases_table(cases, roofline)`` the table of the
 calibrated model's cases. Rendering only: every relation and number comes from the claims.
@@ -60,7 +60,7 @@ def _model_case(c: Claim, why: str = "") -> str:
     what = (f"*{o['case']}*: measured {value_text(o['measured'], o['kind'])}, calibrated "
             f"{value_text(o['predicted'], o['kind'])} ({error_text(o['error'])})")
     if c.verdict != "reliable":
-        return what + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'}."
+        return what + ". " + unreliable(c, f"Whether the model is within ±{o['tolerance']:.0%} here")
     if c.outcome == "within":
         return what + f": within ±{o['tolerance']:.0%}."
     side = "too long" if c.outcome == "over" else "too short"
@@ -91,7 +91,8 @@ def _calibrated_summary(c: Claim) -> str:
 def _roofline(c: Claim) -> str:
     o = c.operands
     if c.outcome == "below":
-        return (f"The roofline is {o['factor']:.1f}× below the measured {o['case']}: it is a floor, and it leaves out "
+        factor = f"{o['factor']:.2f}" if o["factor"] < 10 else f"{o['factor']:.1f}"
+        return (f"The roofline is {factor}× below the measured {o['case']}: it is a floor, and it leaves out "
                 "the costs the calibrated model adds.")
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
@@ -107,6 +108,9 @@ def _largest_gap(c: Claim) -> str:
 
 def _profile_vs_measured(c: Claim) -> str:
     o = c.operands
+    if c.outcome in ("noisy", "contended"):
+        return (f"The profiled operator time and the measured median are {format_time(o['gap'])} apart. "
+                + unreliable(c, "Which of the two is longer"))
     if c.outcome == "measured_longer":
         return (f"The profile's operator time leaves out the Python between the operators: the measured median is "
                 f"{format_time(o['gap'])} longer.")

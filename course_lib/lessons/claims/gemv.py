@@ -1,6 +1,6 @@
 """Lesson 05's measured sentences: one written for each outcome of each claim (:mod:`course_lib.core.claims.gemv`).
 
-Lessons: 05
+Lessons: 05, 06, 07, 08
 
 ``say(claim)`` returns the Markdown sentence(s) for the claim's outcome; nothing is decided here.
 Every claim has a sentence for its "noisy" and "contended" outcomes (:func:`unreliable`), which says that

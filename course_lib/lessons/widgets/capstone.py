@@ -127,16 +127,30 @@ def serving_html(s: ServingReading | None, error: str | None = None) -> str:
         caveat = (f". Not representative of the steady state: {s.requests:,} requests from an empty server, while "
                   f"about {num(s.in_flight / s.replicas)} are in flight per copy there; the server never fills up, "
                   f"so the p99 is likely optimistic" if short else "")
+        itl = "" if sim["itl_p99"] is None else (
+            f"; ITL p99 {format_time(sim['itl_p99'])} (every gap between two tokens, {sim['itl_samples']:,} of them; "
+            f"TPOT is each request's mean gap)")
         rows.append(_html.row(
             "Simulated p99", f"TTFT {format_time(sim['ttft_p99'])}, TPOT {format_time(sim['tpot_p99'])}",
             f"{verdict} (targets {format_time(s.ttft_target)} and {format_time(s.tpot_target)}); one {word}'s share, "
             f"{num(s.share_rate)} requests/s ({num(sim['arrival_rate'])}/s arrived in the simulated sample), "
             f"{s.requests:,} requests from an empty server, chunked prefill "
             f"{'on' if s.chunked_prefill else 'off'}; p50 TTFT {format_time(sim['ttft_p50'])}, mean batch "
-            f"{num(sim['mean_batch'])}{caveat}", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
+            f"{num(sim['mean_batch'])}{itl}; the p99 rests on the {sim['p99_rests_on']} slowest of {sim['measured']:,} "
+            f"requests{caveat}", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
     else:
         rows.append(_html.row("Simulated p99", "not simulated", html.escape(s.sim_note or ""),
                               cls="course-capstone-serving-p99"))
+    if s.cost is not None:
+        c = s.cost
+        energy = "" if c.joules_per_token is None else f", at most {c.joules_per_token:.3g} J per output token"
+        rows.append(_html.row(
+            "Cost per million tokens", f"{c.per_million_tokens:.3g} per M tokens",
+            f"{_gpus(c.gpus)} at {c.gpu_hour_price:g} per GPU-hour for {num(c.tokens_per_s)} output tokens/s{energy} "
+            f"({html.escape(s.price_note or '')})", nowrap=True, cls="course-capstone-serving-cost"))
+    elif s.price_note:
+        rows.append(_html.row("Cost per million tokens", "no price", html.escape(s.price_note),
+                              cls="course-capstone-serving-cost"))
     if s.static_gpus is None:
         rows.append(_html.row("Naive baseline (static)", "none", "no static batch meets the targets",
                               cls="course-capstone-serving-static"))
@@ -295,6 +309,10 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.tpot_target = cls(widgets.Text(value=TPOT_TARGET_DEFAULT, description="p99 TPOT target", style=wide,
                                             continuous_update=False, placeholder="ms, e.g. 50 or '0.05 s'"),
                                "course-capstone-tpot-target")
+        self.gpu_hour_price = cls(widgets.Text(value="", description="GPU-hour price", style=wide,
+                                               placeholder="per GPU-hour (empty: the example price)",
+                                               continuous_update=False),
+                                  "course-capstone-price")
         self.chunked_prefill = cls(widgets.Checkbox(value=True, description="Chunked prefill", indent=False,
                                                     tooltip="split long prompts into chunks that ride along with "
                                                             "the decode steps (Sarathi-Serve)"),
@@ -337,6 +355,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
                          "baseline)"),
             row(self.arrival_rate, self.chunked_prefill),
             row(self.ttft_target, self.tpot_target),
+            row(self.gpu_hour_price),
             self.serving,
             self.plot,
         ])
@@ -358,7 +377,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
 
     @property
     def serving_controls(self) -> tuple:
-        return (self.arrival_rate, self.ttft_target, self.tpot_target, self.chunked_prefill)
+        return (self.arrival_rate, self.ttft_target, self.tpot_target, self.chunked_prefill, self.gpu_hour_price)
 
     def box(self, name: str) -> widgets.Widget:
         """The number box beside the slider of field ``name`` (e.g. ``"batch"``)."""
@@ -462,9 +481,16 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         try:
             ttft = parse_time_field(self.ttft_target.value, "ms", "p99 TTFT target")  # bare numbers: ms, as TPOT
             tpot = parse_time_field(self.tpot_target.value, "ms", "p99 TPOT target")
-            s = serving_reading(r.state, self.arrival_rate.value, ttft, tpot, bool(self.chunked_prefill.value))
+            price_text = self.gpu_hour_price.value.strip().lstrip("$").replace(",", "")
+            try:
+                price = float(price_text) if price_text else None
+            except ValueError:
+                raise ValueError(f"'GPU-hour price' must be a number (per GPU-hour), got {self.gpu_hour_price.value!r}")
+            s = serving_reading(r.state, self.arrival_rate.value, ttft, tpot, bool(self.chunked_prefill.value),
+                                gpu_hour_price=price)
         except (ValueError, TypeError) as exc:
-            self.serving.value = serving_html(None, str(exc).replace("arrival_rate", "'Requests/s'"))
+            self.serving.value = serving_html(None, str(exc).replace("arrival_rate", "'Requests/s'")
+                                              .replace("gpu_hour_price", "'GPU-hour price'"))
             return
         self.serving_plan = s
         self.serving.value = serving_html(s)
