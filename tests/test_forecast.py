@@ -6,7 +6,7 @@ import math
 import pytest
 
 from course_lib import estimate, get_hardware, get_model
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import forecast
 from course_lib.core.data import load_catalog
 

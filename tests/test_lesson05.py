@@ -1,6 +1,6 @@
 """Lesson 05 (GEMV timing): figures, the measured questions of ex05, and the notebooks' structure.
 
-* the figures (``course_lib.plots.gemv``) carry titles and axis labels with units, and plot exactly
+* the figures (``course_lib.lessons.plots.gemv``) carry titles and axis labels with units, and plot exactly
   the rows' own values (achieved GB/s, bytes / bandwidth, times) and the H200's measured rows;
 * ex05's fixed answers come from course_lib; q7 and q8 are functions of the measured ``row``, checked on
   reference rows and on the learner's own row;
@@ -194,7 +194,7 @@ def test_every_measurement_goes_through_measured(nb_paths):
     # the lesson's outputs are a function of the recording: nbval compares every cell
     assert not [c.source[:60] for c in nb.cells if "nbval-ignore-output" in c.metadata.get("tags", [])]
     assert any("FULL_SWEEP = False" in c.source for c in nb.cells if c.cell_type == "code")
-    assert any("h200()" in c.source and "gemv_fp16_eager" in c.source for c in nb.cells if c.cell_type == "code")
+    assert any("h200_record()" in c.source and ".gemv" in c.source for c in nb.cells if c.cell_type == "code")
 
 
 def test_the_lessons_verdicts_come_from_the_claims(nb_paths):

@@ -9,7 +9,10 @@ number comes from the core:
 * :func:`parse_link_bandwidth` reads the "Link bandwidth" field. A bare number is read in the unit the
   field names (:data:`LINK_UNIT`, GB/s per GPU and direction): ``"450"`` is 450 GB/s, never 450 B/s.
   A figure with a unit (``"450 GB/s"``, ``"3.6 Tbit/s"``) is read with :func:`course_lib.core.units.parse_bandwidth`.
-* :func:`reading` prices a setting with :func:`course_lib.core.capstone.dashboard_view` and says in words
+* :func:`tpot_text`, :func:`ttft_text`, :func:`tps_text`, :func:`memory_text`: the dashboard's labels for a
+  :class:`~course_lib.core.capstone.DashboardState` (``"n/a"``, :data:`NOT_AVAILABLE`, when it cannot be priced).
+* :func:`reading` prices a setting with :func:`course_lib.core.capstone.compute` and gives every text the
+  dashboard and the app show (:class:`Reading`, the one view model of both); it says in words
   what is missing when it cannot: the link bandwidth (tensor parallelism over several GPUs), a
   measurement ("this machine"), or a device's FLOP/s. A device without a published dense FLOP/s (the
   Apple chips of the catalog) still gets its **decode floor**: the estimator's time per output token
@@ -21,7 +24,7 @@ number comes from the core:
   the GPUs' own work, the reading warns (a slow link, or one typed in the wrong unit) instead of
   showing a green "fits" under it.
 * :func:`machine_text` lists the ceilings measured on "this machine".
-* :func:`serving_reading` plans the setting for a request rate with continuous batching (issue 16):
+* :func:`serving_reading` plans the setting for a request rate with continuous batching:
   the steady state of :func:`course_lib.core.capstone.continuous_plan` gives the sequences in flight
   per copy of the model, ``C``; by Little's law (``littles_law``) ``rate x e2e`` requests are in flight
   at once, with ``e2e = TTFT + (n - 1) x TPOT`` of the steady state, so the rate needs
@@ -43,19 +46,97 @@ from dataclasses import dataclass, replace
 
 from course_lib.core.numeric import raw as g
 from course_lib.core import serving
-from course_lib.core.capstone import (NOT_AVAILABLE, THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState,
-                                      PlanCost, best_batch, compute, continuous_plan, dashboard_view,
-                                      deployment_examples, memory_text, plan_cost, resolve_hardware)
+from course_lib.core.capstone import (THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState, PlanCost,
+                                      best_batch, compute, continuous_plan, deployment_examples, plan_cost,
+                                      resolve_hardware)
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.precision import get_precision
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_flop_rate, format_time, \
     parse_bandwidth, parse_time
 from course_lib.core.validation import MAX_QUANTITY, require_count, require_positive
 
-__all__ = ["LINK_UNIT", "UNPRICED", "FLOOR_PEAK", "CONTROL_LABELS", "SIM_MAX_REQUESTS", "SIM_MAX_WORK",
+__all__ = ["NOT_AVAILABLE", "tpot_text", "ttft_text", "tps_text", "memory_text",
+           "LINK_UNIT", "UNPRICED", "FLOOR_PEAK", "CONTROL_LABELS", "SIM_MAX_REQUESTS", "SIM_MAX_WORK",
            "SIM_TOKEN_BUDGET", "SIM_STEADY_FACTOR", "device_word", "parse_link_bandwidth", "parse_time_field",
            "link_hint",
-           "is_gpu", "memory_words", "Reading", "reading", "machine_text", "ServingReading", "serving_reading"]
+           "is_gpu", "memory_words", "Reading", "reading", "state_reading", "machine_text", "ServingReading",
+           "serving_reading"]
+
+#: What an output shows when the setting cannot be priced (no published peak FLOP/s, machine not measured).
+NOT_AVAILABLE = "n/a"
+
+
+def _try(state: DashboardState) -> tuple[DashboardResult | None, str | None]:
+    try:
+        return compute(state), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def tpot_text(state: DashboardState) -> str:
+    """The TPOT label: ``format_time(compute(state).tpot)``, or ``"n/a"`` when the setting cannot be priced."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else format_time(r.tpot)
+
+
+def ttft_text(state: DashboardState) -> str:
+    """The TTFT label: ``format_time(compute(state).ttft)``, or ``"n/a"``."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else format_time(r.ttft)
+
+
+def _rate(tokens_per_s: float) -> str:
+    return f"{Quantity(tokens_per_s, 'number').format()} tokens/s"
+
+
+def tps_text(state: DashboardState) -> str:
+    """``"<per user> tokens/s per user, <aggregate> tokens/s in all"`` (or ``"n/a"``)."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else _result_tps_text(r)
+
+
+def _result_tps_text(r: DashboardResult) -> str:
+    return f"{_rate(r.tps)} per user, {_rate(r.tps_aggregate)} in all"
+
+
+def memory_text(state: DashboardState) -> str:
+    """``"<needed> of <available> per GPU: fits"`` / ``"... does NOT fit"`` (or ``"n/a"``)."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else _result_memory_text(r)
+
+
+def _result_memory_text(r: DashboardResult) -> str:
+    if r.memory_available is None:
+        return f"{format_bytes(r.memory_needed)} per GPU (capacity unknown)"
+    verdict = "fits" if r.fits else "does NOT fit"
+    return f"{format_bytes(r.memory_needed)} of {format_bytes(r.memory_available)} per GPU: {verdict}"
+
+
+def _bounds_text(state: DashboardState, r: DashboardResult) -> str:
+    bounds = f"prefill {r.prefill_bound}-bound, decode {r.decode_bound}-bound"
+    if state.tensor_parallel > 1:
+        bounds += (f"; all-reduces add {format_time(r.allreduce_prefill)} to TTFT and "
+                   f"{format_time(r.allreduce_decode)} to each decode step")
+        if state.expert_parallel:
+            bounds += (f"; expert all-to-alls add {format_time(r.alltoall_prefill)} and "
+                       f"{format_time(r.alltoall_decode)}")
+        if r.kv_replicated:
+            bounds += f"; every GPU reads the whole latent KV cache (+{format_time(r.kv_replicated_decode)} per step)"
+    return bounds
+
+
+def _warnings(state: DashboardState, r: DashboardResult) -> list[str]:
+    warnings = []
+    if r.fits is False:
+        warnings.append(f"Does not fit: {format_bytes(r.memory_needed)} needed per GPU "
+                        f"({format_bytes(r.weights_per_gpu)} weights + {format_bytes(r.kv_per_gpu)} KV cache), "
+                        f"{format_bytes(r.memory_available)} available.")
+    model = r.estimate.model
+    if state.prompt_tokens + state.new_tokens > model.max_positions:
+        warnings.append(f"{model.name} was trained for at most {model.max_positions:,} positions: "
+                        f"prompt + answer is longer, the numbers are arithmetic only.")
+    return warnings
+
 
 #: The unit of the "Link bandwidth" field: a bare number typed there is this many GB/s (per GPU, per direction).
 LINK_UNIT = "GB/s"
@@ -278,11 +359,20 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
         state = DashboardState(machine=machine, **values)
     except (ValueError, TypeError) as exc:
         return _unpriced(None, _in_words(str(exc)))
-    v = dashboard_view(state)
-    hw = resolve_hardware(state)
-    if v.error is None:
-        r = v.result
-        warnings = list(v.warnings) + link_note
+    out = state_reading(state)
+    return replace(out, warnings=out.warnings + tuple(link_note)) if link_note else out
+
+
+def state_reading(state: DashboardState) -> Reading:
+    """Every text the dashboard shows for ``state`` (a :class:`~course_lib.core.capstone.DashboardState`)."""
+    if not isinstance(state, DashboardState):
+        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
+    r, error = _try(state)
+    hw = resolve_hardware(state) if state.hardware != THIS_MACHINE or state.machine is not None else None
+    if hw is None:
+        return _unpriced(state, _in_words(error))
+    if error is None:
+        warnings = _warnings(state, r)
         link_bound = r.allreduce_decode > r.estimate.tpot or r.allreduce_prefill > r.estimate.ttft
         if state.tensor_parallel > 1 and link_bound:
             # the all-reduces' fixed latency: their time with a link too fast to matter
@@ -301,11 +391,12 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                     f"The link dominates: {share}. Check the link bandwidth "
                     f"({format_bandwidth(state.interconnect_bandwidth)} per GPU and direction): a bare number is "
                     f"read as {LINK_UNIT}.")
-        return Reading(state, r, True, False, v.ttft_text, v.tpot_text, v.total_text, v.tps_text,
-                       _memory_text(r, hw, v.memory_text), v.bounds_text, None, tuple(warnings))
+        return Reading(state, r, True, False, format_time(r.ttft), format_time(r.tpot), format_time(r.total),
+                       _result_tps_text(r), _memory_text(r, hw, _result_memory_text(r)), _bounds_text(state, r),
+                       None, tuple(warnings))
     dtype = get_precision(state.precision).compute_dtype
     if dtype in hw.peak_flops:
-        return _unpriced(state, _in_words(v.error))
+        return _unpriced(state, _in_words(error))
     # no published dense FLOP/s: the decode floor, the memory term alone (compute can only add time)
     floor_hw = hw.with_peak(dtype, FLOOR_PEAK)
     try:
@@ -319,8 +410,8 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                f"({format_bandwidth(hw.bandwidth)}). Decode is memory-bound and compute can only add time, so real "
                f"decoding is no faster. On the computer running this app, 'Measure this machine' times its "
                f"compute too.")
-    memory = _memory_text(r, hw, memory_text(r.state))
-    warnings = tuple(link_note)
+    memory = _memory_text(r, hw, _result_memory_text(r))
+    warnings = ()
     if r.fits is False:
         warnings += (f"Does not fit: {format_bytes(r.memory_needed)} needed, {format_bytes(r.memory_available)} "
                      f"available.",)

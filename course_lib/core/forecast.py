@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import data
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -613,7 +613,9 @@ def with_engine(est, engine):
 
 # --- storing the fit ----------------------------------------------------------------------------------------------
 def _digest() -> str:
-    return hashlib.sha256((_DATA / "published_validation.json").read_bytes()).hexdigest()
+    """sha256 of the published set's canonical JSON (sorted keys): changes whenever a record does."""
+    canon = json.dumps(data.load_catalog("published_validation"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def profiles_document(fitted=None) -> dict:
@@ -626,13 +628,13 @@ def profiles_document(fitted=None) -> dict:
                          "max_batch": p.max_batch, "constants_source": p.constants_source}
     return {
         "_about": ("Engine profiles (course_lib.core.forecast) FITTED by `python -m course_lib.core.forecast --refit` "
-                   "(fit_profiles) to every record of course_lib/data/published_validation.json: least squares on "
+                   "(fit_profiles) to every record of the published_validation catalog: least squares on "
                    "relative time error, each engine shrunk towards the pooled fit of all engines. Parameters: t_step "
                    "(s per forward step), t_req (s per request), inv_eta_m:<class> and inv_eta_c:<class> (1 / the "
                    "bandwidth and GEMM efficiency per device class: hbm, gddr, unified, cpu), inv_eta_a "
                    "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
                    "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
-        "fitted_from": {"file": "course_lib/data/published_validation.json", "sha256": _digest(),
+        "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
                         "records": fitted[None].points, "code": "course_lib.core.forecast.fit_profiles",
                         "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_towards_pooled": SHRINK_ENGINE},
                         "lower_bounds": _LOWER},

@@ -138,7 +138,7 @@ class S:
     time_in_system = _sym("time_in_system", r"W", **_nn)
     acceptance = _sym("acceptance", r"\alpha", **_nn)
     draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
-    # the calibrated decode model (course_lib.validate)
+    # the calibrated decode model (course_lib.measure.validate)
     kv_bandwidth = _sym("kv_bandwidth", r"\beta_{kv}", **_pos)
     weights_time = _sym("weights_time", r"t_W", **_nn)
     kv_time = _sym("kv_time", r"t_{KV}", **_nn)
@@ -418,7 +418,7 @@ _f("kv_transfer_exposed_time",
    "slower than the prefill, what the transfer has left once the prefill is done.", "s")
 
 
-# --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
+# --- the calibrated decode/prefill model (course_lib.measure.validate, lesson 06) --------------------------------
 _f("kv_read_time", s.batch * s.context * s.kv_bytes_per_token / s.kv_bandwidth,
    (s.batch, s.context, s.kv_bytes_per_token, s.kv_bandwidth),
    "Time a decode step spends reading the K/V of `context` tokens of every sequence, at the rate attention "
@@ -567,7 +567,7 @@ def derive_decode_sum() -> dict[str, sp.Expr]:
             "k_at_mean_context": k}
 
 
-# --- prefill score passes (course_lib.validate, lesson 07) -------------------------------------------------------
+# --- prefill score passes (course_lib.measure.validate, lesson 07) --------------------------------------------------
 S.score_rate = _sym("score_rate", r"r_{score}", **_pos)
 _f("score_pass_time",
    s.batch * s.layers * s.heads * s.new_prompt * (s.new_prompt + s.cached) / s.score_rate,

@@ -253,7 +253,7 @@ LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in [
     _layout("gguf-gpt-oss-mxfp4", attention="q8_0", mlp="q8_0", experts="mxfp4", embedding="q8_0", lm_head="q8_0",
             kv="fp16", description="gpt-oss's GGUF (ggml-org): MXFP4 experts kept, the BF16 tensors as Q8_0",
             source="ggml-org/gpt-oss-20b-GGUF and gpt-oss-120b-GGUF model cards (MXFP4 experts, other tensors "
-                   "Q8_0), as issue 27 reports", models=("gpt-oss-20b", "gpt-oss-120b")),
+                   "Q8_0)", models=("gpt-oss-20b", "gpt-oss-120b")),
     _layout("gguf-q4_0", attention="q4_0", mlp="q4_0", experts="q4_0", embedding="q4_0", lm_head="q6_k",
             description="a llama.cpp Q4_0 file: Q4_0 weights, the output matrix (or a tied embedding) in Q6_K",
             source=_LLAMA_CPP_OUT),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["system_info", "torch_info", "cpu_info", "cache_info", "memory_bytes", "package_versions",
            "to_markdown", "to_html", "system_report", "SystemReport", "PACKAGES", "SYSFS_CPU", "parse_cpu_list",
-           "sysfs_cache_instances"]
+           "sysfs_cache_instances", "parse_size"]
 
 #: Distributions whose versions the report lists (missing ones show as "not installed").
 PACKAGES = ("course_lib", "numpy", "torch", "sympy", "matplotlib", "ipywidgets", "jupyterlab", "ipykernel",
@@ -69,7 +69,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _parse_size(text: str | None) -> int | None:
+def parse_size(text: str | None) -> int | None:
     """'32K' / '1024K' / '32 MiB' / '32768' (bytes) -> bytes; None when unreadable."""
     if not text:
         return None
@@ -163,7 +163,7 @@ def sysfs_cache_instances(root=None, cpus=None) -> list[dict]:
     found: dict[tuple, dict] = {}
     for cpu_dir in dirs:
         for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
-            level, ctype, size = _read(idx / "level"), _read(idx / "type"), _parse_size(_read(idx / "size"))
+            level, ctype, size = _read(idx / "level"), _read(idx / "type"), parse_size(_read(idx / "size"))
             if not (level and level.isdigit() and ctype and size):
                 continue
             shared_text = _read(idx / "shared_cpu_list")
@@ -194,7 +194,7 @@ def _caches_from_lscpu() -> list[dict]:
         if len(parts) != 5 or not parts[3].isdigit():
             continue
         name, one, total, level, ctype = parts
-        one_b, total_b = _parse_size(one), _parse_size(total)
+        one_b, total_b = parse_size(one), parse_size(total)
         if not one_b:
             continue
         caches.append({"level": int(level), "type": ctype, "size_bytes": one_b,

@@ -18,7 +18,7 @@ Each slider has a number box beside it: a value typed there beyond the slider's 
 nearest end and a notice says so (a slider's own readout would clamp it silently), as does the cached
 prefix when a shorter prompt pulls it down.
 
-*Serving a request rate* (issue 16): the request rate, the p99 targets of TTFT and TPOT and the
+*Serving a request rate*: the request rate, the p99 targets of TTFT and TPOT and the
 chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the continuous-batching plan,
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
@@ -77,11 +77,11 @@ TPOT_TARGET_DEFAULT = "50 ms"
 def status_html(view, error: str | None = None) -> str:
     """The status line under the numbers: what is missing, the warnings, or an all-clear (green).
 
-    ``view`` is a :class:`course_lib.core.app.Reading` (or a ``capstone.DashboardView``, or None with
-    ``error``). Green only when the setting is priced and nothing is missing or wrong.
+    ``view`` is a :class:`course_lib.core.app.Reading` (or None with ``error``). Green only when the setting
+    is priced and nothing is missing or wrong.
     """
     if error is None and view is not None:
-        error = getattr(view, "problem", None) or getattr(view, "error", None)
+        error = view.problem
     if error is not None:
         return _html.error_box(error, "Cannot price this setting fully. ", cls="course-capstone-missing")
     if view.warnings:
@@ -299,7 +299,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.measure = cls(widgets.Button(description="Measure this machine", layout=widgets.Layout(width="auto"),
                                           tooltip="time copy, matmul and GEMV here (torch), then select it"),
                            "course-capstone-measure")
-        # serving a request rate (issue 16)
+        # serving a request rate
         self.arrival_rate = cls(widgets.FloatText(value=RATE_DEFAULT, description="Requests/s", style=wide,
                                                   tooltip="requests arriving per second (Poisson)"),
                                 "course-capstone-rate")
