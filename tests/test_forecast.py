@@ -1,12 +1,12 @@
 """Engine-aware forecasts (issue 27): the published-measurement set, engine profiles, estimate(engine=...), and the
-held-out benchmark `python -m course_lib.validate --published`."""
+held-out benchmark `python -m course_lib.measure.validate --published`."""
 import copy
 import math
 
 import pytest
 
 from course_lib import estimate, get_hardware, get_model
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import forecast
 from course_lib.core.data import load_catalog
 
@@ -124,6 +124,15 @@ def test_validate_published_prints_the_held_out_tables(capsys):
                                           "leave one document out", "TABLE"]:
         assert name in out, name
     assert out.strip().splitlines()[-1].startswith("overall (tables held out)")
+    # docs/FORECAST.md quotes both tables: they must be what the command prints today
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FORECAST.md").read_text()
+    lines = out.splitlines()
+    table_lines = [ln for ln in lines if ln.startswith(("llama.cpp ", "vLLM ", "SGLang ", "TensorRT-LLM ",
+                                                          "transformers ", "overall  "))]
+    assert len(table_lines) == 12
+    for ln in table_lines:
+        assert ln in doc, f"docs/FORECAST.md is out of date: {ln!r}"
 
 
 # --- per-tensor-group precision -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Lesson 05 (GEMV timing): figures, the measured questions of ex05, and the notebooks' structure.
 
-* the figures (``course_lib.plots.gemv``) carry titles and axis labels with units, and plot exactly
+* the figures (``course_lib.lessons.plots.gemv``) carry titles and axis labels with units, and plot exactly
   the rows' own values (achieved GB/s, bytes / bandwidth, times) and the H200's measured rows;
 * ex05's fixed answers come from course_lib; q7 and q8 are functions of the measured ``row``, checked on
   reference rows and on the learner's own row;
@@ -21,7 +21,7 @@ pytest.importorskip("matplotlib")
 
 from course_lib import get_hardware, get_model
 
-from course_lib.measure import probes as bench
+from course_lib.measure import probes
 
 from course_lib.core import measurements
 from course_lib.checks import ex05
@@ -39,7 +39,7 @@ def nb_paths(repo_root):
 def row(m, k, dtype="fp32", seconds=1e-3, rotate=True, q1=None, q3=None):
     b = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
     mb = m * k * b
-    return bench.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
+    return probes.GemvResult(m=m, k=k, dtype=dtype, device="cpu", element_bytes=b, bytes=(m * k + m + k) * b,
                             flops=2 * m * k, seconds=seconds, q1_seconds=q1 or seconds, q3_seconds=q3 or seconds,
                             min_seconds=q1 or seconds, repeats=5, number=1, rotate=rotate,
                             buffers=1 if not rotate else 9, working_set_bytes=mb * (9 if rotate else 1),
@@ -107,7 +107,7 @@ def test_machines_plot_uses_the_h200_measurements():
     assert list(lines["this machine"].get_ydata()) == pytest.approx([r.bandwidth / 20e9 for r in ROTATED])
     # the H200's own GB/s agree with bytes / time counted like bench.gemv_bytes (to the 4 digits published)
     for r in plots.h200_rows(h):
-        assert r["bytes"] == bench.gemv_bytes(r["m"], r["k"], "fp16")
+        assert r["bytes"] == probes.gemv_bytes(r["m"], r["k"], "fp16")
         assert r["bytes"] / r["seconds"] / 1e9 == pytest.approx(r["gb_per_s"], rel=2e-3)
 
 
@@ -124,7 +124,7 @@ def test_plots_reject_bad_input():
 
 # --- ex05 ---------------------------------------------------------------------------------------
 def test_fixed_answers_come_from_course_lib():
-    b = bench.gemv_bytes(8192, 8192, "fp16")
+    b = probes.gemv_bytes(8192, 8192, "fp16")
     assert ex05.q1.expected == b
     assert ex05.q2.expected == pytest.approx(b / get_hardware("h200").bandwidth * 1e6)
     h = measurements.h200()
@@ -154,7 +154,7 @@ def test_row_questions_are_functions_checked_on_the_learners_row(seconds):
 def test_the_reference_rows_include_the_h200_row():
     r = [x for x in measurements.h200()["gemv_fp16_eager"] if x["m"] == 8192][0]
     h = ex05.ROWS[0]
-    assert h["bytes"] == bench.gemv_bytes(8192, 8192, "fp16")
+    assert h["bytes"] == probes.gemv_bytes(8192, 8192, "fp16")
     assert h["bytes"] / h["seconds"] / 1e9 == pytest.approx(r["GBps"], rel=1e-4)
 
 
@@ -167,7 +167,7 @@ def test_a_bad_row_is_reported_not_raised(bad):
 
 
 def test_a_real_fast_measurement_checks_correct():
-    r = bench.measure_gemv([(128, 96)], ["fp32"], repeats=2, min_block=1e-5, device="cpu", progress=False)[0]
+    r = probes.measure_gemv([(128, 96)], ["fp32"], repeats=2, min_block=1e-5, device="cpu", progress=False)[0]
     assert ex05.q7.check(lambda x: x["bytes"] / x["seconds"] / 1e9, row=r.as_dict()).correct
 
 
@@ -200,7 +200,7 @@ def test_every_measurement_goes_through_measured(nb_paths):
     # the lesson's outputs are a function of the recording: nbval compares every cell
     assert not [c.source[:60] for c in nb.cells if "nbval-ignore-output" in c.metadata.get("tags", [])]
     assert any("FULL_SWEEP = False" in c.source for c in nb.cells if c.cell_type == "code")
-    assert any("h200()" in c.source and "gemv_fp16_eager" in c.source for c in nb.cells if c.cell_type == "code")
+    assert any("h200_record()" in c.source and ".gemv" in c.source for c in nb.cells if c.cell_type == "code")
 
 
 def test_the_lessons_verdicts_come_from_the_claims(nb_paths):

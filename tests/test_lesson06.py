@@ -1,8 +1,8 @@
 """Lesson 06 (prefill vs decode): the explorer, the figures and their data, ex06, the notebooks.
 
-* the explorer (``course_lib.widgets.prefill_decode``), driven in-process, shows exactly the
+* the explorer (``course_lib.lessons.widgets.prefill_decode``), driven in-process, shows exactly the
   estimator's TTFT, TPOT, total and tokens/s for every control, and keeps its CSS classes;
-* the figures (``course_lib.plots.prefill_decode``) carry titles and axis labels with units and plot
+* the figures (``course_lib.lessons.plots.prefill_decode``) carry titles and axis labels with units and plot
   exactly course_lib's values (the roofline from ``phase_time``, attention's share from
   ``prefill_flops``, the batching line from ``estimate``, measured points as passed in);
 * ex06's expected answers come from course_lib, and its central wrong answers (decode FLOPs /

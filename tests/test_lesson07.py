@@ -1,9 +1,9 @@
 """Lesson 07 (first-token optimisation): the explorers, the figures, the lesson's numbers, ex07.
 
-* the three explorers (``course_lib.widgets.caching``), driven in-process, show exactly what
-  ``course_lib.caching`` computes for every control, and keep their CSS classes;
-* the figures (``course_lib.plots.caching``) have titles and axis labels with units and plot
-  ``course_lib.caching``'s values;
+* the three explorers (``course_lib.lessons.widgets.caching``), driven in-process, show exactly what
+  ``course_lib.core.caching`` computes for every control, and keep their CSS classes;
+* the figures (``course_lib.lessons.plots.caching``) have titles and axis labels with units and plot
+  ``course_lib.core.caching``'s values;
 * the lesson's stored (deterministic) outputs contain the values the library computes now, and the
   measurement cells are marked ``nbval-ignore-output``;
 * ex07's solutions pass and its expected values come from course_lib.

@@ -1,8 +1,8 @@
 """Lesson 08 (predicted vs measured): figures, exercise set 08 and the notebooks' structure.
 
-* the figures (``course_lib.plots.compare``) carry titles and axis labels with units and plot exactly
+* the figures (``course_lib.lessons.plots.compare``) carry titles and axis labels with units and plot exactly
   the rows' own predicted/measured times (in ms) and ``compare.summary``'s efficiencies;
-* ex08's expected answers equal the ``course_lib.compare`` cases they are about;
+* ex08's expected answers equal the ``course_lib.core.compare`` cases they are about;
 * every cell of the lesson that measures is tagged ``nbval-ignore-output``; the exercise source has a
   prompt, an answer and a grade cell per question.
 """

@@ -1,7 +1,7 @@
 """Lesson 09 (capstone: plan a deployment): the dashboard widget, its figure, the lesson's numbers, ex09.
 
 * the dashboard widget's tests are in tests/test_widgets_capstone.py (the app's widget);
-* the figure (``course_lib.plots.capstone``) has a title, axis units, and plots the dashboard's values;
+* the figure (``course_lib.lessons.plots.capstone``) has a title, axis units, and plots the dashboard's values;
 * every number the lesson states comes from ``course_lib``;
 * ex09's expected values come from course_lib and its bank targets the lesson's mistakes.
 """
@@ -14,6 +14,7 @@ import nbformat
 import pytest
 from nbtext import shown_text
 
+from course_lib.core import app as A
 from course_lib.core import capstone as D
 from course_lib import estimate
 from course_lib.core.units import format_time
@@ -74,8 +75,8 @@ def test_figure_defaults_and_errors():
         plot_latency_throughput("llama-3-8b")
     with pytest.raises(ValueError, match="tpot_budget"):
         plot_latency_throughput(tpot_budget=0)
-    with pytest.raises(ValueError, match="m2-ultra"):
-        plot_latency_throughput(D.DashboardState(hardware="m2-ultra"))
+    with pytest.raises(ValueError, match="not been measured"):      # every catalog device is priced now
+        plot_latency_throughput(D.DashboardState(hardware="this-machine"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def _claims():
     return [
         ("the measured bandwidth efficiency", f"bandwidth efficiency {eta_b:.3f}"),
         ("the measured compute efficiency", f"compute efficiency {eta_c:.3f}"),
-        ("the L40S at batch 1", f"| NVIDIA L40S | {D.ttft_text(l40s.state)} | {D.tpot_text(l40s.state)} |"),
+        ("the L40S at batch 1", f"| NVIDIA L40S | {A.ttft_text(l40s.state)} | {A.tpot_text(l40s.state)} |"),
         ("the H100 fp8 plan without the cache", f"| NVIDIA H100 SXM | fp8 | {b_plain} | TTFT budget |"),
         ("the H100 fp8 plan with the cache", f"| NVIDIA H100 SXM | fp8 | {b_cached} | TTFT budget |"),
         ("the static plan's TPOT with the cache", format_time(r_cached.tpot)),

@@ -132,3 +132,16 @@ def test_ex10_accepts_what_the_lesson_prints_and_refuses_what_it_should():
     assert not ex10.q5.evaluate(sympy.summation(a ** i, (i, 0, k - 1))).correct
     half = ex10.q6.evaluate(ex10.q6.expected / 2).feedback
     assert "directions" in half and "keys" in half
+
+
+def test_the_published_closed_loop_benchmark_is_transcribed_and_simulated_at_each_load():
+    bench = S.serving_measurements()["serving_latency"]
+    assert bench["source"] in S.serving_measurements()["sources"] and bench["where"]
+    assert [r["concurrency"] for r in bench["rows"]] == [1, 2, 4, 8]
+    checks = S.published_serving_checks()
+    assert [c.concurrency for c in checks] == [1, 2, 4, 8]
+    # the floor is a floor: faster than every measured TPOT; throughput grows with the load in both
+    assert all(c.predicted_tpot < c.measured_tpot for c in checks)
+    assert all(a.predicted_throughput < b.predicted_throughput for a, b in zip(checks, checks[1:]))
+    assert all(a.measured_throughput < b.measured_throughput for a, b in zip(checks, checks[1:]))
+    assert checks[0].measured_tpot == bench["rows"][0]["mean_tpot_ms"] / 1e3

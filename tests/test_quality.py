@@ -97,8 +97,15 @@ def assert_trend_agrees(t: q.Trend):
 # Thresholds
 # --------------------------------------------------------------------------------------------------
 def test_the_thresholds_are_the_documented_ones():
-    assert (TH.noisy_p90_ratio, TH.noisy_relative_iqr, TH.noisy_median_over_min, TH.contended_steal,
-            TH.min_repeats, TH.min_effect, TH.decisive_margin) == (1.5, 0.20, 1.25, 0.05, 3, 0.03, 2.0)
+    """Each default is the value the class's docstring states for it (``name`` = value): the text the lessons
+    and the docs quote cannot drift from the rule the verdicts apply."""
+    import dataclasses
+    import re
+
+    documented = {name: float(value) for name, value in
+                  re.findall(r"``(\w+)`` = ([0-9.]+)", type(TH).__doc__ or "")}
+    fields = {f.name: getattr(TH, f.name) for f in dataclasses.fields(TH)}
+    assert documented == pytest.approx(fields) and len(fields) >= 6
     with pytest.raises(Exception):
         TH.noisy_p90_ratio = 2  # frozen
 
@@ -472,15 +479,13 @@ def test_the_quiet_vm_is_reliable_with_one_thread_and_the_loaded_one_is_not():
 def test_the_quiet_amd_vm_validate_runs_are_within_the_accuracy_target():
     # the two runs of python -m course_lib.measure.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable
     # by their own verdicts): every decode point within 15 %, geomean at most 10 %
-    # (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
     profile = load_profile("amd-epyc-2core-32mib-l3-quiet")
-    for k, (geomean, worst) in enumerate([(0.046, 0.134), (0.034, 0.113)], 1):
+    for k in (1, 2):
         points = [pt for s in profile.series if s.name.startswith("tpot") and s.name.endswith(f"(validate run {k})")
                   for pt in s.points]
         errors = [within(pt["predicted_seconds"], pt["timing"], 0.15) for pt in points]
         assert len(errors) == 9 and all(a.relation == "within" for a in errors)
-        assert statistics.geometric_mean([abs(a.error) for a in errors]) == pytest.approx(geomean, abs=6e-4)
-        assert max(abs(a.error) for a in errors) == pytest.approx(worst, abs=6e-4)
+        assert statistics.geometric_mean([abs(a.error) for a in errors]) <= 0.10
 
 
 def test_relations_the_numbers_show():
@@ -494,7 +499,7 @@ def test_relations_the_numbers_show():
     gpu = load_profile("h200-mistral7b").run("fp16, CUDA events").timings
     c = compare_timings(gpu["weights_step.graph.batch16.fp8_e4m3"], gpu["weights_step.graph.batch16.fp16"])
     assert (c.relation, c.verdict) == ("faster", "noisy")        # 2.656 ms against 4.489 ms; spread unknown
-    assert c.speedup == pytest.approx(4.489 / 2.656)
+    assert c.speedup > 1 + TH.min_effect                          # a clear effect, however uncertain its size
     c = compare_timings(gpu["weights_step.graph.batch1"], gpu["weights_step.eager.batch1"])
     assert c.relation == "faster"                                 # CUDA graph 4.43 ms, eager loop 6.23 ms
 

@@ -11,7 +11,7 @@ Objectives (as numbered in the lesson):
 * O4 test quantisation claims against measurements (fp8 weights on the H200, q4_0 in llama.cpp);
 * O5 compare your own machine's measurements with its predictions.
 
-Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.compare``
+Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.core.compare``
 and the shipped measurements), never typed in. Feedback never states an expected value.
 
 Lessons: 08

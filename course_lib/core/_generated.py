@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'cost_per_million_tokens', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'effective_gemm_efficiency', 'effective_step_efficiency', 'efficiency', 'energy_per_token', 'engine_decode_time', 'engine_prefill_time', 'engine_profile_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_exposed_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['allgather_ring_time', 'allreduce_oneshot_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'cost_per_million_tokens', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'effective_gemm_efficiency', 'effective_step_efficiency', 'efficiency', 'energy_per_token', 'engine_decode_time', 'engine_prefill_time', 'engine_profile_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_exposed_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -15,6 +15,14 @@ def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, ho
     sympy: base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
     """
     return base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
+
+
+def allreduce_oneshot_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """A one-shot all-reduce inside one switched node (NVSwitch): every GPU reads the G - 1 other partial sums straight from their memory and adds them, one step; its link carries (G - 1) m. The custom all-reduce of vLLM and TensorRT-LLM for small messages. [s]
+
+    sympy: base_latency + hop_latency + message_bytes*(devices - 1)/link_bandwidth
+    """
+    return base_latency + hop_latency + message_bytes*(devices - 1)/link_bandwidth
 
 
 def allreduce_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -26,7 +34,7 @@ def allreduce_ring_time(devices, message_bytes, link_bandwidth, base_latency, ho
 
 
 def allreduce_tree_time(tree_depth, message_bytes, link_bandwidth, base_latency, hop_latency):
-    """A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). [s]
+    """A tree all-reduce: a reduce up d steps and a broadcast down them (2 d steps), pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). Inside one node NCCL's tree is a chain, d = G - 1 (tuning.cc: 2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)); between nodes it adds log2(nodes) levels. [s]
 
     sympy: base_latency + 2*hop_latency*tree_depth + 2*message_bytes/link_bandwidth
     """
@@ -565,6 +573,7 @@ def weight_bytes(params, bytes_per_weight):
 #: to check arguments): count1 (integer >= 1), count0 (integer >= 0), positive, nonnegative, real.
 ARGUMENTS = {
     'allgather_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
+    'allreduce_oneshot_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'allreduce_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'allreduce_tree_time': (('tree_depth', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'alltoall_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),

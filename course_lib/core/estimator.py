@@ -2,7 +2,7 @@
 
 Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
-Every number comes from the functions generated from ``course_lib.formulas``:
+Every number comes from the functions generated from ``course_lib.core.formulas``:
 
 * a phase (the prefill pass, or one decode step) is a sequence of operators -- the blocks' matrix products
   with their weight reads, attention with its K/V traffic, the lm_head, the embedding gather -- and costs

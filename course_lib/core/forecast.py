@@ -22,7 +22,7 @@ Every parameter is fitted (:func:`fit_profiles`) to the published measurements t
 (``course_lib/data/published_validation.json``) by least squares on relative error, each engine shrunk towards the
 pooled fit of all engines (so an engine or device class with few points borrows from the rest), and stored with
 its provenance in ``course_lib/data/engine_profiles.json``; ``python -m course_lib.core.forecast --refit`` rewrites
-it. :func:`held_out` refits with each source left out and predicts that source (``python -m course_lib.validate
+it. :func:`held_out` refits with each source left out and predicts that source (``python -m course_lib.measure.validate
 --published``). Nothing here times anything.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import data
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -390,17 +390,36 @@ def _profile_from(name, params, points=0, sources=()) -> EngineProfile:
 
 
 # --- fitting: least squares on relative error, each engine shrunk towards the pooled fit -------------------------
+#: Huber threshold of the robust fit: a point whose relative time error exceeds it counts with weight HUBER / |error|
+HUBER = 0.3
+ROBUST_ROUNDS = 6
+
+
 def _solve(rows, prior, weight):
-    """argmin Σ ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
+    """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
+    a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
+    dropped, each keeps a weight of at least HUBER / |its error|."""
+    w = [1.0] * len(rows)
+    theta = _solve_once(rows, prior, weight, w)
+    for _ in range(ROBUST_ROUNDS):
+        res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
+        w = [1.0 if e <= HUBER else HUBER / e for e in res]
+        theta = _solve_once(rows, prior, weight, w)
+    return theta
+
+
+def _solve_once(rows, prior, weight, w):
+    """argmin Σ w_i ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
     and refitted when the free solution crosses it)."""
     import numpy as np
     fixed: dict[str, float] = {}
     for _ in range(len(PARAMS)):
         free = [p for p in PARAMS if p not in fixed]
         A, b = [], []
-        for x, y in rows:
-            A.append([x[p] / y for p in free])
-            b.append(1.0 - sum(x[p] * fixed[p] for p in fixed) / y)
+        for (x, y), wi in zip(rows, w):
+            s_ = math.sqrt(wi) / y
+            A.append([x[p] * s_ for p in free])
+            b.append(math.sqrt(wi) * (1.0 - sum(x[p] * fixed[p] for p in fixed) / y))
         for p in free:
             s = math.sqrt(weight) / _SCALE[p]
             A.append([s if q == p else 0.0 for q in free])
@@ -504,8 +523,8 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
 _REASONS = (
     (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
      "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
-    (lambda r: r["device"] == "h20", "H20: the only source with this device runs both engines at 5-6x its floor "
-     "(a device effect no other source shows)"),
+    (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
+     "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
      "maximum-load throughput: the batch the engine reached is not published (the model assumes the KV cache "
      "fills 90 % of free memory, capped)"),
@@ -516,6 +535,8 @@ _REASONS = (
      "the L40S F16 prefill row is 2-3x below its Q4_K_M row and rises with the prompt (a run problem in the "
      "source)"),
     (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "a 13.5 GB f16 model on a 16 GB Mac: it swaps"),
+    (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
+     "the source states no prompt length (the record assumes one): prefill speed depends on it"),
     (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,
      "very long prompts: prefill attention dominates and the engines' kernels differ most there"),
     (lambda r: r["engine"] in ("SGLang", "vLLM", "TensorRT-LLM") and len({source_of(x) for x in _published()
@@ -548,8 +569,7 @@ def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
                      f"{st['predicted']['geomean_abs_error']:>16.0%}{st['predicted']['within_30']:>11.0%}")
     lines += ["", "Worst held-out points (predicted / measured):"]
     for r, fl, pr in rep.worst(12):
-        lines.append(f"  {pr / r['value']:6.2f}x  {r['engine']:<12} {r['model']:<14} {r['device']:<14} "
-                     f"{r['precision']:<7} {r['metric']:<30} — {reason(r)}")
+        lines.append(f"  {pr / r['value']:6.2f}x  {r['id']:<46} — {reason(r)}")
     st = rep.stats()
     lines += ["", f"overall ({by}s held out): {st['points']} points, held-out geomean |error| "
               f"{st['predicted']['geomean_abs_error']:.0%}"
@@ -561,7 +581,7 @@ def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
 
 
 def published_main(progress: bool = True) -> int:
-    """``python -m course_lib.validate --published``: the held-out tables by document and by table."""
+    """``python -m course_lib.measure.validate --published``: the held-out tables by document and by table."""
     _, text = published_report(progress=progress)
     _, by_table = published_report(progress=progress, by="table")
     print(text)
@@ -593,7 +613,9 @@ def with_engine(est, engine):
 
 # --- storing the fit ----------------------------------------------------------------------------------------------
 def _digest() -> str:
-    return hashlib.sha256((_DATA / "published_validation.json").read_bytes()).hexdigest()
+    """sha256 of the published set's canonical JSON (sorted keys): changes whenever a record does."""
+    canon = json.dumps(data.load_catalog("published_validation"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def profiles_document(fitted=None) -> dict:
@@ -606,13 +628,13 @@ def profiles_document(fitted=None) -> dict:
                          "max_batch": p.max_batch, "constants_source": p.constants_source}
     return {
         "_about": ("Engine profiles (course_lib.core.forecast) FITTED by `python -m course_lib.core.forecast --refit` "
-                   "(fit_profiles) to every record of course_lib/data/published_validation.json: least squares on "
+                   "(fit_profiles) to every record of the published_validation catalog: least squares on "
                    "relative time error, each engine shrunk towards the pooled fit of all engines. Parameters: t_step "
                    "(s per forward step), t_req (s per request), inv_eta_m:<class> and inv_eta_c:<class> (1 / the "
                    "bandwidth and GEMM efficiency per device class: hbm, gddr, unified, cpu), inv_eta_a "
                    "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
                    "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
-        "fitted_from": {"file": "course_lib/data/published_validation.json", "sha256": _digest(),
+        "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
                         "records": fitted[None].points, "code": "course_lib.core.forecast.fit_profiles",
                         "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_towards_pooled": SHRINK_ENGINE},
                         "lower_bounds": _LOWER},

@@ -138,7 +138,7 @@ class S:
     time_in_system = _sym("time_in_system", r"W", **_nn)
     acceptance = _sym("acceptance", r"\alpha", **_nn)
     draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
-    # the calibrated decode model (course_lib.validate)
+    # the calibrated decode model (course_lib.measure.validate)
     kv_bandwidth = _sym("kv_bandwidth", r"\beta_{kv}", **_pos)
     weights_time = _sym("weights_time", r"t_W", **_nn)
     kv_time = _sym("kv_time", r"t_{KV}", **_nn)
@@ -364,9 +364,16 @@ _f("allreduce_ring_time",
    "each GPU's link. At small messages the latency terms dominate.", "s")
 _f("allreduce_tree_time", s.base_latency + 2 * s.tree_depth * s.hop_latency + 2 * s.message_bytes / s.link_bandwidth,
    (s.tree_depth, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
-   "A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), "
-   "pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its "
-   "bus bandwidth).", "s")
+   "A tree all-reduce: a reduce up d steps and a broadcast down them (2 d steps), pipelined, so each link carries "
+   "the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). Inside one node "
+   "NCCL's tree is a chain, d = G - 1 (tuning.cc: 2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)); "
+   "between nodes it adds log2(nodes) levels.", "s")
+_f("allreduce_oneshot_time",
+   s.base_latency + s.hop_latency + (s.devices - 1) * s.message_bytes / s.link_bandwidth,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A one-shot all-reduce inside one switched node (NVSwitch): every GPU reads the G - 1 other partial sums "
+   "straight from their memory and adds them, one step; its link carries (G - 1) m. The custom all-reduce of "
+   "vLLM and TensorRT-LLM for small messages.", "s")
 _f("allgather_ring_time",
    s.base_latency + (s.devices - 1) * s.hop_latency + (s.devices - 1) / s.devices * s.message_bytes / s.link_bandwidth,
    (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
@@ -411,7 +418,7 @@ _f("kv_transfer_exposed_time",
    "slower than the prefill, what the transfer has left once the prefill is done.", "s")
 
 
-# --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
+# --- the calibrated decode/prefill model (course_lib.measure.validate, lesson 06) --------------------------------
 _f("kv_read_time", s.batch * s.context * s.kv_bytes_per_token / s.kv_bandwidth,
    (s.batch, s.context, s.kv_bytes_per_token, s.kv_bandwidth),
    "Time a decode step spends reading the K/V of `context` tokens of every sequence, at the rate attention "
@@ -560,7 +567,7 @@ def derive_decode_sum() -> dict[str, sp.Expr]:
             "k_at_mean_context": k}
 
 
-# --- prefill score passes (course_lib.validate, lesson 07) -------------------------------------------------------
+# --- prefill score passes (course_lib.measure.validate, lesson 07) --------------------------------------------------
 S.score_rate = _sym("score_rate", r"r_{score}", **_pos)
 _f("score_pass_time",
    s.batch * s.layers * s.heads * s.new_prompt * (s.new_prompt + s.cached) / s.score_rate,

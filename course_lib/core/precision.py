@@ -195,6 +195,17 @@ class Layout:
     models: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
+        for f in ("description", "source"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {type(getattr(self, f)).__name__}")
+        if not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models):
+            raise TypeError("models must be a tuple of catalog model names")
+        if not isinstance(self.formats, tuple) or not all(
+                isinstance(x, tuple) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in self.formats):
+            raise TypeError("formats must be a tuple of (group, format) pairs of strings, e.g. (('attention', "
+                            "'bf16'), ...)")
         groups = [g_ for g_, _ in self.formats]
         if sorted(groups) != sorted(WEIGHT_GROUPS):
             raise ValueError(f"precision: a layout names every group of {WEIGHT_GROUPS} once, got {groups}")
@@ -242,7 +253,7 @@ LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in [
     _layout("gguf-gpt-oss-mxfp4", attention="q8_0", mlp="q8_0", experts="mxfp4", embedding="q8_0", lm_head="q8_0",
             kv="fp16", description="gpt-oss's GGUF (ggml-org): MXFP4 experts kept, the BF16 tensors as Q8_0",
             source="ggml-org/gpt-oss-20b-GGUF and gpt-oss-120b-GGUF model cards (MXFP4 experts, other tensors "
-                   "Q8_0), as issue 27 reports", models=("gpt-oss-20b", "gpt-oss-120b")),
+                   "Q8_0)", models=("gpt-oss-20b", "gpt-oss-120b")),
     _layout("gguf-q4_0", attention="q4_0", mlp="q4_0", experts="q4_0", embedding="q4_0", lm_head="q6_k",
             description="a llama.cpp Q4_0 file: Q4_0 weights, the output matrix (or a tied embedding) in Q6_K",
             source=_LLAMA_CPP_OUT),

@@ -65,29 +65,30 @@ class Thresholds:
     """Every threshold of the quality verdicts, in one place.
 
     * ``noisy_p90_ratio`` = 1.5: a timing whose p90 exceeds 1.5 x its median is noisy (one run in ten
-      or more was much slower). Measured on a 2-core VM under load: ``torch.mv`` 1024x1024 with
-      2 threads had a median of 72 µs and a p90 of 16 ms (ratio 220); with 1 thread 148 / 171 µs (1.16).
+      or more was much slower).
     * ``noisy_relative_iqr`` = 0.20: a timing whose interquartile range exceeds 20 % of its median is
-      noisy. On that VM, quiet, every probe had an IQR of at most 9.6 % of its median (except one
-      2-thread GEMV: 890 %); with two busy programs running, 9 of 20 probes were between 20 % and 79 %.
+      noisy.
     * ``noisy_median_over_min`` = 1.25: a median more than 1.25 x the fastest repeat means that most
-      repeats were slowed by something other than the work. Quiet: at most 1.10; loaded: up to 10.
+      repeats were slowed by something other than the work.
     * ``contended_steal`` = 0.05: CPU steal above 5 % of the measured interval (where the system
       reports steal: Linux ``/proc/stat``) makes the verdict "contended".
     * ``min_repeats`` = 3: fewer repeats cannot show a spread (the course's fast mode takes 3).
     * ``min_effect`` = 0.03: two timings closer than 3 % are "indistinguishable" however tight their
-      spreads (bf16 against fp32 GEMV on that VM: 1.01x, 1.05x, 0.976x on three reruns).
+      spreads.
     * ``decisive_margin`` = 2.0: a relation between timings that are not all reliable still **stands** (is
-      *settled*) when its effect exceeds their spread by this factor: each timing's spread is its
-      uncertainty u = max(IQR / median, median / fastest - 1) (:attr:`TimingVerdict.uncertainty`), and the
-      relation must survive moving every operand by the factor (1 + u) ** margin against it
-      (:func:`settles`). A busy laptop slows and scatters its repeats, but it does not turn a 4.7x cache
-      effect or a 1,000x growth with size into their opposites. In a recorded run of lesson 05 on a 2-core
-      EPYC VM at load 9-10 (``tests/fixtures/recordings/busy/05.json``) the 23 timings had uncertainties of
-      0.02-0.33 (median 0.16; 4 of them noisy), so the margin asks a two-operand relation for 1.1x-3.1x. Why
-      2 and not 1: drift between runs exceeds one timing's own spread under load (issue 29's run timed the
-      same GEMV at 40.7 and 27.7 ms, 1.47x apart, both "reliable"); with uncertainties of 0.2 a margin of 1
-      would accept a 1.44x relation, which such drift produces, while 2 asks for 2.07x.
+      *settled*) when its effect exceeds their spread by this factor: each timing's spread is its uncertainty u =
+      max(IQR / median, median / fastest - 1) (:attr:`TimingVerdict.uncertainty`), and the relation must survive
+      moving every operand by the factor (1 + u) ** margin against it (:func:`settles`). A busy laptop slows and
+      scatters its repeats, but it does not turn a 4.7x cache effect or a 1,000x growth with size into their
+      opposites. In a recorded run of lesson 05 at load 9-10 (``tests/fixtures/recordings/busy/05.json``) the 23
+      timings had uncertainties of 0.02-0.33 (median 0.16; 4 of them noisy), so the margin asks a two-operand
+      relation for 1.1x-3.1x. Why 2 and not 1: drift between runs exceeds one timing's own spread under load (a busy
+      run timed the same GEMV at 40.7 and 27.7 ms, 1.47x apart, both "reliable"); with uncertainties of 0.2 a margin
+      of 1 would accept a 1.44x relation, which such drift produces, while 2 asks for 2.07x.
+
+    The recorded machine profiles (``tests/fixtures/profiles/``, quiet and loaded runs of the same probes)
+    are the evidence for each value: the quiet runs pass them, the loaded runs fail them, and
+    ``tests/test_quality.py`` checks the verdicts of every profile.
     """
 
     noisy_p90_ratio: float = 1.5

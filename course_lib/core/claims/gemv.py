@@ -45,7 +45,7 @@ UNDECIDED = ("noisy", "contended")
 #: the size ``probes.measure_matmul_flops`` starts its search at (n x n); it grows while a call stays short, so
 #: an fp32 matmul left at this size means a 2n x 2n product was slow: on a CPU, whose fp32 kernels are fast, the
 #: sign that other work held the cores (the stored quiet runs of lessons 05 and 08 reached n = 1024 with 315 and
-#: 274 GFLOP/s; under load, a run of lesson 05 on the 2-core EPYC stopped at 256 with 1.4 GFLOP/s, and issue 29's
+#: 274 GFLOP/s; under load, a run of lesson 05 on the 2-core EPYC stopped at 256 with 1.4 GFLOP/s, and a busy
 #: run of lesson 07 at 256 with 36.6 GFLOP/s)
 MATMUL_FIRST_N = 256
 

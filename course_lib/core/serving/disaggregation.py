@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model

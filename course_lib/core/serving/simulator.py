@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.serving.memory import _pool

@@ -3,13 +3,13 @@
 Lessons: 09
 
 :func:`plot_latency_throughput` plots, for each batch size of
-:func:`course_lib.dashboard.latency_throughput_curve`, the time per output token one user sees (TPOT,
+:func:`course_lib.core.capstone.latency_throughput_curve`, the time per output token one user sees (TPOT,
 in ms) against the tokens per second the whole batch produces (aggregate tokens/s). Batches whose
 weights and KV cache fit in one GPU's memory form the line; batches that do not fit are drawn as
 crosses ("does not fit"), so the curve shows where memory, not latency, ends the batch. The current
 batch is ringed, and an optional TPOT budget is drawn as a horizontal line.
 
-Every plotted value is the dashboard's (``course_lib.dashboard.compute``); this module only draws.
+Every plotted value is the dashboard's (``course_lib.core.capstone.compute``); this module only draws.
 """
 from __future__ import annotations
 

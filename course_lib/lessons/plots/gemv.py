@@ -123,7 +123,7 @@ def plot_dtype_times(rows: Iterable, bandwidth: float,
 def h200_rows(h200: Mapping) -> list[dict]:
     """The H200's ``gemv_fp16_eager`` records with bytes and seconds (fp16: 2 bytes per element).
 
-    ``h200`` is :func:`course_lib.measurements.h200`'s dict. Bytes: ``course_lib.core.roofline.gemv_cost``
+    ``h200`` is :func:`course_lib.core.measurements.h200`'s dict. Bytes: ``course_lib.core.roofline.gemv_cost``
     (matrix + both vectors); seconds: the measured median in µs / 1e6.
     """
     out = []
