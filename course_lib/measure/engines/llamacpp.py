@@ -41,7 +41,7 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 :func:`predict_gguf_ttft`):
 
 * the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe
-  files of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 1 and 3 layers, every matrix of the
+  files of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 2 and 5 layers, every matrix of the
   one type (``pure`` quantization); bytes per second = the two files' decode bytes apart / their step times
   apart, FLOP/s of a prefill likewise. The per-layer cost of the engine rides in the rate;
 * at every thread count the benchmark measures (1 and all usable threads): a memory-bound decode scales
@@ -107,7 +107,7 @@ REPEATS = 3
 FAST_NEW_TOKENS = 8
 #: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the two layer counts
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
-PROBE_LAYERS = (1, 3)
+PROBE_LAYERS = (2, 5)
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
 #: ``python -m course_lib.validate --engine llama.cpp`` exits with this status when a point was not reliable
@@ -376,6 +376,13 @@ def write_gguf(shape: GGUFShape, path, *, seed: int = 0) -> Path:
     return path
 
 
+def _ggml_type(name: str, value) -> str:
+    """``value`` when it is a ggml type name of :data:`PURE_FTYPES` (upper case, as the gguf reader writes it)."""
+    if value not in PURE_FTYPES:
+        raise ValueError(f"{name}: unknown ggml type {value!r}; known: {', '.join(sorted(PURE_FTYPES))}")
+    return value
+
+
 def quantize(src, dst, fmt: str | None = None, *, ggml_type: str | None = None, threads: int | None = None) -> Path:
     """Quantize the f16 GGUF ``src`` to ``dst`` with llama.cpp's ``llama_model_quantize``: a format of
     :data:`FORMATS` (llama.cpp's own mix of tensor types), or ``ggml_type`` (every matrix that type: ``pure``)."""
@@ -386,7 +393,7 @@ def quantize(src, dst, fmt: str | None = None, *, ggml_type: str | None = None, 
     if fmt is not None:
         p.ftype = FTYPES[require_choice("fmt", fmt, FORMATS)]
     else:
-        p.ftype = PURE_FTYPES[require_choice("ggml_type", ggml_type, PURE_FTYPES)]
+        p.ftype = PURE_FTYPES[_ggml_type("ggml_type", ggml_type)]
         p.pure = True
     p.nthread = 0 if threads is None else require_count("threads", threads)
     dst = Path(dst)
@@ -651,7 +658,7 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
     prompt = require_count("prompt", prompt, minimum=2)
     types = tuple(dict.fromkeys(["F16", *types]))
     for t in types:
-        require_choice("types", t, PURE_FTYPES)
+        _ggml_type("types", t)
     from course_lib.measure.timing import progress_bar
     with progress_bar(total=len(types) + 1, desc="llama.cpp engine probes", unit="type", enabled=progress) as bar:
         files = dict(files) if files is not None else probe_files(types, vocab, note=bar.set_postfix_str)
@@ -936,47 +943,49 @@ def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = Non
     repeats = require_count("repeats", REPEATS if repeats is None else repeats, minimum=1)
     shapes = _configs(configs, fast, layers)
     report = LlamaReport([], {t: [] for t in threads}, {}, {}, threads, policy.description, 0.0, fast)
-    total = len(shapes) * (len(formats) + 2)
-    with progress_bar(total=total, desc="llama.cpp", unit="step", enabled=progress) as bar:
+    with progress_bar(total=2 * len(shapes) + 2, desc="llama.cpp", unit="step", enabled=progress) as bar:
         def note(s):
             bar.set_postfix_str(s)
+        paths = {}
+        for shape in shapes:                  # every file first (cached): the timed part runs without writing
+            for f in formats:
+                paths[(shape.name, f)] = _built(shape, f, None, 0, note)
+                report.held[(shape.name, f)] = gguf_bytes(paths[(shape.name, f)])
+        types = sorted({ty for h in report.held.values() for ty in h.types})
+        vocabs = sorted({s.vocab for s in shapes})
+        files = {v: {**probe_files(types, v, note)} for v in vocabs}
+        bar.update()
         for t in threads:
             note(f"read bandwidth, {t} thread(s)")
             report.read_bandwidth[t] = measure_read_bandwidth(t)
-        for shape in shapes:
-            paths = {}
-            for f in formats:
-                paths[f] = _built(shape, f, None, 0, note)
-                report.held[(shape.name, f)] = gguf_bytes(paths[f])
-            types = sorted({ty for f in formats for ty in report.held[(shape.name, f)].types})
-            files = {}
-            for ty in dict.fromkeys(["F16", *types]):
-                files[ty] = tuple(_built(_probe_shape(n), None, ty, 1, note) for n in PROBE_LAYERS)
-            files["tiny"] = _built(_tiny_shape(shape.vocab), "f16", None, 1, note)
-            bar.update()
 
-            def probe():
-                return {t: probe_engine_rates(types, t, vocab=shape.vocab, prompt=prompt, repeats=repeats,
-                                              files=files) for t in threads}
-            note(f"{shape.name}: engine probes")
-            before = probe()
+        def probe():
+            return {(t, v): probe_engine_rates(types, t, vocab=v, prompt=prompt, repeats=repeats, files=files[v])
+                    for t in threads for v in vocabs}
+        # probe, model 1, probe, model 2, probe ...: each model between two probe sets, predicted from both
+        note("engine probes")
+        sets = [probe()]
+        bar.update()
+        for shape in shapes:
             timed = {}
             for f in formats:
                 note(f"{shape.name} {f}")
-                llm = open_gguf(paths[f], threads=threads[0], n_ctx=prompt + new_tokens + 8)
+                llm = open_gguf(paths[(shape.name, f)], threads=threads[0], n_ctx=prompt + new_tokens + 8)
                 try:
                     for t in threads:
                         [timed[(f, t)]] = measure_gguf(llm, threads=t, prompts=[prompt], new_tokens=new_tokens,
                                                        repeats=repeats)
                 finally:
                     llm.close()
-                bar.update()
-            note(f"{shape.name}: engine probes again")
-            after = probe()
             bar.update()
+            note(f"{shape.name}: engine probes again")
+            sets.append(probe())
+            before = {t: sets[-2][(t, shape.vocab)] for t in threads}
+            after = {t: sets[-1][(t, shape.vocab)] for t in threads}
             for t in threads:
                 report.rates[t].append((before[t], after[t]))
             report.points += _points(shape, formats, threads, timed, before, after, report)
+            bar.update()
     report.seconds = time.perf_counter() - t0
     return report
 
