@@ -421,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "engine_ttft_max_abs_error=...; exit status 3 when a point was not reliable)")
     ap.add_argument("--config", action="append", default=None, metavar="PATH",
                     help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
-                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
+                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B); with --engine "
+                         "llama.cpp the same, default Llama-3.2-1B and Llama-3.2-3B")
     a = ap.parse_args(argv)
     if a.engine is not None or a.config:
         return _engine_main(a)
