@@ -57,7 +57,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 
 install: $(STAMP)
 
-# llama.cpp (lesson 08's "your engine", `python -m course_lib.validate --engine llama.cpp`): llama-cpp-python
+# llama.cpp (lesson 08's "your engine", `python -m course_lib.measure.validate --engine llama.cpp`): llama-cpp-python
 # compiles llama.cpp from source (about 11 minutes on 2 cores), so `make lab` leaves it out. `make llamacpp`
 # builds its wheel once into LLAMACPP_WHEELS and installs the `llamacpp` extra from there afterwards. The build
 # is for any x86-64 CPU with AVX2 (GGML_NATIVE=OFF: not tuned to the building machine, so the wheel runs on

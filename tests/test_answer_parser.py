@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from course_lib import checks
 from course_lib.checks import _demo, ex01, ex06
 from course_lib.checks.answers import LIMITS, Unreadable, read_number, split_number
-from course_lib.checks.core import CORRECT, INCORRECT, STATUSES, ExpressionQuestion, NumericQuestion, Mistake
+from course_lib.checks import CORRECT, INCORRECT, STATUSES, ExpressionQuestion, NumericQuestion, Mistake
 from course_lib.checks.evaluator import parse_expression, parse_formula
 
 #: Each refusal below takes well under a millisecond; the old reader took 8 to 77 s on the first two.

@@ -224,6 +224,8 @@ CASES = {
                                 value=positive()),
     "require_real": call("validation.require_real", names=("x_arg",), name=("fixed", "x_arg"),
                          value=st.one_of(positive(), positive().map(lambda v: -v))),
+    "as_real": call("validation.as_real", names=("x_arg",), name=("fixed", "x_arg"),
+                    value=st.one_of(positive(), positive().map(lambda v: -v))),
     "require_fraction": call("validation.require_fraction", names=("f_arg",), name=("fixed", "f_arg"),
                              value=fraction(), allow_zero=Keep(st.booleans())),
     "require_choice": call("validation.require_choice", names=("c_arg",), name=("fixed", "c_arg"),
@@ -592,6 +594,7 @@ DOCUMENTED = {
         "default_hash": ("",),                  # a hash
         "relative_error": ("",),                # (predicted - measured) / measured: signed
         "require_real": ("",),                  # a real number of either sign, by definition
+        "as_real": ("",),                       # the same, without a limit
         "convention_gap_percent": ("",),        # negative when the second reading is the smaller one
     },
 }
@@ -733,13 +736,6 @@ def test_every_public_callable_has_a_strategy():
     assert not missing, f"public callables of the core without a strategy in tests/test_api_edges.py: {missing}"
 
 
-#: names of a core module's ``__all__`` that ``course_lib.core`` does not re-export, with the reason
-NOT_REEXPORTED = {
-    "formulas.S": "the namespace of sympy symbols; a one-letter name in course_lib.core would be a trap",
-    "formulas.LATEX_NAMES": "the symbol -> LaTeX table used by formulas.latex",
-}
-
-
 #: core modules whose names ``course_lib.core`` does not flatten, with the reason
 MODULES_NOT_FLATTENED = {
     "codegen": "an authoring tool (python -m course_lib.core.codegen), not an API",
@@ -758,18 +754,20 @@ def test_every_core_module_is_flattened_or_says_why_not():
     import course_lib.core as core
 
     modules = {p.stem for p in Path(core.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
-    undecided = sorted(modules - set(core._EXPORTS) - set(MODULES_NOT_FLATTENED))
-    assert not undecided, f"list these core modules in course_lib/core/__init__.py _EXPORTS: {undecided}"
+    undecided = sorted(modules - set(core.MODULES) - set(MODULES_NOT_FLATTENED))
+    assert not undecided, f"list these core modules in course_lib/core/__init__.py MODULES: {undecided}"
 
 
 def test_core_reexports_every_public_name_of_its_modules():
     import course_lib.core as core
 
-    missing = [f"{module}.{name}" for module in core._EXPORTS for name in getattr(mod(module), "__all__", ())
-               if name not in core.__all__ and f"{module}.{name}" not in NOT_REEXPORTED]
-    assert not missing, f"add to course_lib/core/__init__.py (and a strategy here): {missing}"
+    missing = [f"{module}.{name}" for module in core.MODULES for name in mod(module).__all__
+               if name not in core.__all__ and f"{module}.{name}" not in core.NOT_REEXPORTED]
+    assert not missing, f"these names of the modules' __all__ are not offered by course_lib.core: {missing}"
     for name in core.__all__:
-        assert getattr(core, name) is getattr(mod(core._WHERE[name]), name)
+        assert getattr(core, name) is getattr(importlib.import_module(core.where(name)), name)
+    assert set(core.__all__) == {n for m in core.MODULES for n in mod(m).__all__} - {
+        n.split(".")[1] for n in core.NOT_REEXPORTED}
 
 
 def test_the_known_failures_are_refused_with_clear_errors():

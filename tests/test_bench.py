@@ -16,7 +16,7 @@ from course_lib.core.hardware import HardwareSpec
 
 torch = pytest.importorskip("torch")
 
-from course_lib.measure import bench, device, machine, model_timing, probes, timing  # noqa: E402
+from course_lib.measure import device, machine, model_timing, probes, timing  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 #: the LLC and memory budget the timed probes below are given (no host figure decides a test)
@@ -496,26 +496,6 @@ def test_linear_and_kv_read_probes_count_bytes_exactly():
         probes.measure_kv_read(context=0)
     with pytest.raises(ValueError, match="tokens"):
         probes.measure_linear(0, 4, 4)
-
-
-def test_every_public_name_of_the_old_bench_is_still_offered():
-    import course_lib.bench as flat
-    from course_lib import bench as from_package
-    assert flat is from_package is bench
-    old = ["CLOCKS", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "CopyResult", "DTYPES", "DecodeTiming", "DtypeProbe",
-           "FALLBACK_LLC_BYTES", "FAST_FRACTION", "GemvResult", "GemvTable", "KVReadResult", "LinearResult",
-           "MAX_BUFFERS", "MachineMeasurements", "MatmulResult", "OVERHEAD_KINDS", "OverheadResult", "PrefillTiming",
-           "ROTATION_FACTOR", "Stopwatch", "cache_sizes", "clock_name", "default_device", "default_sizes",
-           "device_name", "dtype_verdicts", "fast_dtypes", "fast_mode", "gemv_bytes", "gemv_flops",
-           "last_level_cache_bytes", "measure_copy_bandwidth", "measure_decode", "measure_decode_contexts",
-           "measure_gemv", "measure_kv_read", "measure_linear", "measure_machine", "measure_matmul_flops",
-           "measure_op_overhead", "measure_prefill", "probe_dtypes", "quartiles", "rotation_buffers", "this_machine",
-           "use_clock"]
-    assert set(old) <= set(bench.__all__)
-    for part in bench.PARTS:
-        for name in part.__all__:
-            assert getattr(bench, name) is getattr(part, name), name
-    assert bench.measure_gemv is probes.measure_gemv and bench.this_machine is machine.this_machine
 
 
 def test_quartiles_is_one_definition():

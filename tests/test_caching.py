@@ -4,9 +4,8 @@ limits) and course_lib.measure.cache_timing (the same cases on a TinyLM, and the
 Unit tests pin the model to the estimator and the generated formulas; Hypothesis properties check the
 relations that must hold for any input (a cache never prefills more tokens, the mean TTFT lies between
 hit and miss, the break-even hit rate really breaks even) and that every public function of the model
-answers any input with a result or a ValueError/TypeError naming an argument, in bounded work. The old
-path ``course_lib.caching`` still offers every name it offered before the split. Timing claims are not
-tested here.
+answers any input with a result or a ValueError/TypeError naming an argument, in bounded work. Timing claims
+are not tested here.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib import estimate, get_hardware, get_model, kv_cache_bytes
 from course_lib.core import caching
 
@@ -46,30 +45,9 @@ def test_the_model_imports_no_measurement_code_anywhere():
         assert not mod.startswith("course_lib.measure"), mod
 
 
-#: ``course_lib.caching.__all__`` before the split into core.caching and measure.cache_timing
-OLD_NAMES = [
-    "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft", "break_even_hit_rate",
-    "write_overhead_time", "ModuleReuse", "module_reuse", "MODULAR_REUSE_CAVEATS",
-    "turn_prompts", "session_prefill_tokens", "SessionCost", "session_cost", "session_derivation",
-    "break_even_derivation", "cache_memory_bytes", "sessions_fit", "shared_prefix_workload", "hit_rate_vs_budget",
-    "PrefixTiming", "measure_prefix_ttft", "SessionTiming", "measure_session_ttft", "ModuleAgreement",
-    "measure_module_reuse", "provider_claims", "profile_prefill", "PROFILE_GROUPS",
-    "calibration_shapes", "CalibratedPrefix", "predict_prefix_ttft_calibrated", "CalibratedSession",
-    "predict_session_ttft_calibrated",
-]
-
-
-def test_the_old_path_offers_every_name_it_offered():
+def test_each_name_lives_in_one_module():
     cache_timing = pytest.importorskip("course_lib.measure.cache_timing")
-    import course_lib.caching as old
-
-    for name in OLD_NAMES:
-        new = getattr(caching, name) if hasattr(caching, name) else getattr(cache_timing, name)
-        assert getattr(old, name) is new, name
-    assert set(OLD_NAMES) <= set(old.__all__) and set(OLD_NAMES) <= set(dir(old))
-    assert not set(caching.__all__) & set(cache_timing.__all__)        # each name lives in one module
-    with pytest.raises(AttributeError, match="no_such_name"):
-        old.no_such_name
+    assert not set(caching.__all__) & set(cache_timing.__all__)
 
 
 def test_the_measurements_use_only_public_names_of_the_core():
@@ -542,14 +520,14 @@ def test_measurements_check_their_arguments(tiny_lm, cache_timing):
 def _hand_calibration():
     """A Calibration with known numbers (no probe runs): predictions are then pure arithmetic."""
     torch = pytest.importorskip("torch")
-    from course_lib.measure import bench
+    from course_lib.measure import probes
     from course_lib.measure import validate
 
-    copy = bench.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.02, q1_seconds=0.02,
+    copy = probes.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.02, q1_seconds=0.02,
                             q3_seconds=0.02, repeats=1, device="cpu", threads=1)
-    mm = bench.MatmulResult(n=1000, dtype="fp32", flops=2e9, seconds=0.02, q1_seconds=0.02, q3_seconds=0.02,
+    mm = probes.MatmulResult(n=1000, dtype="fp32", flops=2e9, seconds=0.02, q1_seconds=0.02, q3_seconds=0.02,
                             repeats=1, device="cpu", threads=1)
-    ov = bench.OverheadResult(seconds=2e-6, q1_seconds=2e-6, q3_seconds=2e-6,
+    ov = probes.OverheadResult(seconds=2e-6, q1_seconds=2e-6, q3_seconds=2e-6,
                               per_kind={"elementwise": 2e-6, "matmul": 2e-6, "view": 5e-7}, repeats=1, device="cpu",
                               threads=1)
     return validate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
@@ -611,19 +589,19 @@ def test_calibrated_predictions_check_their_arguments(cache_timing):
         cache_timing.predict_session_ttft_calibrated(SMALL, 32, 0, 8, 3, cal)
 
 
-def test_bench_public_timing_helpers_the_measurements_use():
-    bench = pytest.importorskip("course_lib.measure.bench")
-    with bench.Stopwatch("cpu", threads=1) as sw:
+def test_public_timing_helpers_the_measurements_use():
+    timing = pytest.importorskip("course_lib.measure.timing")
+    with timing.Stopwatch("cpu", threads=1) as sw:
         import torch
 
         assert torch.get_num_threads() == 1 and sw.threads == 1
         seconds, out = sw.time(sum, [1, 2, 3])
     assert out == 6 and seconds >= 0
-    assert bench.quartiles([3.0, 1.0, 2.0]) == (1.5, 2.0, 2.5)
+    assert timing.quartiles([3.0, 1.0, 2.0]) == (1.5, 2.0, 2.5)
     with pytest.raises(ValueError, match="times"):
-        bench.quartiles([])
+        timing.quartiles([])
     with pytest.raises(TypeError, match="fn"):
-        bench.Stopwatch("cpu", 1).time(42)
+        timing.Stopwatch("cpu", 1).time(42)
 
 
 def test_sessions_in_budget_is_the_whole_sessions_whose_cache_fits():

@@ -14,7 +14,7 @@ import pytest
 
 from course_lib import checks
 from course_lib.checks import ____
-from course_lib.checks.core import (
+from course_lib.checks import (
     CORRECT,
     INCORRECT,
     NOT_ATTEMPTED,

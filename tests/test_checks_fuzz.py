@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 from course_lib import checks
 from course_lib.checks import ____
 from course_lib.checks import _demo
-from course_lib.checks.core import CORRECT, STATUSES, Result
+from course_lib.checks import CORRECT, STATUSES, Result
 
 SETS = {name: getattr(checks, name) for name in checks.available_sets()}
 SETS["_demo"] = _demo

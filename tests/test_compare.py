@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib import estimate, get_hardware, get_model, weight_bytes
 from course_lib.core import compare
 from course_lib.core import measurements

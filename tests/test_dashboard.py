@@ -3,7 +3,7 @@
 * on one GPU every number equals ``course_lib.estimate`` of the same setting (the dashboard adds
   nothing of its own), and the texts are ``course_lib.units`` formats of those numbers;
 * tensor parallelism: the split work is the estimate on one device with G times the bandwidth and
-  FLOP/s, plus 2 ring all-reduces per layer priced by ``_generated.ring_allreduce_time``;
+  FLOP/s, plus 2 ring all-reduces per layer priced by ``numeric.ring_allreduce_time``;
 * properties over the batch: aggregate tokens/s never falls and TPOT never falls as the batch grows;
   the memory verdict turns exactly at ``max_batch_that_fits``;
 * bad input gets one clear error naming the field; importing the module pulls in no torch,
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import capstone as D
 from course_lib import estimate, get_hardware, get_model
 from course_lib.core.hardware import custom_hardware

@@ -5,7 +5,7 @@ compute rate.
 The tests that need llama-cpp-python and gguf (the ``llamacpp`` extra, ``make llamacpp``) skip with a reason when
 they are missing, except under CI=true (or COURSE_REQUIRE_ALL=1), where .ci/run installs them and they must run.
 Tiny files only (hidden 256, two layers, a vocabulary of 512): seconds in all. The benchmark's timing claims
-live in ``python -m course_lib.validate --engine llama.cpp``, never here.
+live in ``python -m course_lib.measure.validate --engine llama.cpp``, never here.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_validate_cli_dispatches_and_refuses_bad_configs(capsys):
 # --- the app: a CPU's fp16 rate ------------------------------------------------------------------------------
 def test_cpu_estimates_compute_at_the_rate_the_cpu_runs_fast(monkeypatch):
     from course_lib import estimate
-    from course_lib.measure.machine import cpu_fast_compute
+    from course_lib.measure.engines.llamacpp import cpu_fast_compute
     cpu = custom_hardware("this-machine", bandwidth=20e9, peak_flops={"fp32": 100e9, "bf16": 150e9, "fp16": 2.3e9},
                           capacity=64e9, memory_type="DRAM")
     fixed = cpu_fast_compute(cpu)
@@ -134,8 +134,8 @@ def test_cpu_estimates_compute_at_the_rate_the_cpu_runs_fast(monkeypatch):
     import course_lib.measure
     from course_lib.lessons.widgets.capstone import capstone_dashboard
     fake = types.SimpleNamespace(measure_machine=lambda **kw: "m", this_machine=lambda m: cpu)
-    monkeypatch.setitem(sys.modules, "course_lib.measure.bench", fake)
-    monkeypatch.setattr(course_lib.measure, "bench", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "course_lib.measure.machine", fake)
+    monkeypatch.setattr(course_lib.measure, "machine", fake, raising=False)
     dash = capstone_dashboard()
     dash.measure.click()
     assert dash.machine.flops("fp16") == 150e9

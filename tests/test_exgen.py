@@ -1,4 +1,4 @@
-"""The exercise generator (python -m course_lib.exgen): the transformation, the files, and the real
+"""The exercise generator (python -m course_lib.authoring.exgen): the transformation, the files, and the real
 exercises (in sync with solutions/, run unfilled without error, every question "not attempted")."""
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ REAL = exgen.pairs(REPO)
 def test_exercises_are_in_sync_with_solutions():
     if not REAL:
         pytest.skip("solutions/ has no NN_*.ipynb yet")
-    assert exgen.check(REPO) == [], "run `python -m course_lib.exgen` and commit exercises/"
+    assert exgen.check(REPO) == [], "run `python -m course_lib.authoring.exgen` and commit exercises/"
 
 
 @pytest.mark.notebook

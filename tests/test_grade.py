@@ -1,4 +1,4 @@
-"""The grader (python -m course_lib.grade): real kernels on small notebooks in a temp directory."""
+"""The grader (python -m course_lib.authoring.grade): real kernels on small notebooks in a temp directory."""
 from __future__ import annotations
 
 import hashlib

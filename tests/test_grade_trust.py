@@ -21,7 +21,7 @@ import pytest
 from course_lib.authoring import grade, sandbox
 from course_lib.checks import _demo
 from course_lib.checks.answers import from_plain, to_plain
-from course_lib.checks.core import CORRECT, INCORRECT, NOT_ATTEMPTED, RECEIVED, ____
+from course_lib.checks import CORRECT, INCORRECT, NOT_ATTEMPTED, RECEIVED, ____
 from course_lib.checks.question import keyless_module_source
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -52,12 +52,12 @@ def test_every_integrity_attack_earns_nothing(tmp_path):
     nb = nbformat.read(str(EXERCISE), as_version=4)
     _cell(nb, "q1-answer").source = "weights_bytes = q.q1.expected\nq.q1.check(weights_bytes)"
     _cell(nb, "q2-answer").source = "step_ms = getattr(q.q2, 'exp' + 'ected')\nq.q2.check(step_ms)"
-    _cell(nb, "q3-answer").source = ("import course_lib.checks.core as c\n" + PATCH + "\n"
+    _cell(nb, "q3-answer").source = ("import course_lib.checks.question as c\n" + PATCH + "\n"
                                      "kv_per_token = '2*L*H*d'\nq.q3.check(kv_per_token)")
     _cell(nb, "q4-answer").source = ("def kv_cache_bytes(*args, **kwargs):\n"
                                      "    return getattr(q.q4, 'expected')(*args, **kwargs)\n"
                                      "q.q4.check(kv_cache_bytes)")
-    _cell(nb, "q5-answer").source = ("exec(\"import course_lib.checks.core as c; " + PATCH.replace('"', "'")
+    _cell(nb, "q5-answer").source = ("exec(\"import course_lib.checks.question as c; " + PATCH.replace('"', "'")
                                      + "\")\nbottleneck = 'compute'\nq.q5.check(bottleneck)")
     _cell(nb, "q6-grade").source = "q.q6.check(q.q6.expected, strict=True)"
     path = tmp_path / "00_demo.ipynb"

@@ -1,9 +1,8 @@
-"""The layout's import rules (issue 12), checked once for the whole package.
+"""The layout's import rules, checked once for the whole package (docs/ARCHITECTURE.md describes them).
 
 * **Light imports** -- one subprocess imports every torch-free module (``course_lib``, everything under
   ``course_lib/core/`` and ``course_lib/checks/``, ``lessons/lesson_map.py``, ``lessons/glossary.py``,
-  ``lessons/prose.py``, and the old paths of the core modules, ``course_lib.dashboard``, ``course_lib.caching``
-  ...), calls the core and a check, and reports what came with them: never torch,
+  ``lessons/prose.py``), calls the core and a check, and reports what came with them: never torch,
   ipywidgets or matplotlib; and before the sympy modules (``core/formulas.py``, the question sets) and
   ``lessons/`` are imported, neither sympy nor IPython (the numeric core runs on the generated code), and
   IPython not even after a check has run;
@@ -11,9 +10,14 @@
 * **The core imports no torch, ipywidgets or matplotlib at all, not even lazily** -- an AST scan of
   ``course_lib/core/**`` for import statements (function bodies included), ``importlib.import_module``
   and ``__import__`` calls, naming those packages or the modules that use them (``course_lib.measure``,
-  ``course_lib.lessons`` and their old names).
-* **measure/ uses only public names of the core** -- an AST scan of ``course_lib/measure/**``: no
-  ``from course_lib.core.x import _private``, no private core module, no ``core_module._private``.
+  ``course_lib.lessons``).
+* **Outside the core, only its public names** -- an AST scan of ``course_lib/measure/**``, ``lessons/**``,
+  ``checks/**`` and ``authoring/**``: no ``from course_lib.core.x import _private``, no private core module
+  (``_generated``: the public face of the generated code is ``course_lib.core.numeric``), no
+  ``core_module._private``.
+* **No compatibility layer** -- no module aliases another (no import hook on ``sys.meta_path``), and every
+  ``python -m course_lib...`` command that the README, docs/ and the Makefile document names a real module
+  with a ``__main__`` block.
 """
 from __future__ import annotations
 
@@ -26,8 +30,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT as ROOT
-
-from course_lib import _compat
 
 PKG = ROOT / "course_lib"
 
@@ -66,10 +68,6 @@ early, late = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 report = {}
 for name in early:
     importlib.import_module(name)
-for old, merged_first in json.loads(sys.argv[4]).items():  # old paths of core modules (course_lib._compat)
-    module = importlib.import_module(old)
-    if merged_first:  # an old module split in several resolves its names lazily: use one
-        getattr(module, importlib.import_module(merged_first).__all__[0])
 import course_lib
 from course_lib.core import capstone
 course_lib.estimate("mistral-7b", "rtx-4090", prompt_tokens=100, new_tokens=10)
@@ -95,13 +93,7 @@ def test_torch_free_modules_import_light():
     late = [n for n in names if n not in early]
     code = _PROBE % {"early_banned": HEAVY + LATE, "late_banned": HEAVY + ("IPython",)}
     display = [n for n in modules_under("lessons") if n not in names]
-    old_core = {}  # old name -> None, or for a merged alias the core module that holds its first names
-    for old, new in _compat.ALIASES.items():
-        first = f"course_lib.{new if isinstance(new, str) else new[0]}"
-        if first.startswith("course_lib.core.") and first in early:
-            old_core[f"course_lib.{old}"] = None if isinstance(new, str) else first
-    assert "course_lib.dashboard" in old_core and "course_lib.caching" in old_core, old_core
-    proc = subprocess.run([sys.executable, "-c", code, *(json.dumps(x) for x in (early, late, display, old_core))],
+    proc = subprocess.run([sys.executable, "-c", code, *(json.dumps(x) for x in (early, late, display))],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -150,11 +142,7 @@ def imported_modules(tree: ast.AST, filename: str) -> list[tuple[int, str]]:
 
 
 def _banned_for_core() -> tuple[str, ...]:
-    measure_or_lessons = ("course_lib.measure", "course_lib.lessons")
-    old_names = tuple(f"course_lib.{old}" for old, new in _compat.ALIASES.items()
-                      if any(str(t).startswith(("measure", "lessons"))
-                             for t in (new if isinstance(new, tuple) else (new,))))
-    return HEAVY + measure_or_lessons + old_names
+    return HEAVY + ("course_lib.measure", "course_lib.lessons")
 
 
 def _is_under(name: str, roots) -> bool:
@@ -172,12 +160,12 @@ def core_violations(sources) -> list[str]:
 
 
 def test_core_scan_can_fail():
-    tree = ast.parse("def f():\n    import torch.nn\n\ndef g():\n    from course_lib import bench\n"
+    tree = ast.parse("def f():\n    import torch.nn\n\ndef g():\n    from course_lib.lessons import plots\n"
                      "def h():\n    return importlib.import_module('matplotlib.pyplot')\n"
                      "from ..measure import timing\n")
     problems = core_violations([("course_lib/core/x.py", tree)])
     assert len(problems) == 4, problems
-    for name in ("torch.nn", "course_lib.bench", "matplotlib.pyplot", "course_lib.measure"):
+    for name in ("torch.nn", "course_lib.lessons", "matplotlib.pyplot", "course_lib.measure"):
         assert any(p.endswith(f"imports {name}") for p in problems), (name, problems)
 
 
@@ -227,7 +215,11 @@ def test_private_scan_can_fail():
 @pytest.mark.parametrize("folder, scan, rule", [
     ("core", core_violations, "the core must not import these, not even inside a function"),
     ("measure", private_core_uses, "measure/ must use the core's public names only"),
-], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names"])
+    ("lessons", private_core_uses, "lessons/ must use the core's public names only"),
+    ("checks", private_core_uses, "checks/ must use the core's public names only"),
+    ("authoring", private_core_uses, "authoring/ must use the core's public names only"),
+], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names",
+        "lessons-use-public-core-names", "checks-use-public-core-names", "authoring-uses-public-core-names"])
 def test_import_rule(folder, scan, rule):
     sources = _sources(folder)
     assert len(sources) > 5
@@ -236,10 +228,47 @@ def test_import_rule(folder, scan, rule):
 
 
 @pytest.mark.parametrize("filename, module, level, expected", [
-    ("course_lib/measure/bench.py", "timing", 1, "course_lib.measure.timing"),
-    ("course_lib/measure/bench.py", "core.units", 2, "course_lib.core.units"),
-    ("course_lib/measure/__init__.py", "bench", 1, "course_lib.measure.bench"),
+    ("course_lib/measure/probes.py", "timing", 1, "course_lib.measure.timing"),
+    ("course_lib/measure/probes.py", "core.units", 2, "course_lib.core.units"),
+    ("course_lib/measure/__init__.py", "probes", 1, "course_lib.measure.probes"),
     ("course_lib/core/x.py", None, 2, "course_lib"),
 ])
 def test_relative_imports_are_resolved(filename, module, level, expected):
     assert _resolve(module, level, filename) == expected
+
+
+# --- no compatibility layer; documented commands are real modules ---------------------------------------------
+def test_no_import_hook_aliases_a_module():
+    """Importing the package installs nothing on ``sys.meta_path``: every module has one name."""
+    code = ("import sys; before = list(sys.meta_path); import course_lib, course_lib.checks; "
+            "print(len(sys.meta_path) - len(before))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "0"
+
+
+def documented_commands() -> dict[str, list[str]]:
+    """``python -m course_lib.X`` module -> the files that document it (README, docs/, Makefile, benchmarks/)."""
+    import re
+
+    found: dict[str, list[str]] = {}
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "benchmarks").rglob("*.md"))]
+    for f in files:
+        for m in re.finditer(r"python -m (course_lib(?:\.\w+)+)", f.read_text(encoding="utf-8")):
+            found.setdefault(m.group(1), []).append(str(f.relative_to(ROOT)))
+    return found
+
+
+def test_documented_commands_are_real_modules():
+    commands = documented_commands()
+    assert "course_lib.authoring.exgen" in commands, sorted(commands)
+    problems = []
+    for module, where in sorted(commands.items()):
+        path = PKG.joinpath(*module.split(".")[1:])
+        source = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__main__.py"
+        if not source.exists():
+            problems.append(f"{module} (in {', '.join(sorted(set(where)))}) is no module of course_lib")
+        elif "__main__" not in source.read_text(encoding="utf-8"):
+            problems.append(f"{module} (in {', '.join(sorted(set(where)))}) has no __main__ block")
+    assert not problems, "; ".join(problems)

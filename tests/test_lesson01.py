@@ -353,9 +353,9 @@ def test_exercise_is_generated_from_the_solution(nb_paths):
     """exercises/01_units.ipynb is exactly what the generator makes of the solution (never hand-edited)."""
     from course_lib.authoring import exgen
 
-    assert nb_paths.exercise.exists(), "exercises/01_units.ipynb is missing: run `python -m course_lib.exgen`"
+    assert nb_paths.exercise.exists(), "exercises/01_units.ipynb is missing: run `python -m course_lib.authoring.exgen`"
     assert nb_paths.exercise.read_text(encoding="utf-8") == exgen.exercise_text(nb_paths.solution), (
-        "exercises/01_units.ipynb is out of date: run `python -m course_lib.exgen`")
+        "exercises/01_units.ipynb is out of date: run `python -m course_lib.authoring.exgen`")
 
 
 def test_generated_exercise_holds_no_solutions(nb_paths):

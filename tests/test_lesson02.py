@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 widgets = pytest.importorskip("ipywidgets")
 
-from course_lib.core import _generated as g  # noqa: E402
+from course_lib.core.numeric import raw as g  # noqa: E402
 from course_lib.core.hardware import get_hardware, list_hardware  # noqa: E402
 from course_lib.core.models import get_model, list_models  # noqa: E402
 from course_lib.lessons.plots import label_has_unit  # noqa: E402

@@ -405,7 +405,8 @@ def test_ex04_covers_every_objective_with_every_kind_and_multi_step_problems():
 
 
 @pytest.mark.skipif(not EXERCISE.exists(),
-                    reason="exercises/04_bandwidth_bound_latency.ipynb not generated yet (python -m course_lib.exgen)")
+                    reason="exercises/04_bandwidth_bound_latency.ipynb not generated yet "
+                           "(python -m course_lib.authoring.exgen)")
 def test_generated_exercise_holds_no_solutions():
     nb = nbformat.read(EXERCISE, as_version=4)
     text = "\n".join(c.source for c in nb.cells)

@@ -21,7 +21,7 @@ pytest.importorskip("matplotlib")
 
 from course_lib import get_hardware, get_model
 
-from course_lib.measure import bench
+from course_lib.measure import probes as bench
 
 from course_lib.core import measurements
 from course_lib.checks import ex05

@@ -7,7 +7,7 @@ What a lesson "uses" is read statically (no notebook runs, torch is never import
 ``solutions/NN_*.ipynb``, which import the same modules: exgen copies the solutions' import cell) and, for
 lesson 09, the app (``app/dashboard.ipynb``, the lesson's dashboard as a web app). A name imported from a
 package that re-exports it (``from course_lib import estimate``) counts as its defining module
-(``course_lib.core.estimator``); an old flat path (``course_lib.dashboard``) as the module it now is.
+(``course_lib.core.estimator``).
 Notebooks import public names only, and no display module (``course_lib.lessons``) evaluates the
 generated formulas itself.
 
@@ -23,7 +23,6 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib import _compat
 from course_lib.lessons import lesson_map as lessons
 
 from repo import ROOT
@@ -68,11 +67,6 @@ def _file(module: str) -> Path | None:
     return None
 
 
-def _current(module: str) -> str:
-    """An old flat path (``course_lib.bench``) as the module that now holds it."""
-    return _compat.new_name(module) or module
-
-
 @lru_cache(maxsize=None)
 def _tree(module: str) -> ast.Module:
     return ast.parse(_file(module).read_text(encoding="utf-8"))
@@ -81,8 +75,7 @@ def _tree(module: str) -> ast.Module:
 def defining_module(module: str, name: str, _depth: int = 0) -> str:
     """The module ``from module import name`` gets ``name`` from: a submodule, or the module whose
     re-export it is (followed through package ``__init__`` files), else ``module`` itself."""
-    module = _current(module)
-    sub = _current(f"{module}.{name}")
+    sub = f"{module}.{name}"
     if _file(sub) is not None:
         return sub
     if _depth < 5 and _file(module) is not None:
@@ -100,7 +93,7 @@ def imports_in(code: str) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
-            found |= {_current(a.name) for a in node.names if a.name.split(".")[0] == "course_lib"}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "course_lib"}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "course_lib":
             found |= {defining_module(node.module, a.name) for a in node.names}
     return {m for m in found if _file(m) is not None}
@@ -174,11 +167,11 @@ def expected_map() -> dict[str, dict]:
 # --------------------------------------------------------------------------------------------------
 # The map and the docstrings
 # --------------------------------------------------------------------------------------------------
-def test_the_analysis_resolves_re_exports_and_old_paths():
+def test_the_analysis_resolves_re_exports():
     assert imports_in("from course_lib import estimate, get_model") == {"course_lib.core.estimator",
                                                                          "course_lib.core.models"}
-    assert imports_in("from course_lib import bench\nimport course_lib.dashboard") == {
-        "course_lib.measure.bench", "course_lib.core.capstone"}
+    assert imports_in("from course_lib.core import capstone\nimport course_lib.measure.probes") == {
+        "course_lib.core.capstone", "course_lib.measure.probes"}
     assert imports_in("%matplotlib inline\nfrom course_lib.lessons.widgets import estimate_explorer") == {
         "course_lib.lessons.widgets.estimator"}
     assert imports_in("from course_lib.checks import ex01 as q\nimport math") == {"course_lib.checks.ex01"}

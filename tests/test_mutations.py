@@ -34,7 +34,7 @@ import pytest
 import sympy
 
 from course_lib.checks import available_sets, load_set
-from course_lib.checks.core import CORRECT, INCORRECT, Question
+from course_lib.checks import CORRECT, INCORRECT, Question
 from course_lib.checks.display import RECEIVED
 from course_lib.checks.question import KeylessQuestion
 

@@ -134,7 +134,7 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
 
 
 CHEATS = ("key", "patched", "edited", "shadow")
-PATCH = ("import course_lib.checks.core as c\n"
+PATCH = ("import course_lib.checks.question as c\n"
          "c.Question.evaluate = lambda self, a, strict=False, **k: self._result('correct', '', strict)")
 # beside the notebook: imported by the setup cell's `import sympy`; loads the real sympy, patches the checker
 SHADOW_SYMPY = """

@@ -1,6 +1,6 @@
 """course_lib.core.numeric: every formula, checked by the kinds its sympy symbols declare.
 
-The strategies come from the formulas themselves (``_generated.ARGUMENTS``), so a new formula is
+The strategies come from the formulas themselves (``numeric.ARGUMENTS``), so a new formula is
 fuzzed without a line added here; a formula whose argument kind has no strategy fails the test.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from course_lib.core import _generated, numeric
+from course_lib.core import numeric
 
 VALID = {
     "count1": st.integers(1, 10**6),
@@ -26,8 +26,8 @@ BAD = st.sampled_from([None, True, "14", b"512", bytearray(b"512"), np.array("14
 
 
 def test_every_formula_has_a_checked_form_and_every_kind_a_strategy():
-    assert sorted(numeric.__all__) == sorted(_generated.__all__)
-    kinds = {kind for args in _generated.ARGUMENTS.values() for _, kind in args}
+    assert sorted(numeric.__all__) == sorted(numeric.ARGUMENTS) == sorted(vars(numeric.raw))
+    kinds = {kind for args in numeric.ARGUMENTS.values() for _, kind in args}
     assert kinds <= set(VALID), f"no strategy for argument kinds {kinds - set(VALID)}"
 
 
@@ -35,7 +35,7 @@ def test_every_formula_has_a_checked_form_and_every_kind_a_strategy():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_checked_formula_edges(name, data):
-    args = _generated.ARGUMENTS[name]
+    args = numeric.ARGUMENTS[name]
     values = {a: data.draw(VALID[k], label=a) for a, k in args}
     broken = data.draw(st.one_of(st.none(), st.sampled_from([a for a, _ in args])), label="broken") if args else None
     if broken is not None:
@@ -48,7 +48,7 @@ def test_checked_formula_edges(name, data):
         return
     # Valid (or harmlessly valid) input: the checked form equals the generated expression, and is finite.
     assert isinstance(result, (int, float)) and math.isfinite(result), (name, values, result)
-    assert result == getattr(_generated, name)(**values)
+    assert result == getattr(numeric.raw, name)(**values)
 
 
 def test_a_bad_value_is_refused_naming_the_argument():

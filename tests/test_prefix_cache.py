@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.core._generated import block_aligned_tokens
+from course_lib.core.numeric import raw
 from course_lib.core.prefix_cache import PrefixCache, PrefixHit, SimulationResult, simulate
 
 
@@ -28,7 +28,7 @@ def test_only_whole_blocks_are_cached_and_reused():
     assert c.insert(prompt) == 62
     assert len(c) == 62 and c.bytes_used == 62 * 16
     hit = c.lookup(prompt)
-    assert hit.tokens == block_aligned_tokens(1000, 16) == 992 and hit.blocks == 62
+    assert hit.tokens == raw.block_aligned_tokens(1000, 16) == 992 and hit.blocks == 62
     # a longer prompt with the same start reuses the same 992 tokens; a shorter one its whole blocks
     assert c.lookup(prompt + [5, 6, 7]).tokens == 992
     assert c.lookup(prompt[:40]).tokens == 32

@@ -464,8 +464,9 @@ def test_the_quiet_vm_is_reliable_with_one_thread_and_the_loaded_one_is_not():
 
 
 def test_the_quiet_amd_vm_validate_runs_are_within_the_accuracy_target():
-    # the two runs of python -m course_lib.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable by their
-    # own verdicts): every decode point within 15 %, geomean at most 10 % (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
+    # the two runs of python -m course_lib.measure.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable
+    # by their own verdicts): every decode point within 15 %, geomean at most 10 %
+    # (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
     profile = load_profile("amd-epyc-2core-32mib-l3-quiet")
     for k, (geomean, worst) in enumerate([(0.046, 0.134), (0.034, 0.113)], 1):
         points = [pt for s in profile.series if s.name.startswith("tpot") and s.name.endswith(f"(validate run {k})")

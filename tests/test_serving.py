@@ -375,3 +375,144 @@ def test_littles_law_and_the_kv_transfer_are_the_generated_formulas():
         kv_transfer(M, H, 2048, 300, 0)
     with pytest.raises(ValueError, match="max_positions"):
         kv_transfer(M, H, 8000, 300, 50e9)
+
+
+# --------------------------------------------------------------------------------------------------
+# Windowed layers (issue 30): sliding windows and Gemma/gpt-oss local layers, in the steps and the block pool
+# --------------------------------------------------------------------------------------------------
+def _roomy(hw="h200"):
+    """The H200 with memory for any catalog model on one device (the steps' prices are the H200's)."""
+    import dataclasses
+
+    from course_lib.core.hardware import get_hardware
+    return dataclasses.replace(get_hardware(hw), name="h200 (4 TB)", capacity=4e12)
+
+
+def test_one_request_alone_is_the_estimate_for_every_catalog_model_at_long_context():
+    """Local/global layers, sliding windows, MLA and MoE: TTFT, TPOT and total within 1 % (they agree to ~1e-13)."""
+    from course_lib.core.models import get_model, list_models
+    hw = _roomy()
+    worst = {}
+    for name in list_models():
+        m = get_model(name)
+        P = min(16384, m.max_positions) - 128                # long: past every local window in the catalog
+        rec = simulate(m, hw, None, P, 128, arrivals=[0.0], token_budget=P).records[0]
+        e = estimate(m, hw, P, 128)
+        worst[name] = max(rel(rec.ttft, e.ttft), rel(rec.tpot, e.tpot), rel(rec.e2e, e.total))
+    assert max(worst.values()) < 0.01, {k: v for k, v in worst.items() if v >= 0.01}
+    assert len(worst) >= 30
+
+
+def test_a_windowed_decode_step_reads_the_window_in_its_local_layers():
+    """Batch 32 of Gemma-3-27B at 16k on an H200: the simulated step is the estimator's (once 2.86x too slow)."""
+    e = estimate("gemma-3-27b", "h200", 16000, 2, batch=32)
+    r = simulate("gemma-3-27b", "h200", None, 16000, 2, arrivals=[0.0] * 32, token_budget=16000 * 32,
+                 max_batch=32, kv_memory_fraction=1.0)
+    decode = r.busy_time - r.prefill_time                     # the one decode step of all 32
+    assert rel(decode, e.decode_first.time) < 1e-9
+
+
+def test_kv_memory_per_sequence_follows_each_layer_group():
+    from course_lib.core.serving import kv_pool, layer_groups
+    pool = kv_pool("gemma-3-27b", "h200")
+    per_token = pool.kv_bytes_per_token
+    # 10 global layers hold 8,192 tokens, 52 local ones their 1,024-token window (65 blocks of 16): 1.11 GB, not 4.16
+    assert per_token * 8192 / 1e9 == pytest.approx(4.16, abs=0.005)
+    assert pool.sequence_bytes(8192) / 1e9 == pytest.approx(1.114, abs=0.001)
+    assert pool.sequence_bytes(8192) == pytest.approx(per_token * (10 * 8192 + 52 * 65 * 16) / 62, rel=1e-12)
+    assert pool.sequences_that_fit(8192) >= 3 * pool.blocks // 512   # ~3.7x the sequences of a full cache
+    full = layer_groups("llama-3-8b", 16)
+    assert full.layer_blocks(100) == 32 * 7 and full.window is None
+    slide = layer_groups("mistral-7b", 16)                    # every layer slides: the window's 257 blocks
+    assert slide.layer_blocks(10**5) == 32 * 257 == slide.layer_blocks(4097 + 16)
+
+
+def test_the_simulator_admits_as_many_windowed_sequences_as_their_blocks_allow():
+    """Gemma-3-27B at 8k in an H200: the pool holds ~3.7x the sequences a whole-context cache would."""
+    from course_lib.core.serving import kv_pool
+    pool = kv_pool("gemma-3-27b", "h200")
+    fit = pool.sequences_that_fit(7000 + 1000 - 1)              # the last token's K/V is never written
+    r = simulate("gemma-3-27b", "h200", None, 7000, 1000, arrivals=[0.0] * (fit + 20), max_batch=4096)
+    first_done = min(x.finish for x in r.records)
+    together = sum(1 for x in r.records if x.admitted < first_done)     # in flight before anyone finished
+    # admission asks for the blocks of the tokens so far (growth later preempts, as vLLM), so at least `fit` go in
+    assert together >= fit - 2 and together > 3 * (pool.blocks * 16 // 8000)
+    assert r.kv_blocks_free_at_end == r.kv_blocks
+
+
+def test_plans_hold_only_the_window_in_local_layers():
+    from course_lib.core import capstone
+    plan = continuous_batching_plan("gemma-3-27b", "h200", 100, 8000, 192, tpot_budget=1.0, max_sequences=10**5)
+    per_seq = (plan.memory_needed - get_weights("gemma-3-27b")) / plan.sequences_per_gpu
+    m = get_model_("gemma-3-27b")
+    assert per_seq == pytest.approx(m.kv_bytes_per_token() * m.attended_tokens(8192), rel=1e-9)
+    state = capstone.DashboardState(model="gemma-3-27b", hardware="h200", prompt_tokens=8000, new_tokens=192)
+    cp = capstone.continuous_plan(state, 100, tpot_budget=1.0)
+    assert cp.sequences == plan.sequences_per_gpu
+
+
+def get_weights(name):
+    return get_model_(name).weight_bytes("fp16")
+
+
+def get_model_(name):
+    from course_lib.core.models import get_model
+    return get_model(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Which p99: per-request TPOT and per-token ITL; closed-loop users; what preemption costs (issue 30)
+# --------------------------------------------------------------------------------------------------
+def test_weighted_percentile_is_the_percentile_of_the_repeated_values():
+    from course_lib.core.serving import samples_above, weighted_percentile
+    pairs = [(0.03, 5), (0.01, 1), (0.02, 0), (0.05, 2), (0.02, 3)]
+    flat = [v for v, c in pairs for _ in range(c)]
+    for q in (0, 10, 50, 90, 99, 100):
+        assert weighted_percentile(pairs, q) == pytest.approx(np.percentile(flat, q), rel=1e-12)
+    assert (samples_above(200, 99), samples_above(10_000, 99), samples_above(1, 99)) == (2, 100, 0)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_itl_counts_every_gap_and_its_mean_is_the_token_weighted_tpot(chunked):
+    r = simulate(M, H, 12, (256, 2048), (20, 200), 300, chunked_prefill=chunked, **EFF)
+    pairs = r.itl_pairs()
+    assert r.itl_samples == sum(x.output_tokens - 1 for x in r.records)
+    gaps = sum(v * c for v, c in pairs)
+    assert rel(gaps, sum(x.finish - x.first_token for x in r.records)) < 1e-9
+    s = r.summary()
+    assert s["itl_p50"] <= s["itl_p99"] and s["measured"] == 300 and s["p99_rests_on"] == 3
+
+
+def test_chunked_prefill_shortens_the_itl_tail():
+    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, the TPOT mean hides it."""
+    kw = dict(requests=400, **EFF)
+    on = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=True, **kw).summary()
+    off = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=False, **kw).summary()
+    assert on["itl_p99"] < 0.75 * off["itl_p99"]
+    stall = step_cost(M, H, **EFF)(2048, 0, 2048, attention_pairs=2048 ** 2 / 2, logit_rows=1)
+    assert off["itl_p99"] > stall > on["itl_p99"] / 2
+
+
+def test_closed_loop_users_hold_their_concurrency_and_obey_the_response_time_law():
+    """N users with think time Z: N = X (R + Z) in the measured window (X requests/s, R the mean response)."""
+    N, Z = 24, 1.5
+    r = simulate(M, H, None, (256, 1024), (20, 200), 600, users=N, think_time=Z, **EFF)
+    assert r.settings["users"] == N and r.mean_in_system <= N
+    lo, hi = r.window
+    inside = [x for x in r.records if lo <= x.arrival <= hi]
+    X = len(inside) / (hi - lo)
+    R = sum(x.e2e for x in r.measured) / len(r.measured)
+    assert rel(X * (R + Z), N) < 0.08
+    assert 0 < len(r.measured) <= 600 - N and r.summary()["measured"] == len(r.measured)
+    # without think time the users keep exactly N requests present until the last one is sent
+    r0 = simulate(M, H, None, 512, 64, 200, users=8, **EFF)
+    assert r0.max_batch_seen == 8 and rel(r0.mean_in_system, 8) < 0.15
+
+
+def test_preemption_costs_gpu_time_the_step_count_hides():
+    kw = dict(arrivals=[0.0] * 120, **EFF)
+    tight = simulate(M, H, None, 2048, 600, kv_memory_fraction=0.3, **kw)
+    roomy = simulate(M, H, None, 2048, 600, kv_memory_fraction=0.9, **kw)
+    assert tight.preemptions > 0 and roomy.preemptions == 0
+    assert tight.recomputed_tokens > 0 and roomy.recomputed_tokens == 0
+    assert tight.busy_time > 1.2 * roomy.busy_time

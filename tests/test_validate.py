@@ -382,18 +382,6 @@ def test_cold_streams_are_sized_against_the_given_llc():
     assert calibrate.cold_streams("cpu", fast=True, llc_bytes=2**30) == [0, 2**30]
 
 
-def test_validate_offers_the_names_it_had():
-    import course_lib.validate as flat
-    assert flat is validate
-    old = ["COLUMNS", "Calibration", "DECODE_CONTEXTS", "DECODE_COUNT_CONTEXT", "FAST_CONTEXTS", "FAST_MODELS",
-           "FAST_PROMPTS", "LAST_LINE_RE", "Point", "Prediction", "REUSE_PATHS", "TTFT_PROMPTS", "VALIDATION_MODELS",
-           "ValidationReport", "calibrate", "count_ops", "main", "measure_attention_products", "measure_score_passes",
-           "predict_tpot", "predict_ttft", "run", "stream_between_ops", "weight_matrices"]
-    assert all(hasattr(validate, name) for name in old)
-    assert validate.calibrate is calibrate.calibrate and validate.predict_ttft is predict.predict_ttft
-    assert validate.measure_score_passes is probes.measure_score_passes
-
-
 def test_decode_rounds_keep_the_median_round_and_measure_their_disagreement():
     t = [0.012, 0.010, 0.011]
     mid, agree = validate._median_round(t)

@@ -166,8 +166,8 @@ def _fake_bench(monkeypatch, spec):
     calls = []
     fake = types.SimpleNamespace(measure_machine=lambda **kw: calls.append(kw) or "m",
                                  this_machine=lambda m: spec if m == "m" else None)
-    monkeypatch.setitem(sys.modules, "course_lib.measure.bench", fake)
-    monkeypatch.setattr(course_lib.measure, "bench", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "course_lib.measure.machine", fake)
+    monkeypatch.setattr(course_lib.measure, "machine", fake, raising=False)
     return calls
 
 
@@ -199,8 +199,8 @@ def test_a_failed_measurement_is_shown_not_raised(monkeypatch, dash):
         raise RuntimeError("no timer")
 
     fake = types.SimpleNamespace(measure_machine=boom, this_machine=None)
-    monkeypatch.setitem(sys.modules, "course_lib.measure.bench", fake)
-    monkeypatch.setattr(course_lib.measure, "bench", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "course_lib.measure.machine", fake)
+    monkeypatch.setattr(course_lib.measure, "machine", fake, raising=False)
     dash.measure.click()
     assert "measurement failed: no timer" in dash.status.value and dash.machine is None
     assert dash.state == D.DashboardState()

@@ -2,7 +2,7 @@
 
 Lessons: none
 
-``python -m course_lib.exgen [--check] [--root DIR]`` writes ``exercises/NN_*.ipynb`` for every
+``python -m course_lib.authoring.exgen [--check] [--root DIR]`` writes ``exercises/NN_*.ipynb`` for every
 ``solutions/NN_*.ipynb``:
 
 * code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` is replaced by a placeholder:
@@ -285,8 +285,9 @@ def make_exercise(nb, name: str = "notebook"):
         cells.append(cell)
     ex.cells = cells
     ex.metadata.pop("widgets", None)
-    ex.metadata["course"] = {"generated_from": f"solutions/{name}", "generator": "course_lib.exgen",
-                             "note": "Generated file: edit the solution notebook and run `python -m course_lib.exgen`."}
+    ex.metadata["course"] = {"generated_from": f"solutions/{name}", "generator": "course_lib.authoring.exgen",
+                             "note": "Generated file: edit the solution notebook and run "
+                                     "`python -m course_lib.authoring.exgen`."}
     nbformat.validate(ex)
     return ex
 
@@ -409,7 +410,7 @@ def classroom_release(outdir, root=None) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_lib.exgen",
+    parser = argparse.ArgumentParser(prog="python -m course_lib.authoring.exgen",
                                      description="Generate exercises/NN_*.ipynb from solutions/NN_*.ipynb.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and list the files that are out of date")
@@ -428,7 +429,7 @@ def main(argv=None) -> int:
             for p in problems:
                 print(p)
             if problems:
-                print(f"{len(problems)} exercise notebook(s) out of date: run `python -m course_lib.exgen`")
+                print(f"{len(problems)} exercise notebook(s) out of date: run `python -m course_lib.authoring.exgen`")
                 return 1
             print(f"exercises up to date ({len(pairs(args.root))} notebook(s))")
             return 0

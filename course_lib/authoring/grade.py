@@ -1,4 +1,4 @@
-"""Grade exercise notebooks: ``python -m course_lib.grade NOTEBOOK... [-j N] [--json FILE] [--csv FILE]``.
+"""Grade exercise notebooks: ``python -m course_lib.authoring.grade NOTEBOOK... [-j N] [--json FILE] [--csv FILE]``.
 
 Lessons: none
 
@@ -53,7 +53,7 @@ from pathlib import Path
 
 from course_lib.authoring import integrity, kernel, sandbox
 from course_lib.checks.answers import ANSWER_MIME, from_plain
-from course_lib.checks.core import CORRECT, INCORRECT, MIME_TYPE, NOT_ATTEMPTED, Question
+from course_lib.checks import CORRECT, INCORRECT, MIME_TYPE, NOT_ATTEMPTED, Question
 
 __all__ = ["MISSING", "STATUSES", "QuestionGrade", "Problem", "NotebookGrade", "grade_notebook",
            "grade_notebooks", "student_id", "format_report", "write_csv", "main", "run_and_judge",
@@ -1056,7 +1056,7 @@ def _check_outputs(parser, args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_lib.grade",
+        prog="python -m course_lib.authoring.grade",
         description="Execute copies of exercise notebooks, each alone in a fresh folder, and report per-question "
                     "results; grade cells are verified against (and restored from) the solution notebooks.")
     parser.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebook files (.ipynb)")

@@ -6,7 +6,7 @@ Three tools execute notebooks, and they must agree on what the kernel sees:
 
 * ``make notebooks`` (:mod:`course_lib.authoring.run_notebooks`) stores the outputs;
 * nbval in ``make test`` (``tests/conftest.py`` calls :func:`patch_nbval`) re-runs them and compares;
-* the grader (``python -m course_lib.grade``, :mod:`course_lib.authoring.grade`) runs learners' copies.
+* the grader (``python -m course_lib.authoring.grade``, :mod:`course_lib.authoring.grade`) runs learners' copies.
 
 What they share, defined here only:
 

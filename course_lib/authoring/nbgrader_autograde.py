@@ -4,7 +4,7 @@ Lessons: none
 
 nbgrader scores a grade cell by its outputs (an error: no points; else full points), and runs the
 notebook in a kernel that imports the course as installed, answer key included, beside whatever files
-the student submitted.  :class:`CourseAutograde` runs it the way ``python -m course_lib.grade`` does
+the student submitted.  :class:`CourseAutograde` runs it the way ``python -m course_lib.authoring.grade`` does
 (:func:`course_lib.authoring.grade.run_and_judge`): a copy, alone in a fresh temporary folder, against
 the key-less ``course_lib`` (so ``q.q1.expected`` is None there), with the output, memory and time
 limits of :mod:`course_lib.authoring.sandbox`; each answer leaves the kernel as plain data and is judged
@@ -39,7 +39,7 @@ except ImportError:  # nbgrader is an optional dependency (the `classroom` extra
 
 from course_lib.authoring import grade, integrity, kernel, sandbox
 from course_lib.checks.answers import ANSWER_MIME
-from course_lib.checks.core import CORRECT
+from course_lib.checks import CORRECT
 
 __all__ = ["CourseAutograde", "configure", "autograde_preprocessors"]
 

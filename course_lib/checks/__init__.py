@@ -5,10 +5,9 @@
 
 Question sets (``ex01``, ``ex02``, ...) are imported lazily on first access, so importing this
 package is cheap and a broken set only affects the notebook that uses it.  The placeholder
-``____`` and the machinery (listed in :mod:`course_lib.checks.core`) live in modules by concern:
-placeholder, answers, display, mistakes, evaluator, question (the base class) and one module per
-question kind (numeric, expression, function, choice).  Used by every exercise notebook (lessons
-01-09) and by the grader.
+``____`` and the machinery live in modules by concern: placeholder, answers, display, mistakes,
+evaluator, question (the base class) and one module per question kind (numeric, expression,
+function, choice); this package is their façade and re-exports each public name listed below.
 """
 from __future__ import annotations
 
@@ -17,10 +16,37 @@ import pkgutil
 import re
 from types import ModuleType
 
-from course_lib.checks import core
-from course_lib.checks.core import Question, validate_set
+from course_lib.checks.answers import DIMENSIONS
+from course_lib.checks.choice import ChoiceQuestion
+from course_lib.checks.display import (
+    CORRECT,
+    INCORRECT,
+    MIME_TYPE,
+    NOT_ATTEMPTED,
+    RECEIVED,
+    RECORD_VERSION,
+    STATUSES,
+    Hint,
+    Result,
+    Solution,
+)
+from course_lib.checks.evaluator import cmath_isclose
+from course_lib.checks.expression import ExpressionQuestion
+from course_lib.checks.function import FunctionQuestion
+from course_lib.checks.mistakes import Detector, Mistake, detectors
+from course_lib.checks.numeric import NumericQuestion
+from course_lib.checks.placeholder import PLACEHOLDER, ____, is_placeholder
+from course_lib.checks.question import KINDS, KeylessQuestion, Question, validate_set
 
-__all__ = [*core.__all__, "available_sets", "load_set", "questions"]
+__all__ = [
+    "____", "PLACEHOLDER", "is_placeholder",
+    "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "RECEIVED", "STATUSES", "MIME_TYPE", "RECORD_VERSION",
+    "KINDS", "DIMENSIONS",
+    "Mistake", "Detector", "detectors",
+    "Question", "NumericQuestion", "ExpressionQuestion", "FunctionQuestion", "ChoiceQuestion", "KeylessQuestion",
+    "Result", "Hint", "Solution", "validate_set", "cmath_isclose",
+    "available_sets", "load_set", "questions",
+]
 
 _SET_RE = re.compile(r"^ex\d{2}$")
 
@@ -46,10 +72,6 @@ def questions(name: str) -> list[Question]:
 
 
 def __getattr__(name: str):
-    if name in core.__all__:  # the machinery's names: one list, in course_lib.checks.core
-        value = getattr(core, name)
-        globals()[name] = value
-        return value
     if _SET_RE.match(name):
         if name not in available_sets():
             available = ", ".join(available_sets()) or "none"
@@ -59,4 +81,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(core.__all__) | set(available_sets()))
+    return sorted(set(globals()) | set(available_sets()))

@@ -14,7 +14,7 @@ number is in the question's unit; only a unit written after it changes that.  Ho
 how large a number the checker reads at all is stated once, in :data:`LIMITS`.
 
 The conversion of a real number to a finite float is the core's one reader,
-:func:`course_lib.core.validation._as_real`; this module adds what a learner needs on top of it:
+:func:`course_lib.core.validation.as_real`; this module adds what a learner needs on top of it:
 "not attempted" for the placeholder, and for everything that is not a number a sentence saying
 what could not be read (a tensor of shape (3,), a list, a complex number, NaN ...).
 
@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from course_lib.checks.placeholder import contains_placeholder, is_placeholder
-from course_lib.core.validation import _as_real
+from course_lib.core.validation import as_real
 
 __all__ = [
     "DIMENSIONS",
@@ -191,7 +191,7 @@ def _single_item(x, what: str, noun: str, size: int):
 def _finite(x, what: str) -> float:
     """A real number (int, float, Fraction, ...) as a finite float, through the core's reader."""
     try:
-        return _as_real(what, x)
+        return as_real(what, x)
     except (TypeError, ValueError, OverflowError):
         pass
     # Refused: say why in the learner's words.

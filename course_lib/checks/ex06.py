@@ -22,7 +22,7 @@ from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import units
 from course_lib.core.estimator import estimate, weight_bytes
 from course_lib.core.hardware import get_hardware

@@ -149,7 +149,7 @@ q3 = FunctionQuestion(
                 (block_tokens * -(-prefix_tokens // block_tokens)) if prefix_tokens >= min_tokens else 0,
                 "Your function rounds up to the next block: a block that is not full has no cached K/V."),
     ],
-    hints=["`block_aligned_tokens` in `course_lib.formulas`: b floor(T / b).",
+    hints=["`block_aligned_tokens` in `course_lib.core.formulas`: b floor(T / b).",
            "Return 0 first when prefix_tokens < min_tokens."],
     solution=("```python\ndef reusable(prefix_tokens, block_tokens, min_tokens):\n"
               "    if prefix_tokens < min_tokens:\n        return 0\n"

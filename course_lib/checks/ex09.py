@@ -28,7 +28,7 @@ from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import units
 from course_lib.core.capstone import COLLECTIVE_LATENCIES, DashboardState, best_batch, compute, max_batch_that_fits
 from course_lib.core.estimator import estimate

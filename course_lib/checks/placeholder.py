@@ -6,7 +6,7 @@ with their answer.  An unfilled notebook still runs top to bottom, because arith
 indexing and numpy ufuncs on the placeholder give the placeholder back; each question kind reads
 it (or ``...``) as "not attempted".
 
-Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
+Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 """
 from __future__ import annotations
 

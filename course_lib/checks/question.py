@@ -12,14 +12,10 @@ escapes.  How an answer is read and matched is the business of one subclass per 
 * :class:`~course_lib.checks.function.FunctionQuestion`      ``"function"``
 * :class:`~course_lib.checks.choice.ChoiceQuestion`          ``"choice"``
 
-``Question(kind="numeric", ...)`` (the spelling of the sets written before the split) builds the
-subclass of that kind.
-
 Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 """
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from typing import Any, Sequence
@@ -67,22 +63,6 @@ class Question:
     symbols: tuple = ()
     cases: tuple = ()
     options: tuple = ()
-    _by_kind: dict[str, type] = {}
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("kind") in KINDS:
-            Question._by_kind.setdefault(cls.kind, cls)
-
-    def __new__(cls, *args, kind: str | None = None, **kwargs):
-        if cls is Question:
-            from course_lib.core.validation import require_choice
-
-            kind = require_choice("kind", "numeric" if kind is None else kind, KINDS)
-            if kind not in Question._by_kind:
-                importlib.import_module(f"{__package__}.{kind}")  # the module of that kind
-            cls = Question._by_kind[kind]
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -90,7 +70,6 @@ class Question:
         id: str,
         set: str,
         objective: str,
-        kind: str | None = None,
         expected: Any = None,
         rel_tol: float = 1e-2,
         abs_tol: float = 0.0,
@@ -107,7 +86,8 @@ class Question:
         from course_lib.core.validation import require_choice, require_nonnegative, require_positive
 
         if type(self) is Question or self.kind not in KINDS:
-            raise TypeError("Question is the base class: build a question with Question(kind=...) or a subclass")
+            raise TypeError("Question is the base class: build a NumericQuestion, ExpressionQuestion, "
+                            "FunctionQuestion or ChoiceQuestion")
         for name, value in (("id", id), ("set", set)):
             if not isinstance(value, str) or not _ID_RE.match(value):
                 raise ValueError(f"Question {name} must be an identifier such as 'q1' / 'ex01', got {value!r}")
@@ -118,8 +98,6 @@ class Question:
         if not isinstance(objective, str) or not objective.strip():
             raise ValueError(f"{where}: objective must be a non-empty string naming the learning objective")
         self.objective = objective
-        if kind is not None and require_choice("kind", kind, KINDS) != self.kind:
-            raise self._definition_error(f"kind={kind!r} given to {type(self).__name__}, a {self.kind!r} question")
         self.points = require_positive("points", points)
         self.rel_tol = require_nonnegative("rel_tol", rel_tol)
         self.abs_tol = require_nonnegative("abs_tol", abs_tol)

@@ -41,7 +41,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import serving
 from course_lib.core.capstone import (NOT_AVAILABLE, THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState,
                                       best_batch, compute, continuous_plan, dashboard_view, memory_text,

@@ -57,7 +57,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import measurements, prefix_cache
 from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import HardwareSpec, get_hardware

@@ -55,12 +55,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import Estimate, _largest_passing, estimate
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware, list_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
-from course_lib.core.serving import _steady_state_search  # the one steady-state search
+from course_lib.core.serving.plans import steady_state_search  # the one steady-state search
 from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
                                         require_nonnegative, require_positive)
@@ -798,7 +798,8 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     ``TPOT = t_decode(C) + C · t_prefill / (n - 1)`` (``steady_state_tpot``), with ``t_decode(C)`` =
     ``compute(state with batch C).tpot`` and ``t_prefill`` = ``compute(state with batch 1).ttft``, collectives
     included. Memory per GPU: its share of the weights, the cached prefix once and ``C`` caches of the uncached
-    tokens at their final length must fit in ``kv_memory_fraction`` of its capacity. ``C`` is the largest
+    tokens at their final length (windowed layers: their window) must fit in ``kv_memory_fraction`` of its
+    capacity. ``C`` is the largest
     within ``tpot_budget`` (and ``ttft_budget`` when given) and memory, at most ``max_sequences``; on one GPU
     this is :func:`course_lib.core.serving.continuous_batching_plan`. ``binds`` names what ``C + 1`` breaks.
     """
@@ -821,10 +822,13 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
     k, P = state.cached_prefix_tokens, state.prompt_tokens
     limit = frac * one.memory_available
 
-    def memory(c):
-        return one.weights_per_gpu + kv_tok * k + c * kv_tok * (P + n - k)
+    # windowed layers (sliding_window, Gemma 2/3's and gpt-oss's local layers) hold only their window
+    prefix_kv, per_seq = kv_tok * m.attended_tokens(k), kv_tok * m.attended_tokens(P + n - k)
 
-    best, binds, c, (t_dec, tpot, ttft) = _steady_state_search(
+    def memory(c):
+        return one.weights_per_gpu + prefix_kv + c * per_seq
+
+    best, binds, c, (t_dec, tpot, ttft) = steady_state_search(
         lambda c: compute(state.replace(batch=c)).tpot, memory, t_pf, n, limit, tpot_budget, ttft_budget, cap_c)
     replicas = math.ceil(users / best) if best else None
     return ContinuousPlan(state=state.replace(batch=c), users=users, sequences=best, replicas=replicas,

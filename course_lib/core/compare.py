@@ -57,7 +57,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import measurements
 from course_lib.core.estimator import estimate, weight_bytes
 from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware

@@ -31,7 +31,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import default_kv_precision, get_precision

@@ -133,7 +133,7 @@ class HardwareSpec:
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """FLOP per byte at which a kernel turns compute-bound on this device."""
-        from course_lib.core import _generated as g
+        from course_lib.core.numeric import raw as g
         return g.ridge_point(self.flops(dtype), self.bandwidth)
 
     def with_peak(self, dtype: str, flops: float) -> "HardwareSpec":

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
 from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_nonnegative

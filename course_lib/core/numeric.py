@@ -17,6 +17,11 @@ and a result that is not finite (the arguments overflow a float) is refused, nam
     >>> numeric.memory_time(14e9, 1008e9, 1.0)      # seconds
     0.013888888888888888
 
+``numeric.raw`` holds the same functions unchecked, exactly as generated: for the library's own modules,
+which check their arguments once where a learner calls them and then evaluate many formulas, and for
+sympy symbols (an expression question's reference evaluates a formula on symbols). ``numeric.ARGUMENTS``
+gives each formula's arguments and their kinds.
+
 The names are the formulas' own (``numeric.weight_bytes`` is the formula; ``course_lib.weight_bytes`` is
 the estimator's function taking a model and a precision), so this module is not flattened into
 ``course_lib.core``.
@@ -26,12 +31,18 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import types
 from typing import Callable
 
 from course_lib.core import _generated
 from course_lib.core.validation import require_count, require_nonnegative, require_real
 
 __all__ = sorted(_generated.ARGUMENTS)
+
+#: formula name -> ((argument, kind), ...), the kinds its sympy symbols declare
+ARGUMENTS: dict[str, tuple[tuple[str, str], ...]] = _generated.ARGUMENTS
+#: every formula unchecked, as generated (numbers or sympy symbols in, the expression's value out)
+raw = types.SimpleNamespace(**{_n: getattr(_generated, _n) for _n in __all__})
 
 
 #: The check each argument kind gets. Zero is accepted for the positive kinds too: the library evaluates

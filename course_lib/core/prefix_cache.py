@@ -48,7 +48,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
-from course_lib.core._generated import block_aligned_tokens
+from course_lib.core.numeric import raw
 from course_lib.core.validation import require_count, require_list, require_nonnegative, require_positive
 
 __all__ = ["PrefixCache", "PrefixHit", "SimulationResult", "simulate", "default_hash"]
@@ -228,7 +228,7 @@ class PrefixCache:
     # ---- the walk ----------------------------------------------------------------------------------
     def _blocks(self, seq: tuple, limit: int) -> list[tuple]:
         bt = self.block_tokens
-        n = int(block_aligned_tokens(limit, bt)) // bt
+        n = int(raw.block_aligned_tokens(limit, bt)) // bt
         return [seq[i * bt:(i + 1) * bt] for i in range(n)]
 
     def _match(self, seq: tuple, limit: int, namespace) -> tuple[list[_Entry], list, list[tuple]]:

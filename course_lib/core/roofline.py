@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import compute_dtype, estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.precision import default_kv_precision

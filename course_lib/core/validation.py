@@ -37,6 +37,7 @@ __all__ = [
     "require_positive",
     "require_nonnegative",
     "require_real",
+    "as_real",
     "require_fraction",
     "require_choice",
     "suggest",
@@ -90,7 +91,7 @@ def _unwrap(name: str, value):
     return value
 
 
-def _as_real(name: str, value) -> float:
+def as_real(name: str, value) -> float:
     """Return ``value`` as a finite float, or raise a TypeError/ValueError naming ``name``.
 
     Accepted: int, float, Fraction, Decimal, numpy/torch scalars and 0-d arrays, sympy numbers.
@@ -122,7 +123,7 @@ def require_count(name: str, value, *, minimum: int = 0, maximum: int = MAX_COUN
     if isinstance(value, numbers.Integral):
         v = int(value)
     else:
-        f = _as_real(name, value)
+        f = as_real(name, value)
         if f != math.floor(f):
             raise ValueError(f"{name} must be a whole number, got {_show(value)}")
         v = int(f)
@@ -175,7 +176,7 @@ def require_positive(name: str, value, *, minimum: float = MIN_POSITIVE, maximum
     Accepted range: ``[minimum, maximum]``, by default [:data:`MIN_POSITIVE`, :data:`MAX_QUANTITY`]
     = [1e-30, 1e30] in base units, so that products and quotients of a few of them stay finite.
     """
-    v = _as_real(name, value)
+    v = as_real(name, value)
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {v:g}")
     if not minimum <= v <= maximum:
@@ -185,7 +186,7 @@ def require_positive(name: str, value, *, minimum: float = MIN_POSITIVE, maximum
 
 def require_nonnegative(name: str, value, *, maximum: float = MAX_QUANTITY) -> float:
     """A finite real in ``[0, maximum]`` (by default :data:`MAX_QUANTITY` = 1e30 in base units)."""
-    v = _as_real(name, value)
+    v = as_real(name, value)
     if v < 0:
         raise ValueError(f"{name} must be >= 0, got {v:g}")
     if v > maximum:
@@ -195,7 +196,7 @@ def require_nonnegative(name: str, value, *, maximum: float = MAX_QUANTITY) -> f
 
 def require_real(name: str, value, *, maximum: float = MAX_QUANTITY) -> float:
     """A finite real number of either sign (a fitted slope or intercept) with ``|value| <= maximum``."""
-    v = _as_real(name, value)
+    v = as_real(name, value)
     if abs(v) > maximum:
         raise ValueError(f"{name} must be a number between -{_limit(maximum)} and {_limit(maximum)}, "
                          f"got {_show(value)}")
@@ -208,7 +209,7 @@ def require_fraction(name: str, value, *, allow_zero: bool = False) -> float:
     A non-zero fraction is at least :data:`MIN_POSITIVE` (1e-30): an efficiency of 5e-324 would
     make times infinite.
     """
-    v = _as_real(name, value)
+    v = as_real(name, value)
     ok = (v == 0 and allow_zero) or MIN_POSITIVE <= v <= 1
     if not ok:
         rng = "[0, 1]" if allow_zero else "(0, 1]"

@@ -1,6 +1,6 @@
 """The old ``bench`` module, kept for this release: every name it had, re-exported from the modules that hold it now.
 
-Lessons: 07, 09
+Lessons: 07
 
 ``course_lib.bench``, ``from course_lib import bench`` and ``course_lib.measure.bench`` (exercise set 05,
 lessons 05-08 and the app before the split, and learners' ``work/`` copies) keep working::
@@ -20,7 +20,7 @@ New code imports the module that holds a name:
 This is the one compatibility mechanism for a module that was split: a thin module at the old path whose
 names are the public names (``__all__``) of the new modules, the same objects (``bench.measure_gemv is
 probes.measure_gemv``). Rebinding a name here does not change the module that holds it: patch that one.
-(``course_lib._compat`` maps the flat ``course_lib.bench`` path to this module.)
+((The flat ``course_lib.bench`` path is gone with the compatibility layer.))
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from course_lib.measure.probes import (DTYPES, CopyResult, GemvResult, GemvTable
                                        probe_limits)
 from course_lib.measure.timing import thread_count
 
-__all__ = ["MachineMeasurements", "measure_machine", "this_machine", "cpu_fast_compute"]
+__all__ = ["MachineMeasurements", "measure_machine", "this_machine"]
 
 
 @dataclass
@@ -171,23 +171,3 @@ def this_machine(measurements: MachineMeasurements | None = None, bandwidth: str
         source=f"measured with course_lib.measure on {measurements.device_name}; bandwidth from {how}",
         measured=measured,
     )
-
-
-def cpu_fast_compute(spec: HardwareSpec) -> HardwareSpec:
-    """``spec`` with, on a CPU, the fp16 rate raised to the fastest matmul rate it measured (fp32 or bf16).
-
-    The estimator computes fp16 weights, and every weight-only or block format that dequantises (int4, q4_0,
-    q4_k_m ...), at the fp16 rate (:func:`course_lib.core.estimator.compute_dtype`). On a GPU that is its tensor
-    cores' rate; on a CPU torch's fp16 matmul has no fast kernel (2.3 GFLOP/s on the course's 2-core EPYC, which
-    made a 70B q4_k_m decode step 60 s), while the engines a CPU user runs compute those formats at the speed of
-    fp32 or bf16 SIMD (llama.cpp: f16 converted on the fly, quantized blocks with int8 dot products). The app's
-    "Measure this machine" estimates with this spec. A GPU spec (``memory_type`` "GPU memory", as
-    :func:`this_machine` writes it for CUDA), or one without fp32/bf16 rates, is returned as it is; a rate is
-    only ever raised.
-    """
-    if not isinstance(spec, HardwareSpec):
-        raise TypeError(f"spec must be a HardwareSpec (this_machine()), got {type(spec).__name__}")
-    fast = max((spec.peak_flops[d] for d in ("fp32", "bf16") if d in spec.peak_flops), default=None)
-    if spec.memory_type == "GPU memory" or fast is None or spec.peak_flops.get("fp16", 0.0) >= fast:
-        return spec
-    return spec.with_peak("fp16", fast)

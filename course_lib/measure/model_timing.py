@@ -1,6 +1,6 @@
 """Whole-model timings of a :class:`course_lib.measure.tinylm.TinyLM`: TTFT and TPOT.
 
-Lessons: 05, 06, 07, 08, 09
+Lessons: 05, 06, 07, 08
 
     from course_lib.measure import model_timing as mt
     mt.measure_prefill(lm, [128, 512])                   # TTFT: fresh prompts from an empty cache

@@ -23,7 +23,7 @@ chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the con
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
 "This machine": the hardware dropdown lists ``"this-machine"``; the button *Measure this machine*
-runs ``course_lib.measure.bench.this_machine(bench.measure_machine(...))`` (torch is imported then, inside the
+runs ``course_lib.measure.machine.this_machine(measure_machine(...))`` (torch is imported then, inside the
 callback, never when the dashboard loads), selects it, renames its entry with the measured bandwidth and
 lists the measured ceilings (``app.machine_text``).
 
@@ -466,11 +466,11 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         """Measure this machine (torch imported here, on demand), then select it."""
         self.status.value = "<p>Measuring this machine (copy, matmul and GEMV timings)...</p>"
         try:
-            from course_lib.measure import bench  # torch: imported only when asked for
-            from course_lib.measure.machine import cpu_fast_compute
+            from course_lib.measure import machine  # torch: imported only when asked for
+            from course_lib.measure.engines.llamacpp import cpu_fast_compute
 
             # on a CPU: fp16 and the quantized formats at the rate the CPU runs fast (fp32/bf16), not torch's fp16
-            self.machine = cpu_fast_compute(bench.this_machine(bench.measure_machine(progress=False)))
+            self.machine = cpu_fast_compute(machine.this_machine(machine.measure_machine(progress=False)))
         except Exception as exc:
             self.status.value = status_html(None, f"The measurement failed: {exc}")
             return

@@ -2,7 +2,7 @@
 
 Lessons: 08
 
-(Reached through ``python -m course_lib.validate --engine llama.cpp``; lesson 08's "your engine" section uses it.)
+(Reached through ``python -m course_lib.measure.validate --engine llama.cpp``; lesson 08's "your engine" section uses it.)
 
 ::
 
@@ -14,7 +14,7 @@ Lessons: 08
     t.ttft, t.tpot                                            # medians, seconds
     rates = llamacpp.probe_engine_rates(held.types, threads=1)  # llama.cpp's own kernels on probe files
     llamacpp.predict_gguf_tpot(held, rates).seconds
-    report = llamacpp.run()                                   # python -m course_lib.validate --engine llama.cpp
+    report = llamacpp.run()                                   # python -m course_lib.measure.validate --engine llama.cpp
 
 **The files.** :func:`write_gguf` writes a Llama-architecture GGUF with the ``gguf`` package: the shapes of a
 ``config.json`` (a dict, a path, or a name of ``course_lib/data/engine_configs.json`` or
@@ -84,7 +84,7 @@ __all__ = ["FORMATS", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS"
            "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed", "measure_gguf",
            "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "GGUFPrediction", "predict_gguf_tpot",
            "predict_gguf_ttft", "LlamaPoint", "LlamaReport", "run", "main", "lesson_measurement", "q4_row",
-           "shape_nominal_bytes", "probe_files"]
+           "shape_nominal_bytes", "probe_files", "cpu_fast_compute"]
 
 #: the formats the benchmark builds: llama.cpp's ftype of each (llama.h, ``enum llama_ftype``)
 FORMATS = ("f16", "q8_0", "q4_0", "q4_k_m")
@@ -110,7 +110,7 @@ PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
 PROBE_LAYERS = (2, 5)
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
-#: ``python -m course_lib.validate --engine llama.cpp`` exits with this status when a point was not reliable
+#: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
 NOISY_EXIT = 3
 #: weights' standard deviation (a trained model's initialisation scale)
 WEIGHT_STD = 0.02
@@ -1033,11 +1033,11 @@ def shape_nominal_bytes(shape: GGUFShape, fmt: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None, a=None) -> int:
-    """``python -m course_lib.validate --engine llama.cpp [--config PATH]... [--fast] [--threads N]``."""
+    """``python -m course_lib.measure.validate --engine llama.cpp [--config PATH]... [--fast] [--threads N]``."""
     import sys
     if a is None:
         import argparse
-        ap = argparse.ArgumentParser(prog="python -m course_lib.validate --engine llama.cpp")
+        ap = argparse.ArgumentParser(prog="python -m course_lib.measure.validate --engine llama.cpp")
         ap.add_argument("--config", action="append", default=None)
         ap.add_argument("--threads", type=int, default=None)
         ap.add_argument("--fast", action="store_true")
@@ -1053,3 +1053,24 @@ def main(argv: Sequence[str] | None = None, a=None) -> int:
         return 2
     print(rep.report())
     return NOISY_EXIT if rep.noisy_points else 0
+
+
+def cpu_fast_compute(spec):
+    """``spec`` with, on a CPU, the fp16 rate raised to the fastest matmul rate it measured (fp32 or bf16).
+
+    The estimator computes fp16 weights, and every weight-only or block format that dequantises (int4, q4_0,
+    q4_k_m ...), at the fp16 rate (:func:`course_lib.core.estimator.compute_dtype`). On a GPU that is its tensor
+    cores' rate; on a CPU torch's fp16 matmul has no fast kernel (2.3 GFLOP/s on the course's 2-core EPYC, which
+    made a 70B q4_k_m decode step 60 s), while the engines a CPU user runs compute those formats at the speed of
+    fp32 or bf16 SIMD (llama.cpp: f16 converted on the fly, quantized blocks with int8 dot products). The app's
+    "Measure this machine" estimates with this spec. A GPU spec (``memory_type`` "GPU memory", as
+    :func:`course_lib.measure.machine.this_machine` writes it for CUDA), or one without fp32/bf16 rates, is returned as it is; a rate is
+    only ever raised.
+    """
+    from course_lib.core.hardware import HardwareSpec
+    if not isinstance(spec, HardwareSpec):
+        raise TypeError(f"spec must be a HardwareSpec (this_machine()), got {type(spec).__name__}")
+    fast = max((spec.peak_flops[d] for d in ("fp32", "bf16") if d in spec.peak_flops), default=None)
+    if spec.memory_type == "GPU memory" or fast is None or spec.peak_flops.get("fp16", 0.0) >= fast:
+        return spec
+    return spec.with_peak("fp16", fast)
