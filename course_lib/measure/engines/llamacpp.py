@@ -2,7 +2,8 @@
 
 Lessons: 08
 
-(Reached through ``python -m course_lib.measure.validate --engine llama.cpp``; lesson 08's "your engine" section uses it.)
+(Reached through ``python -m course_lib.measure.validate --engine llama.cpp``; lesson 08's "your engine" section
+uses it.)
 
 ::
 
@@ -1064,8 +1065,8 @@ def cpu_fast_compute(spec):
     made a 70B q4_k_m decode step 60 s), while the engines a CPU user runs compute those formats at the speed of
     fp32 or bf16 SIMD (llama.cpp: f16 converted on the fly, quantized blocks with int8 dot products). The app's
     "Measure this machine" estimates with this spec. A GPU spec (``memory_type`` "GPU memory", as
-    :func:`course_lib.measure.machine.this_machine` writes it for CUDA), or one without fp32/bf16 rates, is returned as it is; a rate is
-    only ever raised.
+    :func:`course_lib.measure.machine.this_machine` writes it for CUDA), or one without fp32/bf16 rates, is
+    returned as it is; a rate is only ever raised.
     """
     from course_lib.core.hardware import HardwareSpec
     if not isinstance(spec, HardwareSpec):
