@@ -27,7 +27,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: help install llamacpp lab lab-instructor app test tour notebooks exercises codegen clean
+.PHONY: help install llamacpp lab lab-instructor app test tour site notebooks exercises codegen clean
 
 help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
@@ -36,6 +36,7 @@ help:
 	@echo "make test        install (if needed), run unit tests and validate every notebook (nbval)"
 	@echo "make tour        the slower integration checks: real-browser runs of JupyterLab and Voila, nbgrader autograde,"
 	@echo "                 a JupyterHub classroom (tests/test_hub.py), the Binder environment (tests/test_binder.py)"
+	@echo "make site        the course as a static HTML book in build/site/html (lessons, exercises, glossary, guide)"
 	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
 	@echo "make llamacpp    add llama.cpp (llama-cpp-python, compiled once: about 11 min; lesson 08's engine)"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
@@ -133,7 +134,7 @@ app: install
 # The slower integration checks (a real browser driving JupyterLab and Voila, nbgrader's whole autograde
 # flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip)
 # are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
-TOUR_MARKERS := browser or nbgrader or classroom or binder
+TOUR_MARKERS := browser or nbgrader or classroom or binder or site
 
 test: install
 	$(VENV)/bin/ruff check .
@@ -143,6 +144,23 @@ test: install
 
 tour: install
 	COURSE_FAST=1 $(PY) -m pytest --durations=10 -m "$(TOUR_MARKERS)" $(PYTEST_ARGS) tests
+
+# --- the course site --------------------------------------------------------------------------
+
+# `make site`: every lesson, exercise set, the glossary and the instructors' guide as a static HTML book
+# (Jupyter Book 1.x, the `site` extra) in build/site/html, from the stored notebooks: nothing is executed,
+# nothing is fetched when a page is viewed (MathJax 3 comes from npm, pinned, into the site; `npm pack`
+# fetches it once into build/site/cache). The build ends with a check of every link and asset
+# (course_lib/authoring/site.py); tests/test_site.py (`make tour`) opens it in a browser.
+# SITE_REPO_URL=https://github.com/OWNER/NAME makes each page's Binder link open that repository.
+SITE_STAMP := $(VENV)/.course-site-installed
+
+$(SITE_STAMP): pyproject.toml constraints.txt | $(STAMP)
+	$(PIP) install -c constraints.txt -e '.[test,classroom,engines,site]'
+	@touch $@
+
+site: $(SITE_STAMP)
+	$(PY) -m course_lib.authoring.site build $(if $(SITE_REPO_URL),--repo-url "$(SITE_REPO_URL)",)
 
 # --- authoring ----------------------------------------------------------------------------
 

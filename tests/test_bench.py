@@ -1,4 +1,4 @@
-"""course_lib.measure (timing, probes, machine, model_timing; the old ``bench``): what is timed and counted.
+"""course_lib.measure (timing, probes, machine, model_timing): what is timed and counted.
 
 Never how fast this machine is, nor how large its caches or its free memory are: where a result depends on
 the last-level cache or the memory budget, the test injects them (a fake LLC of 1 MiB and of 1 GiB, small
@@ -16,7 +16,7 @@ from course_lib.core.hardware import HardwareSpec
 
 torch = pytest.importorskip("torch")
 
-from course_lib.measure import device, machine, model_timing, probes, timing  # noqa: E402
+from course_lib.measure import device, machine, model_timing, probes, sysinfo, timing  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 #: the LLC and memory budget the timed probes below are given (no host figure decides a test)
@@ -98,12 +98,14 @@ def test_rotation_plan_is_sized_in_bytes_up_to_the_budget():
         probes.rotation_plan(2 * MiB, MiB, 3 * MiB, reserve_bytes=2 * MiB)
 
 
-def test_rotation_count_and_copies():
-    assert probes.rotation_count(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
-    assert probes.rotation_count(1000, 2**20, False, 10**12) == 1
-    assert probes.rotation_count(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the object limit
-    assert probes.rotation_count(1000, 2**20, True, 5000) == 5                          # the budget
-    assert probes.rotation_count(1000, 2**20, True, 1500) == 1                          # at least one
+def test_rotation_buffer_count_and_copies():
+    def buffers(item, llc, rotate, budget):
+        return probes.rotation_plan(item, llc, budget, rotate).buffers
+    assert buffers(1000, 2**20, True, 10**12) == probes.rotation_buffers(1000, 2**20)
+    assert buffers(1000, 2**20, False, 10**12) == 1
+    assert buffers(1000, 2**40, True, 10**12) == probes.MAX_BUFFERS      # the object limit
+    assert buffers(1000, 2**20, True, 5000) == 5                          # the budget
+    assert buffers(1000, 2**20, True, 1500) == 1                          # at least one
     first = torch.arange(6.0).view(2, 3)
     copies = probes.rotated_copies(first, 3)
     assert len(copies) == 3 and all(torch.equal(c, first) for c in copies)
@@ -214,23 +216,33 @@ def _write_sysfs(root, tree):
 def test_llc_is_the_last_level_the_cores_in_use_share(monkeypatch, tmp_path, tree, cpus, llc, l3):
     root = _write_sysfs(tmp_path, SYSFS_TREES[tree])
     if cpus is None:
-        monkeypatch.setattr(device, "cpus_in_use", lambda: None)
+        monkeypatch.setattr(device.sysinfo, "cpus_in_use", lambda: None)
     sizes = device.cache_sizes("cpu", sysfs_root=root, cpus=cpus)
     assert sizes["LLC"] == llc and sizes["L3"] == l3
     assert sizes["L1i"] == 32 * 2**10 and sizes["L2"] in (2 * MiB, MiB)
     assert device.last_level_cache_bytes("cpu", sysfs_root=root, cpus=cpus) == llc
-    l3s = [c for c in device.sysfs_cache_instances(root, cpus) if c["level"] == 3]
+    l3s = [c for c in sysinfo.sysfs_cache_instances(root, device.cpus_in_use() if cpus is None else cpus)
+           if c["level"] == 3]
     assert sum(c["size_bytes"] for c in l3s) == llc and len({c["cpus"] for c in l3s}) == len(l3s)   # once each
+
+
+def test_the_system_report_counts_every_cache_instance_of_the_same_sysfs_tree(monkeypatch, tmp_path):
+    """sysinfo.cache_info (the environment report) reads sysfs through the same reader as cache_sizes: every CPU of
+    the tree, one entry per level and type with its instances."""
+    monkeypatch.setattr(sysinfo, "SYSFS_CPU", _write_sysfs(tmp_path, SYSFS_TREES["two-socket-2x32MiB"]))
+    caches = {(c["level"], c["type"]): (c["size_bytes"], c["instances"]) for c in sysinfo.cache_info()}
+    assert caches[(3, "Unified")] == (32 * MiB, 2) and caches[(2, "Unified")] == (MiB, 8)
+    assert caches[(1, "Data")] == (32 * 2**10, 8)
 
 
 def test_sysfs_tree_without_caches_reports_none(tmp_path):
     (tmp_path / "cpu0").mkdir()
     assert device.cache_sizes("cpu", sysfs_root=tmp_path, cpus={0}) == {}
     assert device.last_level_cache_bytes("cpu", sysfs_root=tmp_path, cpus={0}) is None
-    assert device.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert sysinfo.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
     for bad in ("3-1", "a", "1,,2"):
         with pytest.raises(ValueError, match="cpu list"):
-            device.parse_cpu_list(bad)
+            sysinfo.parse_cpu_list(bad)
 
 
 @pytest.mark.parametrize("reported,expected", [
@@ -244,8 +256,7 @@ def test_sysfs_tree_without_caches_reports_none(tmp_path):
 ])
 def test_without_sysfs_the_fallback_sums_the_last_level(monkeypatch, tmp_path, reported, expected):
     """lscpu / macOS sysctl do not say which CPUs share a cache: their last level is summed over its instances."""
-    from course_lib.measure import sysinfo
-    monkeypatch.setattr(device, "SYSFS_CPU", tmp_path)          # an empty tree: no sysfs here
+    monkeypatch.setattr(sysinfo, "SYSFS_CPU", tmp_path)         # an empty tree: no sysfs here
     monkeypatch.setattr(sysinfo, "cache_info", lambda: reported)
     assert device.cache_sizes("cpu") == expected
     assert device.last_level_cache_bytes("cpu") == expected.get("LLC")
@@ -305,21 +316,6 @@ def _row(dtype, seconds, m=64, k=64):
                             flops=2 * m * k, seconds=seconds, q1_seconds=seconds, q3_seconds=seconds,
                             min_seconds=seconds, repeats=1, number=1, rotate=True, buffers=1,
                             working_set_bytes=m * k * b, llc_bytes=None, threads=1)
-
-
-def test_dtype_verdicts_flag_half_precision_slower_than_its_bytes():
-    rows = [_row("fp32", 1.0), _row("fp16", 0.5), _row("bf16", 1.5)]
-    v = {d["dtype"]: d for d in probes.dtype_verdicts(rows)}
-    assert math.isclose(v["fp16"]["predicted_speedup"], 2.0) and not v["fp16"]["contradicts"]
-    assert v["bf16"]["contradicts"] and "compute-bound" in v["bf16"]["verdict"]
-    assert math.isclose(v["bf16"]["measured_speedup"], 1 / 1.5)
-    assert v["fp16"]["bound"] == "memory" and v["bf16"]["bound"] == "compute"
-
-
-def test_dtype_verdicts_do_not_call_a_speedup_far_above_the_bytes_memory_bound():
-    v = probes.dtype_verdicts([_row("fp32", 1.0), _row("fp16", 0.2)])[0]   # 5x from halving the bytes
-    assert v["bound"] == "inconclusive" and not v["contradicts"]
-    assert "memory-bound" not in v["verdict"]
 
 
 def test_probe_reports_every_dtype_and_fp32_is_always_fast():

@@ -46,7 +46,7 @@ TIMEOUT_MS = 180_000  # generous: two cores shared with the rest of the suite
 
 def _expected(state) -> tuple[str, str]:
     """(TPOT label, TTFT label) of the dashboard for ``state``, from course_lib directly."""
-    from course_lib.core.capstone import tpot_text, ttft_text
+    from course_lib.core.app import tpot_text, ttft_text
 
     return tpot_text(state), ttft_text(state)
 

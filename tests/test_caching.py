@@ -520,8 +520,7 @@ def test_measurements_check_their_arguments(tiny_lm, cache_timing):
 def _hand_calibration():
     """A Calibration with known numbers (no probe runs): predictions are then pure arithmetic."""
     torch = pytest.importorskip("torch")
-    from course_lib.measure import probes
-    from course_lib.measure import validate
+    from course_lib.measure import calibrate, probes
 
     copy = probes.CopyResult(buffer_bytes=10**8, bytes=2 * 10**8, counted="read+write", seconds=0.02, q1_seconds=0.02,
                             q3_seconds=0.02, repeats=1, device="cpu", threads=1)
@@ -530,7 +529,7 @@ def _hand_calibration():
     ov = probes.OverheadResult(seconds=2e-6, q1_seconds=2e-6, q3_seconds=2e-6,
                               per_kind={"elementwise": 2e-6, "matmul": 2e-6, "view": 5e-7}, repeats=1, device="cpu",
                               threads=1)
-    return validate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
+    return calibrate.Calibration(device="cpu", device_name="test CPU", threads=1, torch_version=torch.__version__,
                                 load_before=(), copy=copy, matmul=mm, overhead=ov,
                                 scores={(1, 2, 32, 32): 5e8, (1, 2, 8, 96): 5e8})
 
@@ -553,19 +552,19 @@ def test_calibration_shapes_list_every_prefill_the_predictions_price(cache_timin
 
 
 def test_calibrated_prefix_prediction_is_two_validate_predictions(cache_timing):
-    from course_lib.measure import validate
+    from course_lib.measure import predict
 
     cal = _hand_calibration()
     r = cache_timing.predict_prefix_ttft_calibrated(SMALL, 96, 8, cal)
-    full = validate.predict_ttft(SMALL, 104, cal)
-    hit = validate.predict_ttft(SMALL, 104, cal, cached_tokens=96, reuse="prefix")
+    full = predict.predict_ttft(SMALL, 104, cal)
+    hit = predict.predict_ttft(SMALL, 104, cal, cached_tokens=96, reuse="prefix")
     assert r.full.terms == full.terms and r.cached.terms == hit.terms
     assert r.ttft_hit < r.ttft_miss and r.speedup == pytest.approx(r.ttft_miss / r.ttft_hit)
     assert r.cached.terms["kv_load"] > 0                   # the prefix path copies the state's K/V in
 
 
 def test_calibrated_session_prediction_per_turn(cache_timing):
-    from course_lib.measure import validate
+    from course_lib.measure import predict
 
     cal = _hand_calibration()
     s = cache_timing.predict_session_ttft_calibrated(SMALL, 32, 4, 8, 3, cal)
@@ -575,7 +574,7 @@ def test_calibrated_session_prediction_per_turn(cache_timing):
         assert nc.tokens == c.tokens == prompt and c.cached_tokens == cached
         if cached:
             assert c.seconds < nc.seconds and c.terms["kv_load"] == 0     # extend: the K/V are in place
-            assert c.terms == validate.predict_ttft(SMALL, prompt, cal, cached, reuse="session").terms
+            assert c.terms == predict.predict_ttft(SMALL, prompt, cal, cached, reuse="session").terms
     assert s.total_nocache == pytest.approx(sum(s.ttft_nocache)) and s.total_cached < s.total_nocache
 
 

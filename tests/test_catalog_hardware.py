@@ -11,7 +11,8 @@ DRIVER_MIB = {"rtx-3090": (24576, 24), "rtx-4090": (24564, 24), "a100-40gb": (40
               "a100-80gb-pcie": (81920, 80), "h100-sxm": (81559, 80), "h100-pcie": (81559, 80),
               "h200": (143771, 141), "l4": (23034, 24), "l40s": (46068, 48), "b200": (183359, 180),
               "rtx-5090": (32607, 32)}
-NEW = {"b200": (8000, 2250), "mi325x": (6000, 1307.4), "mi355x": (8000, 2516.6), "rtx-5090": (1792, None)}
+NEW = {"b200": (8000, 2250), "mi325x": (6000, 1307.4), "mi355x": (8000, 2516.6), "rtx-5090": (1792, 209.5),
+       "gb200": (8000, 2500), "dgx-spark": (273, None), "tpu-v5e": (819, None)}
 
 
 @pytest.mark.parametrize("name", sorted(DRIVER_MIB))
@@ -28,7 +29,10 @@ def test_no_single_convention_holds():
     assert h200.capacity > h200.capacity_marketing_gb * 1e9              # but more than 141e9 bytes
     assert rtx.capacity == 24 * 2 ** 30 - 12 * MiB                       # 24 GiB less what the driver keeps
     assert get_hardware("mi300x").capacity == 192 * 2 ** 30
-    for name in ("m2-ultra", "m3-max", "mi325x", "mi355x"):              # no driver figure cited: the vendor's GB
+    for name, gib in (("mi325x", 256), ("mi355x", 288)):                 # AMD's GB read as the MI300X reports them
+        hw = get_hardware(name)
+        assert hw.capacity == gib * 2 ** 30 == hw.capacity_marketing_gb * 2 ** 30 and "MI300X" in hw.capacity_source
+    for name in ("m2-ultra", "m3-max"):                                  # no driver figure cited: the vendor's GB
         hw = get_hardware(name)
         assert hw.capacity == hw.capacity_marketing_gb * 1e9 and "10^9" in hw.capacity_source
 
@@ -132,3 +136,23 @@ def test_interconnect_checks_its_arguments():
         Interconnect("x", 1e9, links=0)
     with pytest.raises(TypeError, match="name"):
         Interconnect("", 1e9)
+
+
+def test_every_device_prices_a_decode_step_and_effective_rates_are_marked():
+    from course_lib import estimate
+    for name in list_hardware(every=True):
+        hw = get_hardware(name)
+        e = estimate("llama-3-8b", name, 128, 4)                       # raises if fp16 work cannot be priced
+        assert e.tpot > 0 and e.ttft > 0, name
+        if hw.rate_is_effective("fp16"):                                # a derived rate never poses as a datasheet peak
+            assert "EFFECTIVE" in hw.effective_basis or "bf16" in hw.effective_basis, name
+            with pytest.raises(ValueError, match="no published dense fp16"):
+                hw.flops("fp16")
+    for name in ("m1", "m1-pro", "m1-max", "m1-ultra", "m2", "m2-pro", "m2-max", "m2-ultra", "m3", "m3-pro", "m3-max",
+                 "m3-ultra", "m4", "m4-pro", "m4-max"):
+        hw = get_hardware(name)
+        assert hw.rate_is_effective("fp16") and "measured" in hw.effective_basis, name
+    assert set(list_hardware()) < set(list_hardware(every=True))
+    assert "GDDR7" in load_catalog("hardware")["hardware"]["rtx-5090"]["memory_note"]
+    with pytest.raises(TypeError, match="every"):
+        list_hardware(every="yes")

@@ -21,10 +21,11 @@ FACTORS = (0.3, 0.6, 0.9, 1.0, 1.2, 2.0)
 
 
 def _check(c):
-    assert c.outcome == (c.relation if c.verdict == "reliable" else c.verdict)
+    assert c.outcome == (c.relation if c.verdict == "reliable" or c.settled else c.verdict)
     text = say(c)
     assert isinstance(text, str) and text
-    assert ("unreliable" in text) == (c.verdict != "reliable")
+    assert ("unreliable" in text) == (c.outcome in ("noisy", "contended"))
+    assert ("so this run settles it" in text) == (c.verdict != "reliable" and c.settled)
 
 
 def _band_ok(relation, eff):
@@ -105,3 +106,29 @@ def test_engine_row_and_bad_input():
         claims.engine_vs_prediction([0.1, 0.1, 0.1], 0.1, metric="x")
     with pytest.raises(TypeError, match="timing"):
         claims.engine_vs_floor(None, 0.1)
+
+
+def test_the_engine_overhead_adds_up_and_a_clamped_split_is_not_a_measurement():
+    from types import SimpleNamespace as NS
+
+    def timing(step):
+        return NS(step_times=[step * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)])
+    probe = NS(step_fixed=0.281e-3, step_per_layer=0.305e-3, layers=(2, 4), clamped=(),
+               decode=(timing(0.89e-3), timing(1.5e-3)))
+    cold = 1.43
+    engine = cold * (0.281e-3 + 12 * 0.305e-3)
+    pred = NS(terms={"weights": 20e-3, "engine": engine, "logits": 26e-6}, counts={"layers": 12, "cold_factor": cold})
+    c = claims.engine_overhead(probe, pred)
+    o = c.operands
+    assert c.relation == "split" and c.verdict == "reliable"
+    assert o["uncorrected"] == pytest.approx(0.281e-3 + 12 * 0.305e-3)
+    assert o["engine"] == pytest.approx(o["uncorrected"] * o["cold_factor"])
+    assert o["total"] == pytest.approx(o["engine"] + o["logits"])
+    text = say(c)
+    assert "2 and 4 layers" in text and "1.43×" in text and "cold factor" in text
+    clamped = NS(**{**vars(probe), "step_per_layer": 0.0, "clamped": ("decode per layer",)})
+    pred0 = NS(terms={**pred.terms, "engine": cold * 0.281e-3}, counts=pred.counts)
+    c0 = claims.engine_overhead(clamped, pred0)
+    assert c0.relation == "clamped" and c0.verdict == "noisy" and "not a measurement" in say(c0)
+    with pytest.raises(ValueError, match="do not belong together"):
+        claims.engine_overhead(probe, pred0)

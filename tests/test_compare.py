@@ -1,4 +1,4 @@
-"""course_lib.compare: every prediction equals the estimator's value for the same work, every measured
+"""course_lib.core.compare: every prediction equals the estimator's value for the same work, every measured
 number is the record's own, efficiency = predicted / measured, and bad input gets one clear error."""
 from __future__ import annotations
 
@@ -68,8 +68,10 @@ def test_llamacpp_prefill_cases_only_where_a_peak_is_published(pub):
 
 def test_llamacpp_run_shape_and_context_shift():
     # the README's LLaMA 2 logs: n_ctx = 512, n_predict = 1024, a 494-token prompt, 1023 "eval" runs
-    assert (compare.LLAMACPP_CONTEXT_WINDOW, compare.LLAMACPP_PROMPT_TOKENS, compare.LLAMACPP_PREDICT_TOKENS,
-            compare.LLAMACPP_DECODE_STEPS) == (512, 494, 1024, 1023)
+    # (transcribed from the logs, so typed here again: a transcription error fails)
+    assert (compare.LLAMACPP_CONTEXT_WINDOW, compare.LLAMACPP_PROMPT_TOKENS,
+            compare.LLAMACPP_PREDICT_TOKENS) == (512, 494, 1024)
+    assert compare.LLAMACPP_DECODE_STEPS == compare.LLAMACPP_PREDICT_TOKENS - 1   # the first token is prefill's
     ctx = compare.llamacpp_decode_contexts()
     assert len(ctx) == 1023
     assert ctx[:18] == list(range(494, 512))            # fills the window

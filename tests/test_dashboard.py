@@ -1,7 +1,7 @@
-"""The capstone dashboard's plain functions (``course_lib.dashboard``): no widgets, no browser.
+"""The capstone dashboard's plain functions (``core.capstone``, its texts ``core.app``): no widgets, no browser.
 
 * on one GPU every number equals ``course_lib.estimate`` of the same setting (the dashboard adds
-  nothing of its own), and the texts are ``course_lib.units`` formats of those numbers;
+  nothing of its own), and the texts are ``course_lib.core.units`` formats of those numbers;
 * tensor parallelism: the split work is the estimate on one device with G times the bandwidth and
   FLOP/s, plus 2 ring all-reduces per layer priced by ``numeric.ring_allreduce_time``;
 * properties over the batch: aggregate tokens/s never falls and TPOT never falls as the batch grows;
@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.core.numeric import raw as g
+from course_lib.core import app as A
 from course_lib.core import capstone as D
 from course_lib import estimate, get_hardware, get_model
 from course_lib.core.hardware import custom_hardware
@@ -64,16 +65,16 @@ def test_compute_equals_the_estimator(overrides):
     assert r.decode_tps == e.decode_tps and r.tps_aggregate_per_gpu == e.tps_aggregate
     assert (r.prefill_bound, r.decode_bound) == (e.prefill_bound, e.decode_bound)
     assert (r.memory_needed, r.memory_available, r.fits) == (e.memory_needed, e.memory_available, e.fits)
-    assert D.tpot_text(s) == format_time(e.tpot)
-    assert D.ttft_text(s) == format_time(e.ttft)
+    assert A.tpot_text(s) == format_time(e.tpot)
+    assert A.ttft_text(s) == format_time(e.ttft)
     rate = lambda x: f"{Quantity(x, 'number').format()} tokens/s"  # noqa: E731
-    assert D.tps_text(s) == f"{rate(e.tps)} per user, {rate(e.tps_aggregate)} in all"
+    assert A.tps_text(s) == f"{rate(e.tps)} per user, {rate(e.tps_aggregate)} in all"
     verdict = "fits" if e.fits else "does NOT fit"
     needed, available = format_bytes(e.memory_needed), format_bytes(e.memory_available)
-    assert D.memory_text(s) == f"{needed} of {available} per GPU: {verdict}"
-    v = D.dashboard_view(s)
-    assert (v.ttft_text, v.tpot_text, v.total_text, v.error) == (D.ttft_text(s), D.tpot_text(s),
-                                                                 format_time(e.total), None)
+    assert A.memory_text(s) == f"{needed} of {available} per GPU: {verdict}"
+    v = A.state_reading(s)
+    assert (v.ttft_text, v.tpot_text, v.total_text, v.problem) == (A.ttft_text(s), A.tpot_text(s),
+                                                                   format_time(e.total), None)
     assert v.bounds_text == f"prefill {e.prefill_bound}-bound, decode {e.decode_bound}-bound"
 
 
@@ -89,32 +90,34 @@ def test_the_default_setting_in_numbers():
 
 def test_llama70b_fp16_does_not_fit_one_h100_and_the_view_says_so():
     s = D.DashboardState(model="llama-2-70b")
-    v = D.dashboard_view(s)
+    v = A.state_reading(s)
     assert v.result.fits is False and "does NOT fit" in v.memory_text
     assert any(w.startswith("Does not fit") for w in v.warnings)
-    assert v.tpot_text == D.tpot_text(s) != D.NOT_AVAILABLE   # still priced: the arithmetic is shown
+    assert v.tpot_text == A.tpot_text(s) != A.NOT_AVAILABLE   # still priced: the arithmetic is shown
 
 
 def test_unpriceable_settings_show_not_available_with_the_reason():
-    s = D.DashboardState(hardware="m2-ultra")                  # no published peak FLOP/s
-    with pytest.raises(ValueError) as info:
+    # every catalog device prices a step now (Apple devices by their effective rates): a spec without a peak
+    s = D.DashboardState(hardware="this-machine", machine=custom_hardware("no-peak", bandwidth=100e9, capacity=64e9))
+    with pytest.raises(ValueError, match="FLOP/s"):
         D.compute(s)
-    v = D.dashboard_view(s)
-    assert v.result is None and v.error == str(info.value)
-    assert D.tpot_text(s) == D.ttft_text(s) == D.tps_text(s) == D.memory_text(s) == D.NOT_AVAILABLE
+    assert A.tpot_text(s) == A.ttft_text(s) == A.tps_text(s) == A.memory_text(s) == A.NOT_AVAILABLE
+    v = A.state_reading(s)                                     # the reading prices the decode floor instead
+    assert v.floor and not v.priced and "compute speed" in v.problem and v.tpot_text.startswith("at least")
     unmeasured = D.DashboardState(hardware="this-machine")
-    assert "not been measured" in D.dashboard_view(unmeasured).error
-    assert D.tpot_text(unmeasured) == D.NOT_AVAILABLE
+    v = A.state_reading(unmeasured)
+    assert "not been measured" in v.problem and v.result is None and v.tpot_text == A.NOT_AVAILABLE
+    assert A.tpot_text(unmeasured) == A.NOT_AVAILABLE
 
 
 def test_this_machine_uses_the_measured_spec():
     spec = custom_hardware("this-machine", bandwidth=50e9, peak_flops=1e12, capacity=64e9)
     s = D.DashboardState(hardware="this-machine", machine=spec)
     e = estimate(s.model, spec, s.prompt_tokens, s.new_tokens)
-    assert D.compute(s).estimate == e and D.tpot_text(s) == format_time(e.tpot)
+    assert D.compute(s).estimate == e and A.tpot_text(s) == format_time(e.tpot)
     assert D.compute(s).memory_available == 64e9
     unknown = custom_hardware("this-machine", bandwidth=50e9, peak_flops=1e12)
-    assert D.memory_text(s.replace(machine=unknown)).endswith("(capacity unknown)")
+    assert A.memory_text(s.replace(machine=unknown)).endswith("(capacity unknown)")
     assert D.compute(s.replace(machine=unknown)).fits is None
 
 
@@ -149,7 +152,7 @@ def test_tensor_parallel_is_g_devices_plus_ring_allreduces():
     assert r.memory_available == hw.capacity and r.fits is True
     assert D.compute(s.replace(tensor_parallel=1)).fits is False
     assert r.tps_aggregate_per_gpu == r.tps_aggregate / 4
-    assert "all-reduces add" in D.dashboard_view(s).bounds_text
+    assert "all-reduces add" in A.state_reading(s).bounds_text
 
 
 def test_allreduce_helper():
@@ -222,17 +225,6 @@ def test_default_batches():
 # --------------------------------------------------------------------------------------------------
 # Controls -> state, and bad input
 # --------------------------------------------------------------------------------------------------
-def test_state_from_controls_parses_the_link_text():
-    s = D.state_from_controls(tensor_parallel=2, interconnect_bandwidth="450 GB/s")
-    assert s.interconnect_bandwidth == 450e9
-    assert D.state_from_controls(interconnect_bandwidth="").interconnect_bandwidth is None
-    assert D.state_from_controls(interconnect_bandwidth=1e11).interconnect_bandwidth == 1e11
-    with pytest.raises(ValueError, match="interconnect_bandwidth"):
-        D.state_from_controls(interconnect_bandwidth="450 Gfoo")
-    with pytest.raises(ValueError, match="interconnect_bandwidth"):
-        D.state_from_controls(interconnect_bandwidth="-3 GB/s")
-
-
 def test_state_normalises_names():
     s = D.DashboardState(model="Llama-3-8B", hardware="H200", precision="FP8", kv_precision="FP16")
     assert (s.model, s.hardware, s.precision, s.kv_precision) == ("llama-3-8b", "h200", "fp8", "fp16")
@@ -343,7 +335,8 @@ def test_what_binds_names_the_limit_the_next_batch_breaks():
 def test_collective_latencies_are_nccls_with_their_source():
     ring, tree = D.COLLECTIVE_LATENCIES["ring"], D.COLLECTIVE_LATENCIES["tree"]
     assert (ring.base, ring.hop, tree.base, tree.hop) == (6.6e-6, 0.6e-6, 6.8e-6, 0.6e-6)
-    for c in (ring, tree):
+    assert "not published" in D.COLLECTIVE_LATENCIES["one-shot"].source
+    for c in (ring, tree, D.COLLECTIVE_LATENCIES["one-shot"]):
         assert "github.com/NVIDIA/nccl" in c.source and "tuning.cc" in c.source
     assert D.collective_latency() == (ring.base, ring.hop)
     assert D.collective_latency("tree", hop_latency=0) == (tree.base, 0.0)
@@ -355,7 +348,9 @@ def test_collective_time_is_latency_times_steps_plus_bytes_over_bandwidth():
         ring = D.collective_time("all-reduce", G, m, beta, base_latency=a0, hop_latency=a)
         assert ring == pytest.approx(a0 + 2 * (G - 1) * a + 2 * (G - 1) / G * m / beta, rel=1e-12)
         tree = D.collective_time("all-reduce", G, m, beta, algorithm="tree", base_latency=a0, hop_latency=a)
-        assert tree == pytest.approx(a0 + 2 * math.ceil(math.log2(G)) * a + 2 * m / beta, rel=1e-12)
+        assert tree == pytest.approx(a0 + 2 * (G - 1) * a + 2 * m / beta, rel=1e-12)    # one node: a chain (NCCL)
+        one = D.collective_time("all-reduce", G, m, beta, algorithm="one-shot", base_latency=a0, hop_latency=a)
+        assert one == pytest.approx(a0 + a + (G - 1) * m / beta, rel=1e-12)
         gather = D.collective_time("all-gather", G, m, beta, base_latency=a0, hop_latency=a)
         assert gather == pytest.approx(a0 + (G - 1) * a + (G - 1) / G * m / beta, rel=1e-12)
         assert D.collective_time("all-to-all", G, m, beta, base_latency=a0, hop_latency=a) == gather
@@ -363,9 +358,15 @@ def test_collective_time_is_latency_times_steps_plus_bytes_over_bandwidth():
         assert D.collective_time("all-reduce", G, m, beta, base_latency=0, hop_latency=0) == pytest.approx(
             g.ring_allreduce_time(G, m, beta), rel=1e-12)
     assert D.collective_time("all-reduce", 1, m, None) == 0.0
-    # the tree takes fewer steps than the ring from 4 GPUs on: at tiny messages it is faster
-    assert D.collective_time("all-reduce", 8, 1e3, beta, algorithm="tree") < D.collective_time("all-reduce", 8, 1e3,
-                                                                                                beta)
+    # NCCL's numbers for 8 GPUs of one node: ring 6.6 + 14 x 0.6 = 15 us, tree (a chain) 6.8 + 14 x 0.6 = 15.2 us;
+    # the one-shot kernel's single step wins at small messages, the ring at large ones
+    assert D.collective_time("all-reduce", 8, 0, beta, algorithm="tree") == pytest.approx(15.2e-6, rel=1e-12)
+    assert D.collective_time("all-reduce", 8, 0, beta) == pytest.approx(15.0e-6, rel=1e-12)
+    small, large = 1e3, 1e9
+    assert D.collective_time("all-reduce", 8, small, beta, algorithm="one-shot") < D.collective_time(
+        "all-reduce", 8, small, beta)
+    assert D.collective_time("all-reduce", 8, large, beta, algorithm="one-shot") > D.collective_time(
+        "all-reduce", 8, large, beta)
     with pytest.raises(ValueError, match="collective"):
         D.collective_time("broadcast", 2, m, beta)
     with pytest.raises(ValueError, match="link_bandwidth"):
@@ -399,7 +400,7 @@ def test_mla_tensor_parallel_replicates_the_latent_cache():
     # a GQA model's cache is split: nothing replicated
     s70 = D.DashboardState(model="llama-3-70b", tensor_parallel=8, interconnect_bandwidth=450e9)
     assert not D.compute(s70).kv_replicated and D.compute(s70).kv_replicated_decode == 0
-    assert "latent KV cache" in D.dashboard_view(s).bounds_text
+    assert "latent KV cache" in A.state_reading(s).bounds_text
 
 
 def test_expert_parallelism_prices_dispatch_and_combine():
@@ -415,7 +416,7 @@ def test_expert_parallelism_prices_dispatch_and_combine():
     assert ep.allreduce_decode == pytest.approx(tp.allreduce_decode * (2 * m.layers - m.moe_layers) / (2 * m.layers),
                                                 rel=1e-12)
     assert D.alltoall_time_per_pass(m.moe_layers, 16, m.hidden, m.experts_per_token, 1, 2, None) == 0.0
-    assert "all-to-alls" in D.dashboard_view(D.DashboardState(**kw, expert_parallel=True)).bounds_text
+    assert "all-to-alls" in A.state_reading(D.DashboardState(**kw, expert_parallel=True)).bounds_text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -465,19 +466,42 @@ def test_continuous_plan_with_tensor_and_expert_parallelism():
         D.simulate_plan(p)
 
 
-def test_simulate_plan_runs_the_serving_simulator_at_the_plans_load():
+def test_simulate_plan_runs_the_serving_simulator_at_the_plans_concurrency():
     s = D.DashboardState(precision="fp8", prompt_tokens=512, new_tokens=32, cached_prefix_tokens=256, **_EFF)
     p = D.continuous_plan(s, 200, 0.05)
-    res = D.simulate_plan(p, requests=300, seed=1)
-    assert len(res.records) == 300 and res.max_batch_seen <= p.sequences
-    # Little's law at the load of users / GPUs sequences in flight, priced in the steady state at that load
-    n_in = math.ceil(200 / p.gpus)
-    t_dec = D.compute(p.state.replace(batch=n_in)).tpot
-    tpot = g.steady_state_tpot(t_dec, n_in, p.prefill_time, 31)
-    rate = (200 / p.gpus) / g.total_latency(p.prefill_time + t_dec, 32, tpot)
-    assert res.arrival_rate == pytest.approx(rate, rel=0.25)          # 300 Poisson arrivals: a few % of noise
+    res = D.simulate_plan(p, requests=800, seed=1)
+    n_in = math.ceil(200 / p.gpus)                         # users per GPU, in a closed loop
+    assert len(res.records) == 800 and res.max_batch_seen <= min(p.sequences, n_in)
+    assert res.settings["users"] == n_in and res.settings["warmup"] == n_in
+    assert res.mean_in_system <= n_in and 0 < len(res.measured) <= 800 - n_in
+    assert all(r.arrival >= res.window[0] and r.finish <= res.window[1] for r in res.measured)
+    fewer = D.simulate_plan(p, requests=300, seed=1, gpus=p.gpus + 1)   # one more GPU: fewer users on each
+    assert fewer.settings["users"] == math.ceil(200 / (p.gpus + 1))
     with pytest.raises(TypeError, match="plan"):
         D.simulate_plan(s)
+
+
+def test_size_plan_adds_gpus_until_the_simulated_p99_meets_the_budgets_then_a_spare():
+    s = D.DashboardState(prompt_tokens=512, new_tokens=32, **_EFF)
+    p = D.continuous_plan(s, 300, 0.05, 1.0)
+    sized = D.size_plan(p, 1.0, 0.05, requests=400)
+    assert sized.serving_gpus >= p.gpus and sized.gpus == sized.serving_gpus + 1
+    assert sized.summary["ttft_p99"] <= 1.0 and sized.summary["tpot_p99"] <= 0.05
+    assert all(t["ttft_p99"] > 1.0 or t["tpot_p99"] > 0.05 for n, t in sized.tried[:-1])
+    assert 0 <= sized.headroom < 1 and sized.users_per_gpu == math.ceil(300 / sized.serving_gpus)
+    tight = D.size_plan(p, 1e-4, 0.05, requests=400, max_extra=1)   # a TTFT no prefill meets
+    assert tight.serving_gpus is None and len(tight.tried) == 2
+
+
+def test_plan_cost_is_the_generated_price_and_energy_per_token():
+    ex = D.deployment_examples()
+    price, watts = ex["gpu_hour_price"]["h200"]["usd_per_gpu_hour"], ex["board_power_w"]["h200"]["watts"]
+    c = D.plan_cost(3, 20_000.0, price, watts)
+    assert c.per_million_tokens == pytest.approx(1e6 * price * 3 / 3600 / 20_000, rel=1e-12)
+    assert c.joules_per_token == pytest.approx(700 * 3 / 20_000, rel=1e-12)
+    assert D.plan_cost(1, 1.0, 1.0).joules_per_token is None
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        D.plan_cost(1, 1.0, 0)
 
 
 def test_plans_reject_bad_input():
@@ -494,3 +518,20 @@ def test_plans_reject_bad_input():
         D.static_plan(s, -1)
     with pytest.raises(TypeError, match="state"):
         D.continuous_plan("llama-3-8b", 10)
+
+
+def test_the_apps_serving_reading_prices_tokens_and_reports_the_itl():
+    from course_lib.core.app import serving_reading
+    from course_lib.lessons.widgets.capstone import serving_html
+    h200 = D.DashboardState(hardware="h200", precision="fp8", prompt_tokens=1024, new_tokens=64, **_EFF)
+    example = serving_reading(h200, 20, 1.0, 0.05)
+    price = D.deployment_examples()["gpu_hour_price"]["h200"]["usd_per_gpu_hour"]
+    assert example.cost.gpu_hour_price == price and "example price" in example.price_note
+    assert example.cost.per_million_tokens == pytest.approx(1e6 * price * example.gpus / 3600 / (20 * 64), rel=1e-12)
+    mine = serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=2.0)
+    assert mine.cost.gpu_hour_price == 2.0 and "your" in mine.price_note
+    assert "ITL p99" in serving_html(mine) and "per M tokens" in serving_html(mine)
+    unpriced = serving_reading(D.DashboardState(hardware="l40s", prompt_tokens=512, new_tokens=32), 2, 1.0, 0.05)
+    assert unpriced.cost is None and "GPU-hour price" in unpriced.price_note
+    with pytest.raises(ValueError, match="gpu_hour_price"):
+        serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=0)

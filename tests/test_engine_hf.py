@@ -1,4 +1,5 @@
-"""course_lib.measure.engines.hf: the Hugging Face engine built, timed and predicted on tiny configurations.
+"""course_lib.measure.engines.hf and its benchmark: the Hugging Face engine built, timed and predicted on tiny
+configurations.
 
 No timing thresholds: the models are tiny (2 layers, hidden 64); predictions are checked on a hand-made
 Calibration, the interleaving and the probe's split on fake timings, the benchmark's CLI on a fake report.
@@ -20,7 +21,10 @@ pytest.importorskip("transformers", reason="the engines extra (transformers) is 
 import sympy as sp  # noqa: E402
 
 from course_lib.core import formulas, numeric  # noqa: E402
-from course_lib.measure import calibrate, probes, validate  # noqa: E402
+from course_lib.measure import calibrate, probes  # noqa: E402
+from course_lib.measure import validate  # noqa: E402
+from course_lib.measure.benchmarks import engine_hf  # noqa: E402
+from course_lib.measure.benchmarks.bracket import Bracketed  # noqa: E402
 from course_lib.measure.engines import hf  # noqa: E402
 
 _DECODER = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -122,14 +126,13 @@ def test_generate_is_greedy_with_fixed_new_tokens_even_when_every_token_is_eos(t
     cfg = {**TINY["llama"], "eos_token_id": 0, "bos_token_id": 0}
     model, _ = hf.build_model(cfg)
     model.lm_head.weight.data.zero_()        # every logit 0: greedy picks token 0, the config's EOS, every step
-    prepared = model._prepare_generation_config(hf._generation_config(5))[0]
-    assert prepared.eos_token_id is None and prepared.do_sample is False and prepared.min_new_tokens == 5
-    ttft, gaps = hf.generate_timed(model, torch.randint(1, 256, (1, 7)), 5)
+    ttft, gaps = hf.generate_timed(model, torch.randint(1, 256, (1, 7)), 5)    # raises unless 5 tokens came
     assert ttft > 0 and len(gaps) == 4 and all(g > 0 for g in gaps)
     clock = hf.TokenClock()
-    out = model.generate(torch.ones(1, 3, dtype=torch.long), generation_config=hf._generation_config(3),
+    out = model.generate(torch.ones(1, 3, dtype=torch.long), generation_config=hf.generation_config(3),
                          streamer=clock)
     assert out.shape[-1] == 6 and len(clock.times) == 4 and clock.tokens == 3 and clock.ended
+    assert out[0, 3:].tolist() == [0, 0, 0]          # greedy: the argmax of equal logits, EOS or not
 
 
 def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, monkeypatch):
@@ -141,19 +144,18 @@ def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, mo
         calls.append(p)
         return p * 1e-4, [p * 1e-5] * (n - 1)
 
-    monkeypatch.setattr(hf, "generate_timed", fake)
+    monkeypatch.setattr(hf.timing, "generate_timed", fake)
     t16, t32 = hf.measure_engine(model, [16, 32], new_tokens=4, repeats=3)
     assert calls == [8, 16, 32, 32, 16, 16, 32]        # warm-up, then P1 P2, P2 P1, P1 P2 (counterbalanced)
     assert t16.ttft_times == (16e-4,) * 3 and len(t32.step_times) == 9 and t32.tpot == pytest.approx(32e-5)
     assert t16.mean_context == 18 and t16.tpot_verdict.verdict in ("reliable", "contended")
     with pytest.raises(ValueError, match="positions"):
         hf.measure_engine(model, [510], new_tokens=4)
-    # between: before the first repeat and after each one (the benchmark's GEMV probes), never inside a timing
-    calls.clear()
-    hf.measure_engine(model, [16, 32], new_tokens=4, repeats=2, between=lambda: calls.append("probe"))
-    assert calls == [8, "probe", 16, 32, "probe", 32, 16, "probe"]
-    with pytest.raises(TypeError, match="between must be a function"):
-        hf.measure_engine(model, [16], new_tokens=4, between=3)
+    pooled = hf.EngineTiming.pooled([t16, hf.EngineTiming(16, 4, (1.0,), (2.0, 3.0, 4.0), 0.3, (5,))])
+    assert pooled.ttft_times == (16e-4,) * 3 + (1.0,) and pooled.step_times[-3:] == (2.0, 3.0, 4.0)
+    assert pooled.steal == 0.3 and pooled.faults[-1] == 5
+    with pytest.raises(ValueError, match="one prompt length"):
+        hf.EngineTiming.pooled([t16, t32])
 
 
 def test_an_engine_run_is_predicted_from_the_mean_of_the_probes_around_its_repeats():
@@ -161,13 +163,10 @@ def test_an_engine_run_is_predicted_from_the_mean_of_the_probes_around_its_repea
     cal = _calibration(gemv_bw=10e9)
     shapes = sorted(calibrate.weight_matrices(spec))
     brackets = [{sh: bw for sh in shapes} for bw in (10e9, 20e9, 30e9)]
-    during, drift = cal.with_probes(gemv=brackets), hf._drift(spec, cal, brackets, 136)
+    during = cal.with_probes(gemv=brackets)
     assert all(during.gemv[sh] == pytest.approx(20e9) for sh in shapes) and cal.gemv == {(1, 1): 10e9}
-    w = [hf._weights_and_kv(spec, 136, c)[0] for c in (cal, during)]
-    assert w[1] < w[0] and drift.calibrated == pytest.approx(w[0]) and len(drift.bracketed) == 3
-    assert drift.bracketed[0] > drift.bracketed[1] > drift.bracketed[2] and "3 sets of probes" in drift.line()
-    assert drift.step(0) == pytest.approx(w_step := drift.bracketed[0] / drift.bracketed[1] - 1)
-    assert drift.largest_step == pytest.approx(max(w_step, drift.bracketed[1] / drift.bracketed[2] - 1))
+    w = [hf.weights_and_kv(spec, 136, c)[0] for c in (cal, during, cal.with_probes(gemv=brackets[2:]))]
+    assert w[0] > w[1] > w[2]
     # the prefill GEMMs probed around the repeats: their mean replaces the calibration's
     key = (128, spec.intermediate, spec.hidden)
     during = cal.with_probes(gemv=brackets, gemm=[{key: 1e11}, {key: 3e11}])
@@ -184,7 +183,7 @@ def test_engine_probe_splits_per_layer_and_fixed_cost_on_tiny_copies(monkeypatch
         L = c.num_hidden_layers
         return 3e-3 + L * 4e-4, [1e-3 + L * 2e-4] * (n - 1)
 
-    monkeypatch.setattr(hf, "generate_timed", fake)
+    monkeypatch.setattr(hf.overhead, "generate_timed", fake)
     ov = hf.probe_engine_overhead("qwen2.5-0.5b", repeats=2)
     assert {s[0] for s in seen} == {hf.PROBE_HIDDEN} and {s[1] for s in seen} == set(hf.PROBE_LAYERS)
     assert {s[2] for s in seen} == {hf.PROBE_VOCAB}       # never the target's 24 layers / 896 hidden
@@ -286,8 +285,8 @@ def test_prefill_passes_probe_times_the_elementwise_work_of_a_layer():
     (lambda s, c, o: hf.predict_engine_tpot(s, 8, 1, c, o), ValueError, "new_tokens"),
     (lambda s, c, o: hf.predict_engine_tpot(s, 8, 4, "cal", o), TypeError, "calibration"),
     (lambda s, c, o: hf.predict_engine_ttft(s, 8, c, None), TypeError, "overhead"),
-    (lambda s, c, o: hf.run(fast="yes"), TypeError, "fast"),
-    (lambda s, c, o: hf.run(prompts=[0], calibration=c), ValueError, "prompts"),
+    (lambda s, c, o: engine_hf.run(fast="yes"), TypeError, "fast"),
+    (lambda s, c, o: engine_hf.run(prompts=[0], calibration=c), ValueError, "prompts"),
     (lambda s, c, o: hf.probe_engine_overhead(TINY["llama"], layers=(4, 2)), ValueError, "layers"),
 ])
 def test_bad_arguments(call, err, match):
@@ -302,9 +301,11 @@ def _report(verdict="reliable"):
     for kind, measured in (("tpot", 2e-3), ("tpot", 3e-3), ("ttft", 8e-3)):
         pr = (hf.predict_engine_tpot(spec, 16, 4, cal, ov) if kind == "tpot"
               else hf.predict_engine_ttft(spec, 16, cal, ov))
-        pts.append(hf.EnginePoint(kind, spec.name, spec.params, 16, pr.seconds, measured, 0.05, verdict,
-                                  pr.uncalibrated, pr))
-    return hf.EngineReport(pts, {"tiny-llama": ov}, cal, "1 thread (test)", 1.0)
+        pts.append(engine_hf.EnginePoint(kind=kind, model=spec.name, params=spec.params, tokens=16,
+                                         predicted=pr.seconds, measured=measured, spread=0.05, verdict=verdict,
+                                         uncalibrated=pr.uncalibrated, prediction=pr))
+    return engine_hf.EngineReport(points=pts, overheads={"tiny-llama": ov}, calibration=cal,
+                                  threads="1 thread (test)", seconds=1.0)
 
 
 def test_report_table_last_line_and_noise_count():
@@ -315,9 +316,9 @@ def test_report_table_last_line_and_noise_count():
     assert rep.ttft_max_abs_error == pytest.approx(errs[2])
     text = rep.report()
     lines = text.splitlines()
-    assert hf.LAST_LINE_RE.match(lines[-1]) and lines[-1] == rep.last_line()
+    assert engine_hf.LAST_LINE_RE.match(lines[-1]) and lines[-1] == rep.last_line()
     header = next(line for line in lines if line.startswith("phase"))
-    for col in hf.COLUMNS:
+    for col in engine_hf.COLUMNS:
         assert col in header
     assert "1 thread (test)" in text and rep.noisy_points == 0
     assert rep.in_cache() == [] and "last-level cache" not in text
@@ -341,14 +342,14 @@ def test_cli_engine_hf_passes_every_config_and_exits_3_when_noisy(monkeypatch, c
         got.update(configs=configs, fast=fast, threads=threads)
         return _report(got.get("verdict", "reliable"))
 
-    monkeypatch.setattr(hf, "run", fake_run)
+    monkeypatch.setattr(engine_hf, "run", fake_run)
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert validate.main(["--engine", "hf", "--config", str(a), "--config", str(b), "--fast", "--threads", "1",
                           "--no-progress"]) == 0
     assert got == {"configs": [str(a), str(b)], "fast": True, "threads": 1}
-    assert hf.LAST_LINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
+    assert engine_hf.LAST_LINE_RE.match(capsys.readouterr().out.strip().splitlines()[-1])
     got["verdict"] = "noisy"
-    assert validate.main(["--engine", "hf", "--no-progress"]) == hf.NOISY_EXIT and got["configs"] is None
+    assert validate.main(["--engine", "hf", "--no-progress"]) == engine_hf.NOISY_EXIT and got["configs"] is None
     assert validate.main(["--config", str(a)]) == 2 and "--engine hf" in capsys.readouterr().err
     assert validate.main(["--engine", "hf", "--clock", "process"]) == 2
 
@@ -373,9 +374,9 @@ def test_run_refuses_configurations_it_cannot_measure_before_any_probe(monkeypat
     def no_probe(*a, **k):
         raise AssertionError("a probe ran")
 
-    monkeypatch.setattr(hf, "calibrate_for", no_probe)
+    monkeypatch.setattr(engine_hf, "calibrate_for", no_probe)
     with pytest.raises(hf.ModelTooLarge, match=r"llama-3.2-1b: .*does not fit.*gpt2: .*exceeds its 1024 positions"):
-        hf.run(["llama-3.2-1b", "gpt2"], prompts=[1020], available=2 * 10**9, progress=False)
+        engine_hf.run(["llama-3.2-1b", "gpt2"], prompts=[1020], available=2 * 10**9, progress=False)
 
 
 def _probe_set(step, prefill, n=3, steal=None):
@@ -413,23 +414,29 @@ def test_the_benchmark_pools_engine_probes_run_around_each_models_repeats(monkey
         made.append(_probe_set(1e-4 * (len(made) + 1), 2e-4))
         return made[-1]
 
-    def fake_measure(model, prompts, new_tokens, repeats, threads=None, between=None):
-        calls = repeats + 1
-        for _ in range(calls):
-            between()
+    log = []
+
+    def fake_measure(model, prompts, new_tokens, repeats, seed=0, warmup=True, threads=None):
+        log.append(tuple(prompts))
         return [hf.EngineTiming(p, new_tokens, (1e-2,) * repeats, (1e-3,) * (repeats * (new_tokens - 1)))
                 for p in prompts]
 
-    monkeypatch.setattr(hf, "probe_engine_overhead", fake_probe)
-    monkeypatch.setattr(hf, "measure_engine", fake_measure)
-    monkeypatch.setattr(hf, "reprobe_gemv", lambda cal, shapes: {})
-    monkeypatch.setattr(hf, "reprobe", lambda cal, kind, jobs: {})
-    rep = hf.run([cfg], prompts=[8], new_tokens=4, repeats=3, calibration=_calibration(), progress=False)
+    monkeypatch.setattr(engine_hf, "probe_engine_overhead", lambda config, threads=None: log.append("probe")
+                        or fake_probe(config, threads))
+    monkeypatch.setattr(engine_hf, "measure_engine", fake_measure)
+    monkeypatch.setattr(engine_hf, "reprobe_gemv", lambda cal, shapes: {})
+    monkeypatch.setattr(engine_hf, "reprobe", lambda cal, kind, jobs: {})
+    rep = engine_hf.run([cfg], prompts=[8, 16], new_tokens=4, repeats=3, calibration=_calibration(),
+                        progress=False)
+    # every repeat between two probe sets, its prompts alternating so that none always runs first
+    assert log == ["probe", (8, 16), "probe", (16, 8), "probe", (8, 16), "probe"]
     [ov] = rep.overheads.values()
     assert len(made) == 4 and ov.sets == tuple(made)                       # before the first repeat, after each
     assert ov.step_per_layer == pytest.approx(statistics.median([1e-4, 2e-4, 3e-4, 4e-4]))
     [line] = rep.engine_drift_lines()
     assert "over 4 probe sets" in line and "4 probe sets pooled" in rep.report() and line in rep.report()
+    [t8, t16] = rep.timings[cfg.get("_name_or_path", "llama")]
+    assert t8.repeats == 3 and len(t16.step_times) == 9
 
 
 def test_cold_op_probe_sets_replace_the_points_they_reprobed():
@@ -443,23 +450,25 @@ def test_cold_op_probe_sets_replace_the_points_they_reprobed():
     assert cal.with_probes(cold=[]) == cal and cal.cold_ops[0] == (0, 2e-6, 1e-6)      # the calibration unchanged
 
 
-def _compare(gemv_bws, factors, ttft_factors, steps_per_repeat=3, drift=None):
+def _compare(gemv_bws, factors, ttft_factors, steps_per_repeat=3):
     """Points of a model whose repeat r ran between GEMV probe sets r and r + 1 (``gemv_bws``) and took
     ``factors[r]`` x its own prediction per step (``ttft_factors[r]`` x for TTFT)."""
     spec = hf.spec_of(hf.load_config("qwen2.5-0.5b")[1], "qwen2.5-0.5b")
     cal, ov = _calibration(), _overhead()
-    gemv = [{sh: bw for sh in hf.weight_matrices(spec)} for bw in gemv_bws]
-    sets = {"gemv": gemv, "gemm": [{} for _ in gemv], "cold": []}
+    gemv = [{sh: bw for sh in calibrate.weight_matrices(spec)} for bw in gemv_bws]
     n = steps_per_repeat + 1
     preds = [cal.with_probes(gemv=gemv[r:r + 2]) for r in range(len(factors))]
     tp = [hf.predict_engine_tpot(spec, 16, n, c, ov).seconds for c in preds]
     tt = [hf.predict_engine_ttft(spec, 16, c, ov).seconds for c in preds]
-    steps = tuple(f * p * (1 + 0.001 * i) for f, p in zip(factors, tp) for i in range(steps_per_repeat))
-    t = hf.EngineTiming(16, n, tuple(f * p for f, p in zip(ttft_factors, tt)), steps)
+    sets = iter([{"gemv": g, "gemm": {}, "cold": None} for g in gemv])
+    seq = Bracketed(lambda: next(sets))
+    seq.run(range(len(factors)), lambda r: {16: hf.EngineTiming(16, n, (ttft_factors[r] * tt[r],), tuple(
+        factors[r] * tp[r] * (1 + 0.001 * i) for i in range(steps_per_repeat)))})
     everything = cal.with_probes(gemv=gemv)
     pooled = (hf.predict_engine_tpot(spec, 16, n, everything, ov).seconds,
               hf.predict_engine_ttft(spec, 16, everything, ov).seconds)
-    return hf._compared(spec.name, spec, [t], n, cal, ov, sets, drift), tp, tt, t, pooled
+    t = hf.EngineTiming.pooled([m.value[16] for m in seq.measurements])
+    return engine_hf.compare(spec.name, spec, seq, cal, ov, n), tp, tt, t, pooled
 
 
 def test_each_repeat_is_judged_against_the_probes_around_it():
@@ -481,10 +490,28 @@ def test_repeats_whose_comparisons_disagree_make_the_point_noisy_and_say_why():
     (tpot, ttft), *_ = _compare([10e9] * 4, [1.0, 1.6, 1.0], [1.0, 1.0, 1.0])
     assert tpot.verdict == "noisy" and "measured / predicted ratios" in tpot.reason and ttft.verdict == "reliable"
     # a repeat whose two probe sets disagree by 50 %: noisy for that reason, where the ratios agree
-    drift = calibrate.Drift("m", 1.0, (1.0, 1.0, 1.5, 1.5))      # the jump falls in the second repeat
-    (tpot, _), *_ = _compare([10e9, 10e9, 15e9, 15e9], [1.0, 1.01, 1.02], [1.0, 1.0, 1.0], drift=drift)
+    (tpot, _), *_ = _compare([10e9, 10e9, 15e9, 15e9], [1.0, 1.01, 1.02], [1.0, 1.0, 1.0])  # the jump: repeat 2
     assert tpot.ratios.index(sorted(tpot.ratios)[1]) == 1
-    assert tpot.verdict == "noisy" and "disagree by 50%" in tpot.reason
-    rep = hf.EngineReport([tpot], {"m": _overhead()}, _calibration(), "1 thread (test)", 1.0)
-    assert "e.g. qwen2.5-0.5b TPOT @ 16: the GEMV probes" in rep.quality_line()
+    assert tpot.verdict == "noisy" and "the probes just before and just after it disagree by" in tpot.reason
+    rep = engine_hf.EngineReport(points=[tpot], overheads={"m": _overhead()}, calibration=_calibration(),
+                                 threads="1 thread (test)", seconds=1.0)
+    assert "e.g. qwen2.5-0.5b TPOT @ 16: the probes just before" in rep.quality_line()
     assert "measured / predicted by repeat: 1.001 1.011 1.021" in rep.report()
+
+
+def test_the_norm_and_rotary_code_is_transformers_own():
+    """TinyLM and the prefill-passes probe share one RMSNorm and one rotary embedding: the ones Llama runs."""
+    from transformers.models.llama import modeling_llama as llama
+
+    from course_lib.measure.tinylm import rms_norm, rotary
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 64, generator=gen)
+    norm = llama.LlamaRMSNorm(64, eps=1e-6)
+    norm.weight.data = torch.randn(64, generator=gen)
+    assert torch.allclose(rms_norm(x, norm.weight, 1e-6), norm(x), atol=1e-6)
+    assert rms_norm(x.to(torch.bfloat16), norm.weight, 1e-6).dtype == torch.bfloat16   # computed in fp32
+    q, k = torch.randn(1, 4, 5, 16, generator=gen), torch.randn(1, 2, 5, 16, generator=gen)
+    cos, sin = torch.randn(1, 5, 16, generator=gen), torch.randn(1, 5, 16, generator=gen)
+    q_ref, k_ref = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    assert torch.allclose(rotary(q, cos[:, None], sin[:, None]), q_ref, atol=1e-6)
+    assert torch.allclose(rotary(k, cos[:, None], sin[:, None]), k_ref, atol=1e-6)

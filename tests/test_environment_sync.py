@@ -1,5 +1,5 @@
 """The two ways to install the course must install the same things, and the environment check
-(``course_lib.sysinfo``) must work on any machine.
+(``course_lib.measure.sysinfo``) must work on any machine.
 
 * ``pyproject.toml`` (core dependencies + the ``test`` and ``classroom`` extras; ``make install``)
 * ``environment.yml`` (conda-forge, with a pip section for what conda-forge lacks and ``-e .``)
@@ -29,7 +29,7 @@ CONDA_TO_PYPI = {"pytorch": "torch", "pytorch-cpu": "torch", "pytorch-gpu": "tor
 #: conda entries that are tools of the environment, not dependencies of the course
 CONDA_ONLY = {"python", "pip"}
 #: extras of pyproject that environment.yml must cover
-EXTRAS = ("test", "classroom", "engines", "llamacpp")
+EXTRAS = ("test", "classroom", "engines", "site", "llamacpp")
 
 
 def normalise(name: str) -> str:
@@ -125,7 +125,7 @@ def test_drift_is_detected(tmp_path, monkeypatch):
         test_same_package_names()
 
 
-# --- the environment check (course_lib.sysinfo) -----------------------------------------------------------
+# --- the environment check (course_lib.measure.sysinfo) -----------------------------------------------------------
 from course_lib.measure import sysinfo  # noqa: E402
 
 
@@ -160,11 +160,11 @@ def test_sysinfo_without_torch(monkeypatch):
 
 
 def test_sysinfo_size_parsing():
-    assert sysinfo._parse_size("32K") == 32 * 1024
-    assert sysinfo._parse_size("1024K") == 1024**2
-    assert sysinfo._parse_size("32 MiB") == 32 * 1024**2
-    assert sysinfo._parse_size("33554432") == 33554432
-    assert sysinfo._parse_size("n/a") is None and sysinfo._parse_size(None) is None
+    assert sysinfo.parse_size("32K") == 32 * 1024
+    assert sysinfo.parse_size("1024K") == 1024**2
+    assert sysinfo.parse_size("32 MiB") == 32 * 1024**2
+    assert sysinfo.parse_size("33554432") == 33554432
+    assert sysinfo.parse_size("n/a") is None and sysinfo.parse_size(None) is None
 
 
 def test_sysinfo_report_has_no_machine_paths():

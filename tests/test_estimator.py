@@ -126,8 +126,12 @@ def test_quantised_and_fp8_compute_dtype():
 
 
 def test_hardware_without_flops_explains():
-    with pytest.raises(ValueError, match="m2-ultra.*no published dense fp16"):
-        estimate("mistral-7b", "m2-ultra", 100, 10)
+    from course_lib.core.hardware import custom_hardware
+    bare = custom_hardware("bare", bandwidth=100e9)                    # no peak and no effective rate
+    with pytest.raises(ValueError, match="bare.*no published dense fp16"):
+        estimate("mistral-7b", bare, 100, 10)
+    m2 = get_hardware("m2-ultra")                                       # Apple publishes none: the effective rate
+    assert estimate("mistral-7b", m2, 100, 10).ttft > 0 and m2.rate_is_effective("fp16")
 
 
 # ---- bad input ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from attacks import SHADOW_SYMPY
 
 from course_lib.authoring import grade, sandbox
 from course_lib.checks import _demo
@@ -29,16 +30,6 @@ SOLUTIONS = FIXTURES / "solutions"
 EXERCISE = FIXTURES / "exercises" / "00_demo.ipynb"
 
 PATCH = "c.Question.evaluate = lambda self, a, strict=False: self._result('correct', '', strict)"
-SHADOW_SYMPY = """
-import os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-del sys.modules["sympy"]
-import sympy as _real
-sys.modules["sympy"] = _real
-import course_lib.checks.question as _q
-_q.Question.evaluate = lambda self, a, strict=False, **k: self._result("correct", "", strict)
-"""
 
 
 def _cell(nb, grade_id):

@@ -16,8 +16,12 @@
   (``_generated``: the public face of the generated code is ``course_lib.core.numeric``), no
   ``core_module._private``.
 * **No compatibility layer** -- no module aliases another (no import hook on ``sys.meta_path``), and every
-  ``python -m course_lib...`` command that the README, docs/ and the Makefile document names a real module
-  with a ``__main__`` block.
+  ``python -m course_lib...`` command that the README, docs/, the Makefile and the library's docstrings
+  document names a real module with a ``__main__`` block.
+* **The author benchmarks stand apart** -- what lessons import from ``course_lib/measure/`` (probes, steady,
+  calibrate, predict, TinyLM, the engines' timing) never imports ``course_lib.measure.benchmarks`` (the
+  benchmarks, their bracketed-measurement primitive and judging rule); nor do core/, checks/, lessons/ or
+  authoring/. Only their command, ``course_lib/measure/validate.py``, runs them.
 """
 from __future__ import annotations
 
@@ -212,14 +216,43 @@ def test_private_scan_can_fail():
     assert any("_generated" in p for p in problems) and any("units._parse" in p for p in problems)
 
 
+BENCHMARKS = "course_lib.measure.benchmarks"
+#: the one module outside the benchmarks that runs them: their command, ``python -m course_lib.measure.validate``
+BENCHMARK_COMMAND = "course_lib.measure.validate"
+
+
+def benchmark_imports(sources) -> list[str]:
+    """Imports of the author benchmarks from a module outside them, except their command."""
+    problems = {}
+    for filename, tree in sources:
+        name = module_name(ROOT / filename)
+        if _is_under(name, (BENCHMARKS,)) or name == BENCHMARK_COMMAND:
+            continue
+        for line, name in imported_modules(tree, filename):
+            if _is_under(name, (BENCHMARKS,)):
+                problems.setdefault((filename, line), f"{filename}:{line} imports {name}")
+    return list(problems.values())
+
+
+def test_benchmark_scan_can_fail():
+    tree = ast.parse("def f():\n    from course_lib.measure.benchmarks import bracket\n"
+                     "from .benchmarks.tinylm_bench import run\nimport course_lib.measure.calibrate\n")
+    problems = benchmark_imports([("course_lib/measure/calibrate.py", tree)])
+    assert len(problems) == 2 and all("benchmarks" in p for p in problems), problems
+    assert benchmark_imports([("course_lib/measure/benchmarks/tinylm_bench.py", tree)]) == []
+    assert benchmark_imports([("course_lib/measure/validate.py", tree)]) == []
+
+
 @pytest.mark.parametrize("folder, scan, rule", [
     ("core", core_violations, "the core must not import these, not even inside a function"),
     ("measure", private_core_uses, "measure/ must use the core's public names only"),
     ("lessons", private_core_uses, "lessons/ must use the core's public names only"),
     ("checks", private_core_uses, "checks/ must use the core's public names only"),
     ("authoring", private_core_uses, "authoring/ must use the core's public names only"),
+    (".", benchmark_imports, "only the author benchmarks may import course_lib.measure.benchmarks"),
 ], ids=["core-imports-no-torch-widgets-matplotlib", "measure-uses-public-core-names",
-        "lessons-use-public-core-names", "checks-use-public-core-names", "authoring-uses-public-core-names"])
+        "lessons-use-public-core-names", "checks-use-public-core-names", "authoring-uses-public-core-names",
+        "benchmarks-stand-apart"])
 def test_import_rule(folder, scan, rule):
     sources = _sources(folder)
     assert len(sources) > 5
@@ -248,12 +281,13 @@ def test_no_import_hook_aliases_a_module():
 
 
 def documented_commands() -> dict[str, list[str]]:
-    """``python -m course_lib.X`` module -> the files that document it (README, docs/, Makefile, benchmarks/)."""
+    """``python -m course_lib.X`` module -> the files that document it (README, docs/, Makefile, benchmarks/, and
+    the library's own docstrings and ``--help`` texts)."""
     import re
 
     found: dict[str, list[str]] = {}
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "benchmarks").rglob("*.md"))]
+             *sorted((ROOT / "benchmarks").rglob("*.md")), *sorted(PKG.rglob("*.py"))]
     for f in files:
         for m in re.finditer(r"python -m (course_lib(?:\.\w+)+)", f.read_text(encoding="utf-8")):
             found.setdefault(m.group(1), []).append(str(f.relative_to(ROOT)))
@@ -272,3 +306,28 @@ def test_documented_commands_are_real_modules():
         elif "__main__" not in source.read_text(encoding="utf-8"):
             problems.append(f"{module} (in {', '.join(sorted(set(where)))}) has no __main__ block")
     assert not problems, "; ".join(problems)
+
+
+def test_only_numeric_imports_the_generated_code():
+    """Inside the core too, the generated module has one importer: ``numeric`` (``codegen`` writes it)."""
+    importers = sorted({filename for filename, tree in _sources("core")
+                        for _, name in imported_modules(tree, filename)
+                        if _is_under(name, ("course_lib.core._generated",))})
+    assert importers == ["course_lib/core/numeric.py"], importers
+
+
+def test_documented_dotted_names_use_the_current_layout():
+    """A ``course_lib.X...`` name in the README or docs/ starts with a real part of the package (``core``,
+    ``measure``, ...) or a name of ``course_lib.__all__``: no flat path of an older layout."""
+    import re
+
+    import course_lib
+
+    parts = {p.stem for p in PKG.iterdir() if (p.is_dir() and (p / "__init__.py").exists())}
+    allowed = parts | set(course_lib.__all__) | {"data"}
+    stale = {}
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for m in re.finditer(r"\bcourse_lib\.(\w+)", f.read_text(encoding="utf-8")):
+            if m.group(1) not in allowed:
+                stale.setdefault(str(f.relative_to(ROOT)), set()).add(m.group(0))
+    assert not stale, stale

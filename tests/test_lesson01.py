@@ -1,10 +1,10 @@
 """Lesson 01 (units): the converter widget, the numbers the lesson states, its exercise set.
 
-* the converter's logic (``course_lib.widgets.units.convert``) agrees with ``course_lib.units``, and
-  the widget, driven in-process, shows exactly what ``course_lib.units`` computes;
+* the converter's logic (``course_lib.lessons.widgets.units.convert``) agrees with ``course_lib.core.units``, and
+  the widget, driven in-process, shows exactly what ``course_lib.core.units`` computes;
 * every number the lesson states comes from ``course_lib``: the stored outputs contain the values
   the library computes now (nbval re-executes the notebook; these tests pin the claims);
-* ``course_lib.prose``, which turns those numbers into Markdown;
+* ``course_lib.lessons.prose``, which turns those numbers into Markdown;
 * the exercise source ``solutions/01_units.ipynb`` (nbgrader cells, one answer and one grade cell per
   question of ``course_lib.checks.ex01``) and ex01's expected values.
 """
@@ -40,7 +40,7 @@ def nb_paths(repo_root):
 
 
 def _expected(text: str, convention: str) -> dict:
-    """What course_lib.units says the converter must show."""
+    """What course_lib.core.units says the converter must show."""
     q = units.parse_quantity(text, convention=convention)
     dim = "bytes" if q.dimension == "number" else q.dimension
     fmt = units.format_bytes if dim == "bytes" else units.format_bandwidth
@@ -201,7 +201,7 @@ def test_widget_factory_validates_its_arguments():
 
 
 # --------------------------------------------------------------------------------------------------
-# course_lib.prose
+# course_lib.lessons.prose
 # --------------------------------------------------------------------------------------------------
 def test_md_text_dedents_and_formats():
     assert md_text("""

@@ -14,7 +14,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
 from course_lib import estimate, get_hardware, get_model, kv_cache_bytes
-from course_lib.lessons.plots._base import label_has_unit
+from course_lib.lessons.plots import label_has_unit
 from course_lib.lessons.plots.kv_cache import batch_grid, context_grid, plot_kv_crossover, plot_kv_vs_context
 from course_lib.core.units import format_bytes
 from course_lib.core.estimator import crossover_context, tokens_that_fit

@@ -1,8 +1,8 @@
 """Lesson 06 (prefill vs decode): the explorer, the figures and their data, ex06, the notebooks.
 
-* the explorer (``course_lib.widgets.prefill_decode``), driven in-process, shows exactly the
+* the explorer (``course_lib.lessons.widgets.prefill_decode``), driven in-process, shows exactly the
   estimator's TTFT, TPOT, total and tokens/s for every control, and keeps its CSS classes;
-* the figures (``course_lib.plots.prefill_decode``) carry titles and axis labels with units and plot
+* the figures (``course_lib.lessons.plots.prefill_decode``) carry titles and axis labels with units and plot
   exactly course_lib's values (the roofline from ``phase_time``, attention's share from
   ``prefill_flops``, the batching line from ``estimate``, measured points as passed in);
 * ex06's expected answers come from course_lib, and its central wrong answers (decode FLOPs /
@@ -412,3 +412,43 @@ def test_roofline_helpers_validate_and_match_the_formulas():
             call()
     with pytest.raises(TypeError, match="xs"):
         roofline.fit_line(["a", "b"], [1, 2])
+
+
+# --- what the stored (quiet) run and a recorded busy run let the lesson say ----------------------------------
+def test_the_stored_run_says_the_rerun_advice_once_and_no_busy_warning(repo_root):
+    from nbtext import shown_text
+
+    from course_lib.lessons.claims.gemv import RERUN_ADVICE
+    text = shown_text(repo_root / "notebooks" / "06_prefill_vs_decode.ipynb")
+    assert text.count(RERUN_ADVICE) == 1
+    assert "a ridge point that low" not in text and "a busy machine?" not in text   # the ridge warning: batch 1 only
+    per, single, less = re.search(r"the step costs \*\*([\d.]+) ms\*\*; one max over the whole step gives "
+                                  r"\*\*([\d.]+) ms\*\*, (\d+)% less", text).groups()
+    assert int(less) == round(100 * (1 - float(single) / float(per)))      # 14.8 / 18.0: 18 % less, not 22 %
+    assert "stands for this machine" in text and "not this machine's" not in text
+
+
+def test_a_busy_runs_critical_batch_and_latency_table_are_labelled_as_this_runs():
+    """The recorded busy run (tests/fixtures/recordings/busy/06.json): its matmul probe stalled, so the
+    calibration, the critical batch and the latency table built on its TPOT are this run's, not the machine's."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.core.claims import gemv as gemv_claims
+    from course_lib.core.claims import phases
+    from course_lib.lessons.claims.gemv import this_run_note
+    from course_lib.lessons.claims.phases import fit_reading, say
+    from course_lib.measure import machine
+    from course_lib.measure.record import decode
+    rec = {k: decode(v[0]) for k, v in json.loads((RECORDINGS / "busy" / "06.json").read_text())["results"].items()}
+    me = machine.this_machine(rec["06/machine"])
+    calib = gemv_claims.calibration(me.bandwidth, rec["06/copy"], rec["06/gemv"], {"fp32": rec["06/matmul"]})
+    assert calib.relation == "unsettled" and "not this machine's" in this_run_note(calib)
+    by_context, by_batch, prefill = rec["06/decode_contexts"], rec["06/decode_batch"], rec["06/prefill"]
+    step1 = phases.same_step({"a": by_batch, "b": by_context[0]})
+    inputs = phases.latency_inputs(prefill[-1], by_context[0], step1)
+    assert inputs.relation == "unsettled" and "not this machine's" in say(inputs)
+    lengths = [t.prompt_tokens for t in prefill]
+    ttft = phases.ttft_vs_prompt(lengths, prefill, fit=(0.4, 1e-3))
+    assert "measures anything" in fit_reading(ttft, 0.1, basis=calib)     # no slope read off a stalled matmul

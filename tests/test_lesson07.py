@@ -1,9 +1,9 @@
 """Lesson 07 (first-token optimisation): the explorers, the figures, the lesson's numbers, ex07.
 
-* the three explorers (``course_lib.widgets.caching``), driven in-process, show exactly what
-  ``course_lib.caching`` computes for every control, and keep their CSS classes;
-* the figures (``course_lib.plots.caching``) have titles and axis labels with units and plot
-  ``course_lib.caching``'s values;
+* the three explorers (``course_lib.lessons.widgets.caching``), driven in-process, show exactly what
+  ``course_lib.core.caching`` computes for every control, and keep their CSS classes;
+* the figures (``course_lib.lessons.plots.caching``) have titles and axis labels with units and plot
+  ``course_lib.core.caching``'s values;
 * the lesson's stored (deterministic) outputs contain the values the library computes now, and the
   measurement cells are marked ``nbval-ignore-output``;
 * ex07's solutions pass and its expected values come from course_lib.
@@ -251,3 +251,27 @@ def test_lesson_measured_demo_compares_roofline_and_calibrated(lesson):
                  "cache_timing.predict_prefix_ttft_calibrated(", "cache_timing.predict_session_ttft_calibrated(",
                  "caching.prefix_reuse(spec, me", "caching.session_cost(spec, me", "plot_measured_vs_predicted_ttft("):
         assert call in src, call
+
+
+def test_the_stored_run_and_a_busy_run_read_against_their_numbers(repo_root):
+    """The stored (quiet) run says the rerun advice once and calls its calibration settled; the recorded busy run
+    (tests/fixtures/recordings/busy/07.json) has a matmul probe stalled at n = 256 and a session whose no-cache
+    turns got faster: its calibration is this run's, not the machine's, and its session claim is noisy."""
+    import json
+
+    from nbtext import shown_text
+    from replay import RECORDINGS
+
+    from course_lib.core.claims import caching
+    from course_lib.core.claims import gemv as gemv_claims
+    from course_lib.lessons.claims.gemv import RERUN_ADVICE
+    from course_lib.measure import machine
+    from course_lib.measure.record import decode
+    text = shown_text(repo_root / "notebooks" / "07_first_token_optimisation.ipynb")
+    assert text.count(RERUN_ADVICE) == 1 and "stands for this machine" in text
+    rec = {k: decode(v[0]) for k, v in json.loads((RECORDINGS / "busy" / "07.json").read_text())["results"].items()}
+    me = machine.this_machine(rec["07/machine"])
+    calib = gemv_claims.calibration(me.bandwidth, rec["07/copy"], [], {"fp32": rec["07/matmul"]})
+    assert rec["07/matmul"].n == gemv_claims.MATMUL_FIRST_N and calib.relation == "unsettled"
+    session = caching.session_cache(rec["07/session"])
+    assert session.verdict == "noisy" and "the time fell" in session.reason

@@ -1,8 +1,8 @@
 """Lesson 08 (predicted vs measured): figures, exercise set 08 and the notebooks' structure.
 
-* the figures (``course_lib.plots.compare``) carry titles and axis labels with units and plot exactly
+* the figures (``course_lib.lessons.plots.compare``) carry titles and axis labels with units and plot exactly
   the rows' own predicted/measured times (in ms) and ``compare.summary``'s efficiencies;
-* ex08's expected answers equal the ``course_lib.compare`` cases they are about;
+* ex08's expected answers equal the ``course_lib.core.compare`` cases they are about;
 * every cell of the lesson that measures is tagged ``nbval-ignore-output``; the exercise source has a
   prompt, an answer and a grade cell per question.
 """
@@ -186,3 +186,67 @@ def test_ex08_q9_is_a_function_of_the_learners_engine_row():
     assert not ex08.q9.evaluate(lambda r: right(r) / 1e3, row=row).correct
     assert ex08.q9.bind(row).cases[-1][1] == pytest.approx(right(row))
     assert "Can't use that row" in str(ex08.q9.evaluate(right, row={"prompt": 1}))
+
+
+# --- §6 and §7 read against their numbers, quiet (the stored run) and busy (a recorded busy run) ----------
+_UNIT = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _t(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * _UNIT[unit]
+
+
+_TIME = r"([\d.]+ (?:ns|µs|ms|s))"
+
+
+def _overhead_adds_up(text: str) -> None:
+    """The per-step overhead sentence: fixed + L × per layer = uncorrected; × cold factor = engine term; + logits =
+    the table's per-step overhead; the layer counts are the probe's (printed in its summary line)."""
+    m = re.search(rf"tiny copies of the engine's architecture with (\d+) and (\d+) layers, whose decode steps took "
+                  rf"{_TIME} and {_TIME}: {_TIME} per step plus {_TIME} per layer .*?so {_TIME} \+ (\d+) × {_TIME} = "
+                  rf"\*\*{_TIME}\*\* .*?at \*\*([\d.]+)×\*\* .*?the engine term is {_TIME} × ([\d.]+) = "
+                  rf"\*\*{_TIME}\*\*; with the logits \({_TIME}\) the table's per-step overhead is \*\*{_TIME}\*\*",
+                  text, re.S)
+    assert m, "the overhead arithmetic is not on the page"
+    a, b, _, _, fixed, per, fixed2, layers, per2, unc, cold, unc2, cold2, engine, logits, total = m.groups()
+    assert (fixed, per, unc, cold) == (fixed2, per2, unc2, cold2)
+    probe = re.search(r"tiny copies of (\d+) and (\d+) layers", text)
+    assert probe and probe.groups() == (a, b)                          # the text names the layers the code used
+    assert _t(fixed) + int(layers) * _t(per) == pytest.approx(_t(unc), rel=0.02)
+    assert _t(unc) * float(cold) == pytest.approx(_t(engine), rel=0.02)
+    assert _t(engine) + _t(logits) == pytest.approx(_t(total), rel=0.02)
+    row = re.search(rf"\| per-step overhead \| [^|]+ \| {_TIME} \|", text)
+    assert row and row.group(1) == total                               # the table shows the sum the text builds
+    assert "clamped at 0" not in text or "not a measurement" in text  # a clamped split is said to be one
+
+
+def _section6_consistent(text: str) -> int:
+    from course_lib.lessons.claims.gemv import RERUN_ADVICE, UNDECIDED_MARK
+    assert text.count(RERUN_ADVICE) == 1
+    s6 = text.split("## 6. Your machine")[1].split("## 7.")[0]
+    undecided = s6.count(UNDECIDED_MARK + ": your timings are unreliable")
+    geo = re.search(r"the geometric-mean efficiency of your (\d+) cases is \*\*[\d.]+\*\*(.*?):\n", s6)
+    assert geo
+    if undecided:       # the summary says how many of its cases stand; "dominated by overhead" never on noise
+        assert f"{undecided} of the {geo.group(1)} cases cannot be decided" in geo.group(2)
+    if "not this machine's" in s6.split("Reference run")[0]:           # unsettled ceilings: nothing is read off them
+        mine = s6.split("geometric-mean efficiency")[1]
+        assert "dominated by overhead" not in re.sub(r"  > \*\*Reference run\*\*.*", "", mine)
+    return undecided
+
+
+def test_the_stored_run_adds_up(nb_paths):
+    from nbtext import shown_text
+    text = shown_text(nb_paths.lesson)
+    _overhead_adds_up(text)
+    assert _section6_consistent(text) <= 1 and "**Reference run**" not in text
+
+
+def test_a_busy_run_adds_up_and_says_what_it_cannot_decide(nb_paths):
+    """The recorded busy run of lesson 08 (tests/fixtures/recordings/busy) replayed through the lesson."""
+    from replay import RECORDINGS, executed, shown
+    text = shown(executed(nb_paths.lesson, RECORDINGS / "busy"))
+    _overhead_adds_up(text)
+    _section6_consistent(text)
+    assert "not this machine's" in text and "**Reference run**" in text

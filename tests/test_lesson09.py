@@ -1,7 +1,7 @@
 """Lesson 09 (capstone: plan a deployment): the dashboard widget, its figure, the lesson's numbers, ex09.
 
 * the dashboard widget's tests are in tests/test_widgets_capstone.py (the app's widget);
-* the figure (``course_lib.plots.capstone``) has a title, axis units, and plots the dashboard's values;
+* the figure (``course_lib.lessons.plots.capstone``) has a title, axis units, and plots the dashboard's values;
 * every number the lesson states comes from ``course_lib``;
 * ex09's expected values come from course_lib and its bank targets the lesson's mistakes.
 """
@@ -14,6 +14,7 @@ import nbformat
 import pytest
 from nbtext import shown_text
 
+from course_lib.core import app as A
 from course_lib.core import capstone as D
 from course_lib import estimate
 from course_lib.core.units import format_time
@@ -74,8 +75,8 @@ def test_figure_defaults_and_errors():
         plot_latency_throughput("llama-3-8b")
     with pytest.raises(ValueError, match="tpot_budget"):
         plot_latency_throughput(tpot_budget=0)
-    with pytest.raises(ValueError, match="m2-ultra"):
-        plot_latency_throughput(D.DashboardState(hardware="m2-ultra"))
+    with pytest.raises(ValueError, match="not been measured"):      # every catalog device is priced now
+        plot_latency_throughput(D.DashboardState(hardware="this-machine"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def _claims():
     return [
         ("the measured bandwidth efficiency", f"bandwidth efficiency {eta_b:.3f}"),
         ("the measured compute efficiency", f"compute efficiency {eta_c:.3f}"),
-        ("the L40S at batch 1", f"| NVIDIA L40S | {D.ttft_text(l40s.state)} | {D.tpot_text(l40s.state)} |"),
+        ("the L40S at batch 1", f"| NVIDIA L40S | {A.ttft_text(l40s.state)} | {A.tpot_text(l40s.state)} |"),
         ("the H100 fp8 plan without the cache", f"| NVIDIA H100 SXM | fp8 | {b_plain} | TTFT budget |"),
         ("the H100 fp8 plan with the cache", f"| NVIDIA H100 SXM | fp8 | {b_cached} | TTFT budget |"),
         ("the static plan's TPOT with the cache", format_time(r_cached.tpot)),
@@ -252,10 +253,11 @@ def test_ex09_expected_values_come_from_course_lib():
     assert not ex09.q7.evaluate(2 * L * g.ring_allreduce_time(G, B * h * b, beta)).correct
     # q9: the steady state of continuous batching
     from course_lib.core import serving
-    t_pf = estimate("llama-3-8b", "h100-sxm", 2048, 300).ttft
-    t_dec = estimate("llama-3-8b", "h100-sxm", 2048, 300, batch=64).tpot
-    assert ex09.q9.evaluate((t_dec + 64 * t_pf / 299) * 1e3).correct
-    plan = serving.continuous_batching_plan("llama-3-8b", "h100-sxm", 64, 2048, 300, tpot_budget=1.0,
+    t_pf = estimate("llama-3-8b", "h100-sxm", 2048, 50).ttft
+    t_dec = estimate("llama-3-8b", "h100-sxm", 2048, 50, batch=64).tpot
+    assert ex09.q9.evaluate((t_dec + 64 * t_pf / 49) * 1e3).correct
+    assert not ex09.q9.evaluate((t_dec + 64 * t_pf / 50) * 1e3).correct     # n instead of n - 1 decode steps
+    plan = serving.continuous_batching_plan("llama-3-8b", "h100-sxm", 64, 2048, 50, tpot_budget=1.0,
                                             max_sequences=64)
     assert plan.sequences_per_gpu == 64 and ex09.q9.evaluate(plan.tpot * 1e3).correct
 
@@ -313,9 +315,11 @@ def test_ex09_targets_the_lessons_mistakes():
     four = ex09.q8.evaluate(q8(nvlink.per_direction_bandwidth, 4))
     assert "both directions" in both.feedback and "fp16, 2 bytes" in four.feedback and both.feedback != four.feedback
     assert "bandwidth term alone" in ex09.q8.evaluate(q8(nvlink.per_direction_bandwidth, 2, 0, 0)).feedback
-    assert "n - 1" in ex09.q9.evaluate((t_dec := estimate("llama-3-8b", "h100-sxm", 2048, 300, batch=64).tpot) * 1e3
-                                       + estimate("llama-3-8b", "h100-sxm", 2048, 300).ttft * 1e3).feedback
+    t_pf = estimate("llama-3-8b", "h100-sxm", 2048, 50).ttft
+    assert "n - 1" in ex09.q9.evaluate((t_dec := estimate("llama-3-8b", "h100-sxm", 2048, 50, batch=64).tpot) * 1e3
+                                       + t_pf * 1e3).feedback
     assert "decode step alone" in ex09.q9.evaluate(t_dec * 1e3).feedback
+    assert "n - 1 decode steps" in ex09.q9.evaluate((t_dec + 64 * t_pf / 50) * 1e3).feedback
 
 
 def test_ex09_covers_every_objective_with_multi_step_problems_and_a_function():

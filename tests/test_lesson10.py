@@ -110,3 +110,38 @@ def test_ex10_expected_values_come_from_course_lib():
     assert ex10.q4.expected == S.paged_utilisation([100, 17, 33], 16)
     assert ex10.q8.evaluate(ex10.tokens_per_step_reference).correct
     assert ex10.q8.evaluate(lambda a, k: sum(a ** i for i in range(k + 1))).correct
+
+
+def test_ex10_accepts_what_the_lesson_prints_and_refuses_what_it_should():
+    """Round 3's findings: 0.46 (two digits) is right for q1; q3 wants whole blocks; q5 takes summation's
+    Piecewise and Sum(...).doit(); q6's halved time names both ways to get it."""
+    import sympy
+
+    from course_lib.checks import ex10
+    assert ex10.q1.evaluate(0.46).correct and not ex10.q1.evaluate(0.54).correct
+    blocks = ex10.q3.expected
+    assert ex10.q3.evaluate(blocks).correct
+    for near in (blocks + 0.3, blocks + 1):
+        r = ex10.q3.evaluate(near)
+        assert not r.correct and "Round down" in r.feedback
+    a, k = sympy.symbols("a k", positive=True)
+    i = sympy.symbols("i", integer=True, nonnegative=True)
+    for answer in (sympy.summation(a ** i, (i, 0, k)), sympy.Sum(a ** i, (i, 0, k)).doit(),
+                   sympy.Sum(a ** i, (i, 0, k))):
+        assert ex10.q5.evaluate(answer).correct, answer
+    assert not ex10.q5.evaluate(sympy.summation(a ** i, (i, 0, k - 1))).correct
+    half = ex10.q6.evaluate(ex10.q6.expected / 2).feedback
+    assert "directions" in half and "keys" in half
+
+
+def test_the_published_closed_loop_benchmark_is_transcribed_and_simulated_at_each_load():
+    bench = S.serving_measurements()["serving_latency"]
+    assert bench["source"] in S.serving_measurements()["sources"] and bench["where"]
+    assert [r["concurrency"] for r in bench["rows"]] == [1, 2, 4, 8]
+    checks = S.published_serving_checks()
+    assert [c.concurrency for c in checks] == [1, 2, 4, 8]
+    # the floor is a floor: faster than every measured TPOT; throughput grows with the load in both
+    assert all(c.predicted_tpot < c.measured_tpot for c in checks)
+    assert all(a.predicted_throughput < b.predicted_throughput for a, b in zip(checks, checks[1:]))
+    assert all(a.measured_throughput < b.measured_throughput for a, b in zip(checks, checks[1:]))
+    assert checks[0].measured_tpot == bench["rows"][0]["mean_tpot_ms"] / 1e3

@@ -318,3 +318,26 @@ def test_no_module_reads_the_data_folder_but_the_loader():
     readers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if p.name != "data.py" and re.search(r"resources\.files\(|data/[a-z_0-9]+\.json\"", p.read_text()))
     assert readers == [], f"read course_lib/data/*.json through course_lib.core.data.load_catalog: {readers}"
+
+
+def test_the_h200_record_is_the_raw_set_in_si_units():
+    raw, rec = measurements.h200(), measurements.h200_record()
+    assert rec.copy_bandwidth == raw["ceilings"]["copy_read_plus_write_GBps"] * 1e9          # bytes/s
+    assert rec.matmul_fp16_flops == raw["ceilings"]["matmul_8192_fp16_TFLOPs"] * 1e12        # FLOP/s
+    wo = raw["weights_only_decode_step_cuda_graph"]
+    assert [r.batch for r in rec.weights_steps] == [r["batch"] for r in wo["by_batch"]]
+    assert [r.seconds * 1e3 for r in rec.weights_steps] == pytest.approx([r["ms"] for r in wo["by_batch"]])
+    b1 = rec.weights_step(1)
+    assert b1.eager_loop_seconds > b1.seconds and b1.weight_bytes == wo["weight_bytes"] == rec.weight_bytes
+    assert rec.full_step(1, 1).context == 1 and rec.full_step(1, 1).seconds > b1.seconds  # the full step does more
+    assert [g.seconds * 1e6 for g in rec.gemv] == pytest.approx([g["us"] for g in raw["gemv_fp16_eager"]])
+    assert rec.fp8_test["fp8_e4m3"].seconds < rec.fp8_test["fp16"].seconds
+    pc = rec.hf_prefix_cache
+    assert pc.cached_seconds < pc.full_seconds and (pc.prefix_tokens, pc.suffix_tokens) == (4000, 100)
+    assert [r.prompt_tokens for r in rec.hf_ttft] == sorted(r.prompt_tokens for r in rec.hf_ttft)
+    with pytest.raises(ValueError, match="batch"):
+        rec.weights_step(3)
+    with pytest.raises(ValueError, match="context"):
+        rec.full_step(1, 0)
+    with pytest.raises(TypeError):
+        rec.fp8_test["fp16"] = b1                                                            # read-only

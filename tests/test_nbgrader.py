@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from attacks import SHADOW_SYMPY
 
 from course_lib.authoring import exgen
 from course_lib.checks import load_set
@@ -136,17 +137,6 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
 CHEATS = ("key", "patched", "edited", "shadow")
 PATCH = ("import course_lib.checks.question as c\n"
          "c.Question.evaluate = lambda self, a, strict=False, **k: self._result('correct', '', strict)")
-# beside the notebook: imported by the setup cell's `import sympy`; loads the real sympy, patches the checker
-SHADOW_SYMPY = """
-import os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-del sys.modules["sympy"]
-import sympy as _real
-sys.modules["sympy"] = _real
-import course_lib.checks.question as _q
-_q.Question.evaluate = lambda self, a, strict=False, **k: self._result("correct", "", strict)
-"""
 
 
 def _cheats(nb) -> dict:

@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 from course_lib import get_hardware, get_model, list_hardware, list_models
-from course_lib.core import _generated as g
+from course_lib.core import numeric as g
 from course_lib.core import formulas
 from course_lib.core.estimator import OperatorCost, PhaseCost, estimate
 

@@ -70,6 +70,11 @@ def assert_comparison_agrees(c: q.TimingComparison, th: Thresholds = TH):
     assert q.VERDICTS.index(c.verdict) >= max(q.VERDICTS.index(a.verdict), q.VERDICTS.index(b.verdict))
     if c.spread_exceeds_effect is not None:
         assert c.spread_exceeds_effect == (max(a.spread, b.spread) > c.effect)
+    if c.settled and c.verdict != "reliable":       # settled by the margin: the effect clears both uncertainties
+        assert c.relation != "indistinguishable"
+        assert abs(math.log(c.ratio)) > th.decisive_margin * (math.log1p(c.a.uncertainty) + math.log1p(c.b.uncertainty))
+    assert c.settled == (c.verdict == "reliable") or c.settled == q.settles(
+        abs(math.log(c.ratio)) - math.log1p(th.min_effect), [c.a, c.b], thresholds=th)
 
 
 def assert_trend_agrees(t: q.Trend):
@@ -84,15 +89,23 @@ def assert_trend_agrees(t: q.Trend):
     else:
         assert t.direction == "inconclusive"
     if any(not p.reliable for p in t.points):
-        assert t.direction == "inconclusive"
+        assert t.direction == "inconclusive" or (t.direction in ("grows", "falls") and t.overall.settled)
+    assert t.settled == (t.direction != "inconclusive")
 
 
 # --------------------------------------------------------------------------------------------------
 # Thresholds
 # --------------------------------------------------------------------------------------------------
 def test_the_thresholds_are_the_documented_ones():
-    assert (TH.noisy_p90_ratio, TH.noisy_relative_iqr, TH.noisy_median_over_min, TH.contended_steal,
-            TH.min_repeats, TH.min_effect) == (1.5, 0.20, 1.25, 0.05, 3, 0.03)
+    """Each default is the value the class's docstring states for it (``name`` = value): the text the lessons
+    and the docs quote cannot drift from the rule the verdicts apply."""
+    import dataclasses
+    import re
+
+    documented = {name: float(value) for name, value in
+                  re.findall(r"``(\w+)`` = ([0-9.]+)", type(TH).__doc__ or "")}
+    fields = {f.name: getattr(TH, f.name) for f in dataclasses.fields(TH)}
+    assert documented == pytest.approx(fields) and len(fields) >= 6
     with pytest.raises(Exception):
         TH.noisy_p90_ratio = 2  # frozen
 
@@ -102,7 +115,7 @@ def test_the_thresholds_are_the_documented_ones():
     ("noisy_relative_iqr", 0, ValueError), ("noisy_median_over_min", math.nan, ValueError),
     ("contended_steal", 1.0, ValueError), ("contended_steal", 0, ValueError),
     ("min_repeats", 0, ValueError), ("min_repeats", 2.5, ValueError), ("min_repeats", "3", TypeError),
-    ("min_effect", -0.1, ValueError),
+    ("min_effect", -0.1, ValueError), ("decisive_margin", 0, ValueError),
 ])
 def test_bad_thresholds_name_the_field(field, value, error):
     with pytest.raises(error, match=field):
@@ -466,15 +479,13 @@ def test_the_quiet_vm_is_reliable_with_one_thread_and_the_loaded_one_is_not():
 def test_the_quiet_amd_vm_validate_runs_are_within_the_accuracy_target():
     # the two runs of python -m course_lib.measure.validate recorded on the 32 MiB-L3 AMD VM (both judged reliable
     # by their own verdicts): every decode point within 15 %, geomean at most 10 %
-    # (run 1: 4.6 % / 13.4 %; run 2: 3.4 % / 11.3 %)
     profile = load_profile("amd-epyc-2core-32mib-l3-quiet")
-    for k, (geomean, worst) in enumerate([(0.046, 0.134), (0.034, 0.113)], 1):
+    for k in (1, 2):
         points = [pt for s in profile.series if s.name.startswith("tpot") and s.name.endswith(f"(validate run {k})")
                   for pt in s.points]
         errors = [within(pt["predicted_seconds"], pt["timing"], 0.15) for pt in points]
         assert len(errors) == 9 and all(a.relation == "within" for a in errors)
-        assert statistics.geometric_mean([abs(a.error) for a in errors]) == pytest.approx(geomean, abs=6e-4)
-        assert max(abs(a.error) for a in errors) == pytest.approx(worst, abs=6e-4)
+        assert statistics.geometric_mean([abs(a.error) for a in errors]) <= 0.10
 
 
 def test_relations_the_numbers_show():
@@ -488,7 +499,7 @@ def test_relations_the_numbers_show():
     gpu = load_profile("h200-mistral7b").run("fp16, CUDA events").timings
     c = compare_timings(gpu["weights_step.graph.batch16.fp8_e4m3"], gpu["weights_step.graph.batch16.fp16"])
     assert (c.relation, c.verdict) == ("faster", "noisy")        # 2.656 ms against 4.489 ms; spread unknown
-    assert c.speedup == pytest.approx(4.489 / 2.656)
+    assert c.speedup > 1 + TH.min_effect                          # a clear effect, however uncertain its size
     c = compare_timings(gpu["weights_step.graph.batch1"], gpu["weights_step.eager.batch1"])
     assert c.relation == "faster"                                 # CUDA graph 4.43 ms, eager loop 6.23 ms
 
@@ -518,3 +529,51 @@ def test_trends_the_numbers_show():
     gpu = series("h200-mistral7b", "full decode step (CUDA graph), batch 1, by context")
     t = trend(gpu.xs, gpu.timings)
     assert t.direction == "inconclusive" and t.overall.relation == "slower"
+
+
+# --------------------------------------------------------------------------------------------------
+# settles: a relation that clears the spread by the margin stands on noisy timings
+# --------------------------------------------------------------------------------------------------
+def _noisy(median, spread):
+    return {"seconds": median, "q1_seconds": median * (1 - spread / 2), "q3_seconds": median * (1 + spread / 2),
+            "min_seconds": median * (1 - spread / 2), "repeats": 7}
+
+
+def test_a_large_effect_settles_on_noisy_timings_and_a_small_one_does_not():
+    # issue 29: a 9x cache effect between timings whose middle halves span 40 % is settled ...
+    big = compare_timings(_noisy(1.0, 0.4), _noisy(9.0, 0.4))
+    assert big.verdict == "noisy" and big.relation == "faster" and big.settled
+    # ... a 1.47x difference with the same spreads is not (run-to-run drift of that size is common under load)
+    small = compare_timings(_noisy(1.0, 0.4), _noisy(1.47, 0.25))
+    assert small.verdict == "noisy" and not small.settled
+    # the rule, stated once: beyond > margin x sum ln(1 + u)
+    va, vb = q.timing_verdict(_noisy(1.0, 0.4)), q.timing_verdict(_noisy(9.0, 0.4))
+    need = TH.decisive_margin * (math.log1p(va.uncertainty) + math.log1p(vb.uncertainty))
+    assert q.settles(need * 1.01, [va, vb]) and not q.settles(need * 0.99, [va, vb])
+
+
+def test_nothing_settles_on_a_median_only_or_too_few_repeats():
+    median_only = q.timing_verdict({"seconds": 1.0})
+    assert median_only.uncertainty is None and not q.settles(10.0, [median_only])
+    few = q.timing_verdict([1.0, 1.1])
+    assert not q.settles(10.0, [few])
+    with pytest.raises(TypeError, match="beyond"):
+        q.settles("1", [median_only])
+    with pytest.raises(TypeError, match="timings"):
+        q.settles(1.0, [])
+
+
+def test_a_trend_over_noisy_points_stands_only_when_settled_and_no_step_goes_back():
+    xs = [1, 10, 100, 1000]
+    rising = [_noisy(1e-3 * x, 0.3) for x in xs]
+    t = q.trend(xs, rising)
+    assert t.verdict == "noisy" and t.direction == "grows" and t.settled
+    wobble = [_noisy(1e-3, 0.3), _noisy(3e-3, 0.3), _noisy(1.2e-3, 0.3), _noisy(1.1e-3, 0.3)]
+    assert q.trend(xs, wobble).direction == "inconclusive"
+
+
+def test_an_agreement_is_settled_far_outside_the_tolerance_only():
+    far = q.within(1e-3, _noisy(8.67e-3, 0.4), 0.25)      # issue 29: a model step 8.67x its estimate
+    assert far.relation == "under" and far.verdict == "noisy" and far.settled
+    near = q.within(1e-3, _noisy(1.1e-3, 0.4), 0.25)
+    assert near.relation == "within" and not near.settled

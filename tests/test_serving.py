@@ -484,7 +484,7 @@ def test_itl_counts_every_gap_and_its_mean_is_the_token_weighted_tpot(chunked):
 
 
 def test_chunked_prefill_shortens_the_itl_tail():
-    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, the TPOT mean hides it."""
+    """Without chunking a whole 2,048-token prefill stalls every decode: the ITL p99 shows it, TPOT means hide it."""
     kw = dict(requests=400, **EFF)
     on = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=True, **kw).summary()
     off = simulate(M, H, 10, (256, 2048), (50, 300), chunked_prefill=False, **kw).summary()
@@ -516,3 +516,19 @@ def test_preemption_costs_gpu_time_the_step_count_hides():
     assert tight.preemptions > 0 and roomy.preemptions == 0
     assert tight.recomputed_tokens > 0 and roomy.recomputed_tokens == 0
     assert tight.busy_time > 1.2 * roomy.busy_time
+
+
+def test_streaming_the_kv_layer_by_layer_hides_all_but_the_last_layer_and_pools_are_sized_for_the_rate():
+    from course_lib.core.serving import disaggregated_plan, kv_transfer
+    fast = kv_transfer(M, H, 2048, 300, 50e9, **EFF)                   # 400 Gb/s: faster than the prefill
+    assert fast.exposed_seconds == pytest.approx(fast.seconds / 32, rel=1e-12)
+    slow = kv_transfer(M, H, 2048, 300, 1e9, **EFF)                    # 8 Gb/s: slower than the prefill
+    assert slow.exposed_seconds == pytest.approx(slow.seconds - slow.ttft * 31 / 32, rel=1e-12)
+    gemma = kv_transfer("gemma-3-27b", "h200", 8000, 100, 50e9)        # local layers send their window only
+    m = get_model_("gemma-3-27b")
+    assert gemma.bytes == pytest.approx(m.kv_bytes_per_token() * m.attended_tokens(8000), rel=1e-12)
+    lo, hi = (disaggregated_plan(M, H, r, 2048, 300, **EFF) for r in (10, 60))
+    assert hi.prefill_gpus >= lo.prefill_gpus and hi.decode_gpus >= lo.decode_gpus
+    assert hi.prefill_utilisation <= 0.8 and hi.decode_tpot <= 0.05
+    assert hi.in_flight == pytest.approx(60 * 299 * hi.decode_tpot, rel=1e-12)
+    assert hi.decode_gpus == -(-hi.in_flight // hi.decode_sequences)

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from course_lib.measure import allocator
 from course_lib.measure import threads as th
-from course_lib.measure.steady import interleave, steady
-from course_lib.measure.threads import fewer_threads, host_thread_policy, thread_policy
+from course_lib.measure.steady import steady
+from course_lib.measure.threads import fewer_threads, thread_policy
 
 
 # --------------------------------------------------------------------------------------------------
@@ -132,16 +133,34 @@ def test_cgroup_quota_from_a_fake_tree(tmp_path, files, quota):
     assert th.cgroup_quota_cores(tree(tmp_path, files)) == quota
 
 
-def test_host_policy_reads_every_limit(tmp_path):
+def test_the_host_readers_feed_the_rule(tmp_path):
     root = tree(tmp_path, {"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "150000 100000\n"})
-    p = host_thread_policy(root=root, environ={}, affinity=8)
+    quota = th.cgroup_quota_cores(root)
+    p = thread_policy(8, quota, th.omp_num_threads({}))
     assert (p.threads, p.decided_by, p.cgroup_quota_cores) == (2, "cgroup quota", 1.5)
-    p = host_thread_policy(root=root, environ={"OMP_NUM_THREADS": "1"}, affinity=8)
+    p = thread_policy(8, quota, th.omp_num_threads({"OMP_NUM_THREADS": "1"}))
     assert (p.threads, p.decided_by) == (1, "OMP_NUM_THREADS")
-    p = host_thread_policy(3, root=root, environ={"OMP_NUM_THREADS": "1"}, affinity=8)
+    p = thread_policy(8, quota, th.omp_num_threads({"OMP_NUM_THREADS": "1"}), 3)
     assert (p.threads, p.decided_by, p.oversubscribed) == (3, "request", True)
-    p = host_thread_policy(root=tmp_path / "empty", environ={"OMP_NUM_THREADS": " "}, affinity=2)
+    p = thread_policy(2, th.cgroup_quota_cores(tmp_path / "empty"), th.omp_num_threads({"OMP_NUM_THREADS": " "}))
     assert p.description == "2 threads (affinity mask: 2 cores; no cgroup quota; OMP_NUM_THREADS unset)"
+
+
+def test_the_one_entry_point_applies_the_rule_to_this_host(monkeypatch):
+    """timing.thread_policy_for: the host's affinity, quota, physical cores and OMP_NUM_THREADS; None on a GPU."""
+    pytest.importorskip("torch")
+    from course_lib.measure import sysinfo, timing
+    monkeypatch.setattr(th, "affinity_cores", lambda: 8)
+    monkeypatch.setattr(th, "cgroup_quota_cores", lambda root="/": None)
+    monkeypatch.setattr(sysinfo, "cpu_info", lambda: {"physical_cores": 4})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    p = timing.thread_policy_for()
+    assert (p.threads, p.decided_by, p.physical_cores) == (4, "physical cores", 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert timing.thread_policy_for().decided_by == "OMP_NUM_THREADS"
+    assert timing.thread_policy_for(6, "cpu").oversubscribed is True and timing.thread_count(3, "cpu") == 3
+    with pytest.raises(ValueError, match="threads"):
+        timing.thread_policy_for(0)
 
 
 def test_affinity_falls_back_to_cpu_count(monkeypatch):
@@ -254,29 +273,6 @@ def test_steady_refuses_bad_input(kwargs, error, name):
         steady(**args)
 
 
-def test_interleave_alternates_the_cases():
-    order = []
-
-    def case(name, seconds):
-        def fn():
-            order.append(name)
-            return seconds
-        return fn
-
-    times = interleave({"a": case("a", 1.0), "b": case("b", 2.0)}, rounds=3)
-    assert order == ["a", "b"] * 3
-    assert times == {"a": [1.0] * 3, "b": [2.0] * 3}
-
-
-@pytest.mark.parametrize("cases, rounds, error, match", [
-    ({}, 1, TypeError, "cases"), ({"a": 1}, 1, TypeError, r"cases\['a'\]"),
-    ({"a": lambda: 1.0}, 0, ValueError, "rounds"), ({"a": lambda: -1.0}, 1, ValueError, r"cases\['a'\]\(\)"),
-])
-def test_interleave_refuses_bad_input(cases, rounds, error, match):
-    with pytest.raises(error, match=match):
-        interleave(cases, rounds)
-
-
 def test_a_noisy_probe_is_timed_again_with_fewer_threads_and_the_result_says_so(monkeypatch):
     """The probes go through steady_timeit: a noisy first attempt (2 threads) is retried with 1 thread and a
     longer block, and the GEMV row records the thread count of the attempt kept."""
@@ -309,28 +305,39 @@ def test_fast_mode_probes_make_one_attempt(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------------
-# The allocator: pinned once per process, faults counted
+# The allocator: a library call leaves it alone; a benchmark's entry point pins it, once; faults counted
 # --------------------------------------------------------------------------------------------------
-def test_pin_allocator_is_done_once_and_says_what_it_did():
-    a = th.pin_allocator()
-    assert a is th.pin_allocator() and isinstance(a.pinned, bool) and a.description
+def test_only_a_benchmark_entry_point_pins_the_allocator(monkeypatch):
+    """A calibration (which a lesson runs in the learner's kernel) records the allocator as it is and never pins
+    it; the benchmarks' command pins it before anything is measured."""
+    pytest.importorskip("torch")
+    from course_lib.measure import calibrate, validate
+    pins = []
+    monkeypatch.setattr(allocator, "pin", lambda: pins.append(1))
+    fakes = {kind: (lambda key, settings: None) for kind in calibrate.PROBES}
+    fakes["cold"] = lambda key, settings: (1e-6, 1e-7)             # no probe runs; the calibration is built
+    monkeypatch.setattr(calibrate, "PROBES", fakes)
+    cal = calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False)
+    assert pins == [] and cal.allocator == allocator.state().description
+    assert validate.main(["--threads", "0", "--no-progress"]) == 2 and pins == [1]   # refused after the pin
+
+
+def test_pin_is_done_once_and_says_what_it_did():
+    a = allocator.pin()
+    assert a is allocator.pin() is allocator.state() and isinstance(a.pinned, bool) and a.description
     import platform
     if platform.libc_ver()[0] == "glibc":
-        assert a.pinned and f"{th.PINNED_MMAP_THRESHOLD // 2**20} MiB" in a.description
+        # glibc refuses an mmap threshold above its DEFAULT_MMAP_THRESHOLD_MAX: pinned means the value was accepted
+        assert a.pinned and f"{allocator.PINNED_MMAP_THRESHOLD // 2**20} MiB" in a.description
     else:
         assert not a.pinned and "system allocator as it is" in a.description
 
 
-def test_pinned_thresholds_are_glibcs_limits():
-    assert th.PINNED_MMAP_THRESHOLD == 32 * 2**20            # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit glibc
-    assert th.PINNED_TRIM_THRESHOLD == 2**31 - 1             # mallopt takes a C int
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor faults are counted this way on Linux")
 def test_minor_faults_count_the_first_touch_of_fresh_pages():
-    before = th.minor_faults()
+    before = allocator.minor_faults()
     block = bytearray(b"\x01") * (64 * 2**20)                # above the mmap threshold: mapped fresh, written once
-    after = th.minor_faults()
+    after = allocator.minor_faults()
     assert len(block) == 64 * 2**20
     # 64 MiB is 16,384 pages of 4 KiB, or 32 transparent huge pages of 2 MiB where THP is "always"
     assert isinstance(before, int) and after - before >= 32

@@ -1,4 +1,4 @@
-"""Tests for course_lib.units: the course's own numbers, the traps, errors, and round trips."""
+"""Tests for course_lib.core.units: the course's own numbers, the traps, errors, and round trips."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
-"""course_lib.measure.validate (the benchmark), calibrate and predict: the run; predictions follow the formulas.
+"""The TinyLM benchmark (course_lib.measure.benchmarks.tinylm_bench; its command course_lib.measure.validate),
+calibrate and predict: the run; predictions follow the formulas.
 
 No timing thresholds: the predictions are checked on a hand-made Calibration (known numbers), the
 ``--fast`` run only for its shape (columns, last line) and error handling.
@@ -13,11 +14,13 @@ import math
 import pytest
 
 from course_lib import estimate
-from course_lib.core import _generated as g
+from course_lib.core import numeric as g
 
 torch = pytest.importorskip("torch")
 
-from course_lib.measure import calibrate, predict, probes, validate  # noqa: E402
+from course_lib.measure import calibrate, predict, probes  # noqa: E402
+from course_lib.measure import validate  # noqa: E402  (the command)
+from course_lib.measure.benchmarks import tinylm_bench as bench  # noqa: E402
 
 SPEC = calibrate.VALIDATION_MODELS["llama-S"]
 
@@ -142,10 +145,10 @@ def test_fast_run_prints_the_table_and_the_last_line(fast_output):
     rc, text = fast_output
     lines = text.strip().splitlines()
     # the exit status says whether the run judged its own measurements reliable (this machine may be busy)
-    assert (rc, lines[-2].startswith("measurements: all")) in ((0, True), (validate.NOISY_EXIT, False)), lines[-2]
-    assert validate.LAST_LINE_RE.match(lines[-1]), lines[-1]
+    assert (rc, lines[-2].startswith("measurements: all")) in ((0, True), (bench.NOISY_EXIT, False)), lines[-2]
+    assert bench.LAST_LINE_RE.match(lines[-1]), lines[-1]
     header = next(line for line in lines if line.startswith("phase"))
-    for col in validate.COLUMNS:
+    for col in bench.COLUMNS:
         assert col in header
     rows = [line.split() for line in lines if line.split()[:1] in (["TPOT"], ["TTFT"])]
     rows = [r for r in rows if len(r) > 1 and r[1] in calibrate.FAST_MODELS]
@@ -159,12 +162,12 @@ def test_report_numbers_are_consistent():
     pts = []
     for c, measured in ((128, 0.02), (1024, 0.03)):
         pr = predict.predict_tpot(SPEC, c, cal)
-        pts.append(validate.Point("tpot", SPEC.name, 3e8, c, pr.seconds, measured, 0.05, pr.uncalibrated, 8, pr))
-    rep = validate.ValidationReport(cal, pts, (0.0, 0.0, 0.0), 1.0)
+        pts.append(bench.Point("tpot", SPEC.name, 3e8, c, pr.seconds, measured, 0.05, pr.uncalibrated, 8, pr))
+    rep = bench.ValidationReport(cal, pts, (0.0, 0.0, 0.0), 1.0)
     errs = [abs(p.predicted - p.measured) / p.measured for p in pts]
     assert math.isclose(rep.decode_max_abs_error, max(errs))
     assert math.isclose(rep.decode_geomean_abs_error, math.sqrt(errs[0] * errs[1]))
-    assert validate.LAST_LINE_RE.match(rep.last_line())
+    assert bench.LAST_LINE_RE.match(rep.last_line())
     assert rep.last_line() == (f"decode_geomean_abs_error={rep.decode_geomean_abs_error:.3f} "
                                f"decode_max_abs_error={rep.decode_max_abs_error:.3f}")
     assert len(rep.table().splitlines()) == 2 + len(pts)
@@ -173,23 +176,17 @@ def test_report_numbers_are_consistent():
 def test_noisy_points_are_counted_and_named_in_the_report():
     cal = _calibration()
     pr = predict.predict_tpot(SPEC, 128, cal)
-    quiet = validate.Point("tpot", SPEC.name, 3e8, 128, pr.seconds, 0.02, 0.05, pr.uncalibrated, 8, pr)
-    noisy = validate.Point("tpot", SPEC.name, 3e8, 1024, pr.seconds, 0.03, 0.9, pr.uncalibrated, 8, pr, "noisy",
+    quiet = bench.Point("tpot", SPEC.name, 3e8, 128, pr.seconds, 0.02, 0.05, pr.uncalibrated, 8, pr)
+    noisy = bench.Point("tpot", SPEC.name, 3e8, 1024, pr.seconds, 0.03, 0.9, pr.uncalibrated, 8, pr, "noisy",
                            "the middle half of the repeats spans 90% of the median")
-    assert validate.ValidationReport(cal, [quiet], (0.0,) * 3, 1.0).quality_line() == \
+    assert bench.ValidationReport(cal, [quiet], (0.0,) * 3, 1.0).quality_line() == \
         "measurements: all 1 points reliable"
-    rep = validate.ValidationReport(cal, [quiet, noisy], (0.0,) * 3, 1.0)
+    rep = bench.ValidationReport(cal, [quiet, noisy], (0.0,) * 3, 1.0)
     assert rep.noisy_points == 1 and rep.noisy_decode_points == 1
     line = rep.quality_line()
     assert line.startswith("measurements: 1 of 2 points not reliable") and "spans 90%" in line
-    assert f"exit status {validate.NOISY_EXIT}" in line and "noisy" in rep.table()
+    assert f"exit status {bench.NOISY_EXIT}" in line and "noisy" in rep.table()
     assert rep.report().splitlines()[-2] == line
-
-
-def test_the_verdict_of_a_point_comes_from_its_own_spread():
-    tight = validate._judged(type("T", (), {"seconds": 1.0, "q1_seconds": 0.99, "q3_seconds": 1.01})(), 8)
-    wide = validate._judged(type("T", (), {"seconds": 1.0, "q1_seconds": 0.5, "q3_seconds": 1.6})(), 8)
-    assert tight.verdict == "reliable" and wide.verdict == "noisy"
 
 
 @pytest.mark.parametrize("call,err,match", [
@@ -199,12 +196,12 @@ def test_the_verdict_of_a_point_comes_from_its_own_spread():
     (lambda cal: predict.predict_ttft(SPEC, -1, cal), ValueError, "prompt_tokens"),
     (lambda cal: predict.predict_tpot("no-such-model", 10, cal), ValueError, "model"),
     (lambda cal: predict.predict_tpot("deepseek-v3", 10, cal), ValueError, "dense"),
-    (lambda cal: validate.run(models=[], calibration=cal), ValueError, "models"),
-    (lambda cal: validate.run(contexts=[0], calibration=cal), ValueError, "contexts"),
-    (lambda cal: validate.run(fast="yes"), TypeError, "fast"),
-    (lambda cal: validate.run(runs=2, calibration=cal), ValueError, "runs"),
+    (lambda cal: bench.run(models=[], calibration=cal), ValueError, "models"),
+    (lambda cal: bench.run(contexts=[0], calibration=cal), ValueError, "contexts"),
+    (lambda cal: bench.run(fast="yes"), TypeError, "fast"),
+    (lambda cal: bench.run(runs=2, calibration=cal), ValueError, "runs"),
     (lambda cal: predict.count_ops(SPEC, "training"), ValueError, "phase"),
-    (lambda cal: validate.run(clock="process", threads=2, device="cpu", calibration=cal), ValueError, "threads=1"),
+    (lambda cal: bench.run(clock="process", threads=2, device="cpu", calibration=cal), ValueError, "threads=1"),
     (lambda cal: calibrate.calibrate(clock="sundial"), ValueError, "clock"),
 ])
 def test_bad_input_gets_one_clear_error(call, err, match):
@@ -309,7 +306,7 @@ def test_attention_products_use_the_probed_rate():
 
 
 # --------------------------------------------------------------------------------------------------
-# The calibration's table of probes, and the names validate offers as before the split
+# The calibration's table of probes
 # --------------------------------------------------------------------------------------------------
 def test_probe_jobs_run_in_order_and_each_kind_has_a_probe():
     specs = calibrate.model_specs(None, fast=True)
@@ -382,54 +379,50 @@ def test_cold_streams_are_sized_against_the_given_llc():
     assert calibrate.cold_streams("cpu", fast=True, llc_bytes=2**30) == [0, 2**30]
 
 
-def test_decode_rounds_keep_the_median_round_and_measure_their_disagreement():
-    t = [0.012, 0.010, 0.011]
-    mid, agree = validate._median_round(t)
-    assert mid == 2 and t[mid] == 0.011 and agree == pytest.approx((0.012 - 0.010) / 0.011)
-
-
-def _fake_decode(seconds_by_call):
+def _fake_decode(seconds_by_call, spread=0.01):
     """A stand-in for measure_decode_contexts: each call returns the next of ``seconds_by_call`` (no model runs)."""
     from course_lib.measure.model_timing import DecodeTiming
     it = iter(seconds_by_call)
 
     def fake(lm, contexts, steps=8, threads=None, clock=None, **kw):
         sec = next(it)
-        return [DecodeTiming(sec, sec * 0.99, sec * 1.01, steps, contexts[0] - 2, threads, 2, 1)]
+        return [DecodeTiming(sec, sec * (1 - spread), sec * (1 + spread), steps, contexts[0] - 2, threads, 2, 1)]
     return fake
 
 
-class _Bar:
-    def set_postfix_str(self, s):
-        pass
+def _points(cal, contexts=(128,)):
+    return bench.decode_points(None, SPEC, list(contexts), bench.Settings(cal, threads=1))
 
-    def update(self, n=1):
-        pass
+
+def _mean_step(cal, *bws, first=129, last=136):
+    """The mean predicted decode step from ``first`` to ``last`` with the GEMV probe sets at ``bws``."""
+    c = cal.with_probes(gemv=[{sh: bw for sh in cal.gemv} for bw in bws])
+    return (predict.predict_tpot(SPEC, first, c).seconds + predict.predict_tpot(SPEC, last, c).seconds) / 2
+
+
+def _probes_at(monkeypatch, bandwidths):
+    """reprobe_gemv returns every shape at the next of ``bandwidths``; the list of calls made."""
+    it = iter(bandwidths)
+    calls = []
+
+    def reprobe(c, shapes):
+        calls.append(next(it))
+        return {sh: calls[-1] for sh in shapes}
+    monkeypatch.setattr(bench, "reprobe_gemv", reprobe)
+    return calls
 
 
 def test_each_decode_round_is_predicted_from_the_gemv_probes_around_it(monkeypatch):
     """probe, round, probe, round ...: a round's prediction uses the mean of the probes just before and after it, so
     a bandwidth that drifts between the calibration and the measurement is not counted as the model's error."""
     cal = _calibration(gemv_bw=10e9)
-    factors = iter([1.0, 1.2, 1.4, 1.6])       # the machine speeds up: 10, 12, 14, 16 GB/s at the four probes
-    calls = []
-
-    def reprobe(c, shapes):
-        assert c is cal
-        f = next(factors)
-        calls.append(f)
-        return {sh: 10e9 * f for sh in shapes}
-    monkeypatch.setattr(validate, "reprobe_gemv", reprobe)
-    monkeypatch.setattr(validate, "EXTRA_DECODE_ROUNDS", 0)      # the first three rounds only (extra: below)
-    # one context, three rounds: 30, 20, 25 ms at about 11, 13 and 15 GB/s: measured / predicted about 330, 260 and
-    # 375 (x bandwidth): the median ratio is the first round's (between the 10 and 12 GB/s probes)
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([0.030, 0.020, 0.025]))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
-    assert calls == [1.0, 1.2, 1.4, 1.6] and pt.measured == 0.030
-    round1 = cal.with_probes(gemv=[{sh: 10e9 for sh in cal.gemv}, {sh: 12e9 for sh in cal.gemv}])
-    def mean_step(c):
-        return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
-    assert pt.predicted == pytest.approx(mean_step(round1)) and pt.predicted < mean_step(cal)
+    calls = _probes_at(monkeypatch, [10e9, 12e9, 14e9, 16e9])   # the machine speeds up at each probe set
+    monkeypatch.setattr(bench, "EXTRA_DECODE_ROUNDS", 0)
+    # three rounds: 30, 20, 25 ms at about 11, 13 and 15 GB/s: the median ratio is the first round's
+    monkeypatch.setattr(bench, "measure_decode_contexts", _fake_decode([0.030, 0.020, 0.025]))
+    [pt] = _points(cal)
+    assert calls == [10e9, 12e9, 14e9, 16e9] and pt.measured == 0.030
+    assert pt.predicted == pytest.approx(_mean_step(cal, 10e9, 12e9)) and pt.predicted < _mean_step(cal, 10e9)
     # the drift is reported: the weights term at 10 GB/s (calibration) against 16 GB/s: 60 % (norms at the copy rate)
     assert pt.drift.relative == pytest.approx(0.6, rel=1e-3) and "move by 60%" in pt.drift.line()
     # their ratios to their own predictions disagree by about 35 % (above 20 %): noisy, and it says why
@@ -441,79 +434,57 @@ def test_a_drift_the_probes_follow_leaves_the_comparison_reliable(monkeypatch):
     own probes predict: the rounds' times disagree by about 27 %, their comparisons not at all."""
     cal = _calibration(gemv_bw=10e9)
     bws = [10e9, 9e9, 8e9, 7e9]
-    def mean_step(c):
-        return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
-    preds = [mean_step(cal.with_probes(gemv=[{sh: a for sh in cal.gemv}, {sh: b for sh in cal.gemv}]))
-             for a, b in zip(bws, bws[1:])]
-    it = iter(bws)
-    monkeypatch.setattr(validate, "reprobe_gemv", lambda c, shapes: {sh: bw for bw in [next(it)] for sh in shapes})
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([1.1 * x for x in preds]))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
-    assert (max(preds) - min(preds)) / preds[1] > validate.THRESHOLDS.noisy_relative_iqr   # the times disagree
-    assert pt.verdict == "reliable" and "disagree" not in pt.reason
+    preds = [_mean_step(cal, a, b) for a, b in zip(bws, bws[1:])]
+    _probes_at(monkeypatch, bws)
+    monkeypatch.setattr(bench, "measure_decode_contexts", _fake_decode([1.1 * x for x in preds]))
+    [pt] = _points(cal)
+    assert (max(preds) - min(preds)) / preds[1] > 0.2                 # the times disagree
+    assert pt.verdict == "reliable" and pt.reason == "" and pt.rounds == bench.DECODE_ROUNDS
     assert pt.measured == pytest.approx(1.1 * preds[1]) and pt.error == pytest.approx(1 / 1.1 - 1)
 
 
 def test_a_round_whose_probes_disagree_is_noisy(monkeypatch):
     cal = _calibration(gemv_bw=10e9)
-    factors = iter([1.0, 1.0, 1.0, 1.5])       # the bandwidth jumps during the third round
-    monkeypatch.setattr(validate, "EXTRA_DECODE_ROUNDS", 0)      # the first three rounds only (extra: below)
-    monkeypatch.setattr(validate, "reprobe_gemv",
-                        lambda c, shapes: {sh: 10e9 * f for f in [next(factors)] for sh in shapes})
-    def mean_step(*bws):
-        c = cal.with_probes(gemv=[{sh: bw for sh in cal.gemv} for bw in bws])
-        return (predict.predict_tpot(SPEC, 129, c).seconds + predict.predict_tpot(SPEC, 136, c).seconds) / 2
+    _probes_at(monkeypatch, [10e9, 10e9, 10e9, 15e9])              # the bandwidth jumps during the third round
+    monkeypatch.setattr(bench, "EXTRA_DECODE_ROUNDS", 0)
     # measured / predicted 1.00, 1.05 and 1.02: the third round (its probes 10 and 15 GB/s) is the median ratio
-    third = 1.02 * mean_step(10e9, 15e9)
-    monkeypatch.setattr(validate, "measure_decode_contexts",
-                        _fake_decode([mean_step(10e9, 10e9), 1.05 * mean_step(10e9, 10e9), third]))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    third = 1.02 * _mean_step(cal, 10e9, 15e9)
+    monkeypatch.setattr(bench, "measure_decode_contexts",
+                        _fake_decode([_mean_step(cal, 10e9), 1.05 * _mean_step(cal, 10e9), third]))
+    [pt] = _points(cal)
     assert pt.measured == third and pt.verdict == "noisy"
-    assert "GEMV probes just before and just after it disagree by 50%" in pt.reason
+    assert "probes just before and just after it disagree by 50%" in pt.reason
 
 
-def test_median_round_can_leave_the_extremes_out_of_the_agreement():
-    ratios = [1.00, 1.40, 1.02, 1.01, 0.99]          # one disturbed round of five
-    assert validate._median_round(ratios) == (3, pytest.approx(0.41 / 1.01))
-    assert validate._median_round(ratios, trim=1) == (3, pytest.approx(0.02 / 1.01))   # 1.00 .. 1.02
-    with pytest.raises(ValueError, match="trim must leave at least one of the 5 values"):
-        validate._median_round(ratios, trim=3)
-
-
-def _steady_probes(monkeypatch, cal, bw=10e9):
-    calls = []
-    def reprobe(c, shapes):
-        calls.append(len(calls))
-        return {sh: bw for sh in shapes}
-    monkeypatch.setattr(validate, "reprobe_gemv", reprobe)
-    return calls
-
-
-def _step(cal, first=129, last=136, bw=10e9):
-    """The mean predicted decode step from ``first`` to ``last`` with every GEMV probe at ``bw``."""
-    c = cal.with_probes(gemv=[{sh: bw for sh in cal.gemv}])
-    return (predict.predict_tpot(SPEC, first, c).seconds + predict.predict_tpot(SPEC, last, c).seconds) / 2
+def test_a_round_with_a_wide_spread_of_its_own_is_noisy(monkeypatch):
+    cal = _calibration(gemv_bw=10e9)
+    _probes_at(monkeypatch, [10e9] * 10)
+    monkeypatch.setattr(bench, "measure_decode_contexts", _fake_decode([_mean_step(cal, 10e9)] * 5, spread=0.3))
+    [pt] = _points(cal)
+    assert pt.verdict == "noisy" and pt.reason.startswith("its own timing: the middle half of the repeats spans")
+    assert pt.rounds == bench.DECODE_ROUNDS + bench.EXTRA_DECODE_ROUNDS
 
 
 def test_a_reliable_point_gets_no_extra_rounds(monkeypatch):
     cal = _calibration(gemv_bw=10e9)
-    calls = _steady_probes(monkeypatch, cal)
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([_step(cal) * f for f in (1.0, 1.05, 1.1)]))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
-    assert pt.verdict == "reliable" and pt.rounds == validate.DECODE_ROUNDS and len(calls) == 4
+    calls = _probes_at(monkeypatch, [10e9] * 10)
+    monkeypatch.setattr(bench, "measure_decode_contexts",
+                        _fake_decode([_mean_step(cal, 10e9) * f for f in (1.0, 1.05, 1.1)]))
+    [pt] = _points(cal)
+    assert pt.verdict == "reliable" and pt.rounds == bench.DECODE_ROUNDS and len(calls) == 4
 
 
 def test_one_disturbed_round_is_outvoted_by_the_extra_rounds(monkeypatch):
     """Rounds at 1.00, 1.40 (a burst of other work) and 1.02 x the prediction disagree by 39 %: two more rounds
     are run, each between probes, and with 1.01 and 0.99 the middle three of five agree: reliable, median kept."""
     cal = _calibration(gemv_bw=10e9)
-    calls = _steady_probes(monkeypatch, cal)
-    times = [_step(cal) * f for f in (1.00, 1.40, 1.02, 1.01, 0.99)]
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode(times))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    calls = _probes_at(monkeypatch, [10e9] * 10)
+    times = [_mean_step(cal, 10e9) * f for f in (1.00, 1.40, 1.02, 1.01, 0.99)]
+    monkeypatch.setattr(bench, "measure_decode_contexts", _fake_decode(times))
+    [pt] = _points(cal)
     assert pt.rounds == 5 and len(calls) == 6 and len(pt.drift.bracketed) == 6
     assert pt.verdict == "reliable" and pt.measured == times[3]
-    rep = validate.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
+    rep = bench.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
     assert rep.rounds_line().startswith(f"extra rounds: 1 of 1 decode points ({SPEC.name} @ 128) were not reliable "
                                         "after 3 rounds")
     assert "1 of them then agreed" in rep.rounds_line() and rep.rounds_line() in rep.report()
@@ -522,14 +493,13 @@ def test_one_disturbed_round_is_outvoted_by_the_extra_rounds(monkeypatch):
 
 def test_a_lasting_disagreement_stays_noisy_after_the_extra_rounds(monkeypatch):
     cal = _calibration(gemv_bw=10e9)
-    _steady_probes(monkeypatch, cal)
-    times = [_step(cal) * f for f in (1.00, 1.40, 1.02, 1.35, 1.30)]    # the slow state came back and stayed
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode(times))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
+    _probes_at(monkeypatch, [10e9] * 10)
+    times = [_mean_step(cal, 10e9) * f for f in (1.00, 1.40, 1.02, 1.35, 1.30)]    # the slow state came back
+    monkeypatch.setattr(bench, "measure_decode_contexts", _fake_decode(times))
+    [pt] = _points(cal)
     assert pt.rounds == 5 and pt.verdict == "noisy" and pt.measured == times[4]
     assert "5 interleaved rounds' middle 3 measured / predicted ratios disagree by 25%" in pt.reason
-    # (the middle three ratios: 1.02 .. 1.35, over the median 1.30)
-    rep = validate.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
+    rep = bench.ValidationReport(cal, [pt], (0.0,) * 3, 1.0)
     assert "0 of them then agreed" in rep.rounds_line()
     assert rep.noisy_lines() == ["points not reliable:", f"  {SPEC.name} TPOT @ 128: noisy: {pt.reason}"]
     lines = rep.report().splitlines()
@@ -538,26 +508,29 @@ def test_a_lasting_disagreement_stays_noisy_after_the_extra_rounds(monkeypatch):
 
 def test_only_the_disturbed_contexts_are_measured_again(monkeypatch):
     cal = _calibration(gemv_bw=10e9)
-    _steady_probes(monkeypatch, cal)
+    _probes_at(monkeypatch, [10e9] * 20)
     seen = []
     base = _fake_decode([1.0] * 20)
+
     def fake(lm, contexts, **kw):
         seen.append(contexts[0])
         [t] = base(lm, contexts, **kw)
-        f = 1.5 if (contexts[0] == 256 and len(seen) == 2) else 1.0     # the second round of 256 only: disturbed
-        step = _step(cal, t.first_context, t.last_context)
+        f = 1.5 if (contexts[0] == 256 and len(seen) == 4) else 1.0     # the second round of 256 only: disturbed
+        step = _mean_step(cal, 10e9, first=t.first_context, last=t.last_context)
         return [dataclasses.replace(t, seconds=f * step, q1_seconds=0.99 * f * step, q3_seconds=1.01 * f * step)]
-    monkeypatch.setattr(validate, "measure_decode_contexts", fake)
-    pts = validate._decode_points(None, SPEC, [128, 256], 8, 1, "wall", cal, _Bar())
+    monkeypatch.setattr(bench, "measure_decode_contexts", fake)
+    pts = _points(cal, [128, 256])
     assert seen == [128, 256] * 3 + [256, 256]
     assert [p.rounds for p in pts] == [3, 5] and all(p.verdict == "reliable" for p in pts)
 
 
-def test_a_fast_run_takes_no_extra_rounds(monkeypatch):
+def test_a_fast_run_takes_no_extra_rounds_and_keeps_the_calibrations_rates(monkeypatch):
     cal = dataclasses.replace(_calibration(gemv_bw=10e9), fast=True)
-    monkeypatch.setattr(validate, "measure_decode_contexts", _fake_decode([_step(cal) * f for f in (1.0, 1.4, 1.0)]))
-    [pt] = validate._decode_points(None, SPEC, [128], 8, 1, "wall", cal, _Bar())
-    assert pt.rounds == 3 and pt.verdict == "noisy"
+    monkeypatch.setattr(bench, "reprobe_gemv", lambda c, shapes: pytest.fail("a fast run re-probed"))
+    monkeypatch.setattr(bench, "measure_decode_contexts",
+                        _fake_decode([_mean_step(cal, 10e9) * f for f in (1.0, 1.4, 1.0)]))
+    [pt] = _points(cal)
+    assert pt.rounds == 3 and pt.verdict == "noisy" and pt.drift is None
 
 
 def test_reprobe_gemv_runs_the_gemv_probe_with_the_calibrations_settings(monkeypatch):

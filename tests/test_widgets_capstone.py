@@ -62,9 +62,9 @@ def dash() -> CapstoneDashboard:
 def _assert_priced(dash: CapstoneDashboard, state: D.DashboardState):
     """The labels hold exactly the core's texts for ``state``, and the figure is drawn."""
     assert dash.state == state
-    v = D.dashboard_view(state)
+    v = A.state_reading(state)
     assert (dash.ttft.value, dash.tpot.value, dash.total.value, dash.tps.value, dash.bounds.value) == (
-        D.ttft_text(state), D.tpot_text(state), v.total_text, v.tps_text, v.bounds_text)
+        A.ttft_text(state), A.tpot_text(state), v.total_text, v.tps_text, v.bounds_text)
     assert dash.figure is not None and len(dash.plot.outputs) == 1
 
 
@@ -445,6 +445,6 @@ def test_a_reading_is_priced_or_says_what_is_missing(hardware, precision, batch,
     if r.problem:
         assert not r.green and "interconnect_bandwidth" not in r.problem and "with_peak" not in r.problem
     if r.priced:
-        assert r.tpot_text == D.tpot_text(r.state)
+        assert r.tpot_text == A.tpot_text(r.state)
     if r.green:
         assert r.priced and not r.warnings

@@ -64,7 +64,7 @@ _NOUNS = {
     None: "a plain number without units",
 }
 
-# Names that course_lib.units (or a learner) might use for the same dimension.
+# Names that course_lib.core.units (or a learner) might use for the same dimension.
 _DIMENSION_ALIASES = {
     "bytes": "bytes", "byte": "bytes", "memory": "bytes", "size": "bytes", "b": "bytes",
     "time": "time", "seconds": "time", "second": "time", "s": "time", "duration": "time",
@@ -276,7 +276,7 @@ def parse_quantity(text: str, dimension: str | None = None) -> tuple[float, str 
 
     With ``dimension`` the text is first read as that dimension (so '7B' is 7 billion for a
     parameter count); if that fails it is read on its own so that a unit of another dimension
-    is recognised as such.  Raises ValueError/TypeError with course_lib.units' message."""
+    is recognised as such.  Raises ValueError/TypeError with course_lib.core.units' message."""
     from course_lib.core import units
 
     q = None

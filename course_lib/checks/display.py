@@ -225,7 +225,7 @@ class CheckFailed(AssertionError):
         return [f"AssertionError: {r.label} is {word} (0/{fmt(float(r.points))} pt): see the feedback above."]
 
 
-# the error a kernel reports is named by the class: graders (nbgrader, course_lib.grade) look for this name
+# the error a kernel reports is named by the class: graders (nbgrader, course_lib.authoring.grade) look for this name
 CheckFailed.__name__ = CheckFailed.__qualname__ = "AssertionError"
 
 

@@ -191,7 +191,7 @@ q4 = numbers_only(FunctionQuestion(
 
 
 def _weight_bytes_in_bits():
-    """``weight_bytes`` from course_lib.formulas, with bytes per weight written as b/8 (b in bits)."""
+    """``weight_bytes`` from course_lib.core.formulas, with bytes per weight written as b/8 (b in bits)."""
     import sympy as sp
 
     from course_lib.core.formulas import S, expr

@@ -71,7 +71,7 @@ def read_measurement(measurement) -> dict:
             return getattr(measurement, k, default)
     missing = [f for f in _FIELDS if get(f) is None]
     if missing:
-        raise TypeError(f"measurement must be a GEMV row from course_lib.bench.measure_gemv (or its .as_dict()); "
+        raise TypeError(f"measurement must be a GEMV row from probes.measure_gemv (or its .as_dict()); "
                         f"{type(measurement).__name__} has no {', '.join(missing)}")
     out = {f: float(get(f)) for f in _FIELDS}
     if out["seconds"] <= 0 or out["bytes"] <= 0:

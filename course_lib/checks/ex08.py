@@ -11,7 +11,7 @@ Objectives (as numbered in the lesson):
 * O4 test quantisation claims against measurements (fp8 weights on the H200, q4_0 in llama.cpp);
 * O5 compare your own machine's measurements with its predictions.
 
-Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.compare``
+Every expected value is computed here from ``course_lib`` (the estimator, ``course_lib.core.compare``
 and the shipped measurements), never typed in. Feedback never states an expected value.
 
 Lessons: 08
@@ -29,13 +29,14 @@ from course_lib.checks.mistakes import Mistake, numbers_only
 from course_lib.checks.mistakes import detectors as d
 from course_lib.checks.numeric import NumericQuestion
 from course_lib.core import compare
+from course_lib.core import forecast
 from course_lib.core import measurements
 from course_lib.core.estimator import estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "geomean_efficiency_reference",
-           "ENGINE_ROWS", "EngineRowQuestion", "read_engine_row", "Q4_ROWS", "read_q4_row"]
+           "ENGINE_ROWS", "EngineRowQuestion", "read_engine_row", "q11", "Q4_ROWS", "read_q4_row"]
 
 SET = "ex08"
 
@@ -397,15 +398,58 @@ q9 = EngineRowQuestion(
               "The check runs it on your row and on reference rows, so it is right on any machine."),
 )
 
+# --------------------------------------------------------------------------------------------------
+# q10: forecast a published point the profile never saw (lesson 08 §8)
+# --------------------------------------------------------------------------------------------------
+_Q10_ID = "xd-llama3-8b-q4_k_m-m3-max-tg512"
+_Q10_REC = next(r for r in forecast.load_published() if r["id"] == _Q10_ID)
+_Q10_HELD = forecast.fit_profiles([r for r in forecast.load_published()
+                                   if forecast.source_of(r) != forecast.source_of(_Q10_REC)])["llama.cpp"]
+_Q10_ARGS = ("llama-3-8b", "m3-max", 1, _Q10_REC["output_tokens"] + 1)
+_Q10_EST = estimate(*_Q10_ARGS, precision="gguf-q4_k_m", engine=_Q10_HELD)
+_Q10 = 1 / _Q10_EST.tpot
+_Q10_FLOOR = 1 / estimate(*_Q10_ARGS, precision="gguf-q4_k_m").tpot
+_Q10_STORED = 1 / estimate(*_Q10_ARGS, precision="gguf-q4_k_m", engine="llama.cpp").tpot
+q10 = NumericQuestion(
+    id="q10", set=SET, points=2,
+    objective="O2 predict a published benchmark: forecast a held-out point with an engine profile",
+    prompt=(f"Multi-step: forecast a published point that the fit never saw. `rec = next(r for r in "
+            f"forecast.load_published() if r['id'] == '{_Q10_ID}')` is llama.cpp generating "
+            f"{_Q10_REC['output_tokens']} tokens from an empty context with Llama-3-8B (a Q4_K_M file, layout "
+            "'gguf-q4_k_m') on an Apple M3 Max. (a) Fit the profiles without its source: `held = "
+            "forecast.fit_profiles([r for r in forecast.load_published() if forecast.source_of(r) != "
+            "forecast.source_of(rec)])`. (b) Forecast with the held-out llama.cpp profile: `estimate('llama-3-8b', "
+            f"'m3-max', 1, {_Q10_REC['output_tokens'] + 1}, precision='gguf-q4_k_m', engine=held['llama.cpp'])` "
+            f"({_Q10_REC['output_tokens']} decode steps after a one-token prompt). (c) Answer its decode speed, "
+            "1 / tpot, in tokens/s."),
+    expected=_Q10, rel_tol=0.004,
+    mistakes=[
+        Mistake(_Q10_FLOOR, "That is the floor (no engine): the profile adds llama.cpp's fixed cost per step and "
+                            "its share of the bandwidth. Pass engine=held['llama.cpp']."),
+        Mistake(_Q10_STORED, "That uses the stored profile, which was fitted with this very point in its data: fit "
+                             "without the record's source, then pass that profile as engine=."),
+        Mistake(_Q10_REC["value"], "That is the published measurement itself; the question asks for the forecast "
+                                   "made without it."),
+        Mistake(_Q10_EST.tpot * 1e3, "That is the time per token in ms; the question asks for tokens/s, 1 / tpot."),
+        Mistake(_Q10_EST.tpot, "That is seconds per token; the question asks for tokens/s, 1 / tpot."),
+    ],
+    hints=["forecast.source_of(r) is the document a record comes from; leave out every record that shares it.",
+           "estimate(..., engine=...) takes a profile as well as an engine's name. Decode speed = 1 / tpot."],
+    solution=(f"Held out, the llama.cpp profile forecasts {_Q10:.1f} tokens/s; the floor says {_Q10_FLOOR:.1f} and "
+              f"the published run measured {_Q10_REC['value']} tokens/s, so the forecast is "
+              f"{_Q10 / _Q10_REC['value'] - 1:+.1%} off and the floor {_Q10_FLOOR / _Q10_REC['value'] - 1:+.0%}. "
+              "The profile's fixed cost per step and its share of the unified memory's bandwidth were learned from "
+              "other publications' runs (the LLaMA 2 table's Macs among them), not from this one."),
+)
 
 # --------------------------------------------------------------------------------------------------
-# q10: the learner's own q4 decode speed, predicted from the bandwidth they measured
+# q11: the learner's own q4 decode speed, predicted from the bandwidth they measured
 # --------------------------------------------------------------------------------------------------
 _Q4_KEYS = ("params", "decode_bytes", "bandwidth")
 
 
 def read_q4_row(row) -> dict:
-    """``row`` as the dict a q10 function receives (lesson 08 §7's ``q4_row``): checked for its keys."""
+    """``row`` as the dict a q11 function receives (lesson 08 §7's ``q4_row``): checked for its keys."""
     if not isinstance(row, Mapping):
         raise TypeError(f"row must be the dict of your q4 file and bandwidth, got {type(row).__name__}")
     missing = [k for k in _Q4_KEYS if k not in row]
@@ -423,7 +467,7 @@ def _q4_row(params, decode_bytes, bandwidth) -> dict:
             "bandwidth": bandwidth}
 
 
-#: rows every q10 function is run on besides the learner's own (illustrative inputs, not measurements)
+#: rows every q11 function is run on besides the learner's own (illustrative inputs, not measurements)
 Q4_ROWS = (_q4_row(1_235_814_400, 0.80e9, 20e9), _q4_row(3_212_749_824, 2.0e9, 60e9),
            _q4_row(1_235_814_400, 0.80e9, 120e9))
 
@@ -432,8 +476,8 @@ def _q4_tokens_per_s(row):
     return row["bandwidth"] / row["decode_bytes"]
 
 
-q10 = EngineRowQuestion(
-    id="q10", set=SET, points=2, rows=Q4_ROWS, read=read_q4_row,
+q11 = EngineRowQuestion(
+    id="q11", set=SET, points=2, rows=Q4_ROWS, read=read_q4_row,
     objective="O5 predict your own machine's decode speed from its measured bandwidth",
     prompt=("Write q4_tokens_per_s(row) -> the decode speed, in tokens per second, that your measured read "
             "bandwidth (row['bandwidth'], bytes/s, all threads) predicts for the q4_k_m file whose decode step "
@@ -457,4 +501,4 @@ q10 = EngineRowQuestion(
               "speed lower; lesson 08 §7 puts the two side by side."),
 )
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10]
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11]

@@ -35,11 +35,18 @@ def _all_of(module: str) -> list[str]:
     """The literal ``__all__`` of ``course_lib/core/<module>.py``, read without importing it (so that
     ``import course_lib.core`` loads no module, and sympy only comes with a ``formulas`` name)."""
     tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
-    for node in tree.body:
+    names: list[str] | None = None
+    for node in tree.body:                      # __all__ = [...], then any __all__ += [...]
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
-            return list(ast.literal_eval(node.value))
-    raise ImportError(f"course_lib.core.{module} has no literal __all__")
+        if not any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) or node.value is None:
+            continue
+        if isinstance(node, ast.AugAssign) and names is not None:
+            names += list(ast.literal_eval(node.value))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            names = list(ast.literal_eval(node.value))
+    if names is None:
+        raise ImportError(f"course_lib.core.{module} has no literal __all__")
+    return names
 
 
 #: public name -> the module that defines it

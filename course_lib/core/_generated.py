@@ -6,7 +6,7 @@ course's base units (bytes, seconds, FLOP, counts); validation happens in the ca
 # fmt: off
 from math import floor, inf, nan  # noqa: F401  (used where an expression prints them)
 
-__all__ = ['allgather_ring_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'efficiency', 'engine_decode_time', 'engine_prefill_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
+__all__ = ['allgather_ring_time', 'allreduce_oneshot_time', 'allreduce_ring_time', 'allreduce_tree_time', 'alltoall_time', 'arithmetic_intensity', 'attention_params', 'attention_scores_bytes', 'block_aligned_tokens', 'block_norm_params', 'block_norms_params', 'cache_break_even_hit_rate', 'calibrated_decode_time', 'compute_time', 'cost_per_million_tokens', 'critical_batch', 'decode_attention_flops', 'decode_bytes', 'decode_flops', 'e2e_per_token', 'effective_gemm_efficiency', 'effective_step_efficiency', 'efficiency', 'energy_per_token', 'engine_decode_time', 'engine_prefill_time', 'engine_profile_time', 'expected_experts', 'expected_ttft', 'fixed_cost_fit_fixed_time', 'fixed_cost_fit_rate_fraction', 'fixed_cost_time', 'gemv_flops', 'interleaved_attended_tokens', 'kv_cache_bytes', 'kv_read_time', 'kv_transfer_exposed_time', 'kv_transfer_time', 'kv_values_per_token', 'linear_flops', 'linear_step_sum', 'littles_law', 'memory_time', 'mla_attention_params', 'mla_kv_values_per_token', 'mla_latent_attn_dim', 'mlp_params', 'operator_time', 'overhead_time', 'phase_time', 'prefill_attention_flops', 'prefill_bytes', 'prefill_flops', 'prefill_flops_dense', 'qkv_bytes', 'ridge_point', 'ring_allreduce_time', 'score_pass_time', 'session_prefill_tokens_cached', 'session_prefill_tokens_nocache', 'sessions_that_fit', 'speculative_tokens_per_step', 'square_matmul_bytes', 'steady_state_tpot', 'step_time_with_overhead', 'streamed_params', 'tokens_per_second', 'total_latency', 'total_latency_n_tpot', 'weight_bytes']
 
 
 def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -15,6 +15,14 @@ def allgather_ring_time(devices, message_bytes, link_bandwidth, base_latency, ho
     sympy: base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
     """
     return base_latency + hop_latency*(devices - 1) + message_bytes*(devices - 1)/(devices*link_bandwidth)
+
+
+def allreduce_oneshot_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
+    """A one-shot all-reduce inside one switched node (NVSwitch): every GPU reads the G - 1 other partial sums straight from their memory and adds them, one step; its link carries (G - 1) m. The custom all-reduce of vLLM and TensorRT-LLM for small messages. [s]
+
+    sympy: base_latency + hop_latency + message_bytes*(devices - 1)/link_bandwidth
+    """
+    return base_latency + hop_latency + message_bytes*(devices - 1)/link_bandwidth
 
 
 def allreduce_ring_time(devices, message_bytes, link_bandwidth, base_latency, hop_latency):
@@ -26,7 +34,7 @@ def allreduce_ring_time(devices, message_bytes, link_bandwidth, base_latency, ho
 
 
 def allreduce_tree_time(tree_depth, message_bytes, link_bandwidth, base_latency, hop_latency):
-    """A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). [s]
+    """A tree all-reduce: a reduce up d steps and a broadcast down them (2 d steps), pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). Inside one node NCCL's tree is a chain, d = G - 1 (tuning.cc: 2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)); between nodes it adds log2(nodes) levels. [s]
 
     sympy: base_latency + 2*hop_latency*tree_depth + 2*message_bytes/link_bandwidth
     """
@@ -113,6 +121,14 @@ def compute_time(flops, peak_flops, compute_efficiency):
     return flops/(compute_efficiency*peak_flops)
 
 
+def cost_per_million_tokens(gpu_hour_price, devices, token_rate):
+    """What a million output tokens cost on `devices` GPUs rented at gpu_hour_price each per hour that together deliver token_rate tokens/s (the currency of the price; idle and spare GPUs are paid for too). [price/Mtok]
+
+    sympy: 2500*devices*gpu_hour_price/(9*token_rate)
+    """
+    return ((2500/9))*devices*gpu_hour_price/token_rate
+
+
 def critical_batch(peak_flops, bytes_per_weight, bandwidth):
     """Batch at which a decode step's weight GEMMs turn compute-bound: 2 B FLOPs per weight of b_w bytes reach the ridge point peak / bandwidth (KV reads and attention ignored). [sequences]
 
@@ -153,12 +169,36 @@ def e2e_per_token(ttft, n, tpot):
     return (tpot*(n - 1) + ttft)/n
 
 
+def effective_gemm_efficiency(gemm_floor_time, compute_efficiency, weights_floor_time, bandwidth_efficiency):
+    """The share of the peak FLOP/s a step's matrix products reach when their weight reads and arithmetic add up: it grows with the tokens in the step (more FLOPs per weight byte) towards eta_c. [fraction]
+
+    sympy: gemm_floor_time/(gemm_floor_time/compute_efficiency + weights_floor_time/bandwidth_efficiency)
+    """
+    return gemm_floor_time/(gemm_floor_time/compute_efficiency + weights_floor_time/bandwidth_efficiency)
+
+
+def effective_step_efficiency(predicted_time, step_fixed, bandwidth_efficiency):
+    """The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency eta: it grows with the bytes a step streams (a small step is dominated by the fixed cost). [fraction]
+
+    sympy: predicted_time/(step_fixed + predicted_time/bandwidth_efficiency)
+    """
+    return predicted_time/(step_fixed + predicted_time/bandwidth_efficiency)
+
+
 def efficiency(predicted_time, measured_time):
     """Fraction of the predicted floor's speed a measurement reaches: 1 means at the floor, 0.25 four times slower. [fraction]
 
     sympy: predicted_time/measured_time
     """
     return predicted_time/measured_time
+
+
+def energy_per_token(board_power, devices, token_rate):
+    """Joules per output token of `devices` GPUs drawing board_power watts each while they deliver token_rate tokens/s (the board power is an upper bound of the draw: host, network and cooling are not counted). [J]
+
+    sympy: board_power*devices/token_rate
+    """
+    return board_power*devices/token_rate
 
 
 def engine_decode_time(weights_time, kv_time, context, kv_bytes_per_token, vocab, copy_bandwidth, step_fixed, step_per_layer, layers, cold_factor):
@@ -175,6 +215,14 @@ def engine_prefill_time(linear_time, attention_time, lm_head_time, prompt, kv_by
     sympy: attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + layer_passes_time*layers + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
     """
     return attention_time + cold_factor*(layers*prefill_per_layer + prefill_fixed) + layer_passes_time*layers + linear_time + lm_head_time + 2*kv_bytes_per_token*prompt/copy_bandwidth + 12*vocab/copy_bandwidth
+
+
+def engine_profile_time(steps, step_fixed, layers, step_per_layer, requests, request_fixed, floor_memory_time, bandwidth_efficiency, floor_compute_time, compute_efficiency, dequant_penalty, floor_attention_time, attention_efficiency, floor_prefill_attention_time, prefill_attention_efficiency):
+    """An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: kernel launches and framework dispatch) and per request, plus the floor's parts at fitted efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention (K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf). [s]
+
+    sympy: floor_compute_time*(dequant_penalty + 1/compute_efficiency) + floor_prefill_attention_time/prefill_attention_efficiency + request_fixed*requests + steps*(layers*step_per_layer + step_fixed) + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
+    """
+    return floor_compute_time*(dequant_penalty + 1/compute_efficiency) + floor_prefill_attention_time/prefill_attention_efficiency + request_fixed*requests + steps*(layers*step_per_layer + step_fixed) + floor_memory_time/bandwidth_efficiency + floor_attention_time/attention_efficiency
 
 
 def expected_experts(experts, experts_per_token, routed_tokens):
@@ -247,6 +295,14 @@ def kv_read_time(batch, context, kv_bytes_per_token, kv_bandwidth):
     sympy: batch*context*kv_bytes_per_token/kv_bandwidth
     """
     return batch*context*kv_bytes_per_token/kv_bandwidth
+
+
+def kv_transfer_exposed_time(transfer_time, prefill_time, layers):
+    """The part of a K/V transfer the first token waits for when each layer's K/V is sent as soon as the prefill has computed it (layer by layer, as disaggregated servers stream it): the last layer's share, or, when the link is slower than the prefill, what the transfer has left once the prefill is done. [s]
+
+    sympy: Max(transfer_time/layers, transfer_time - prefill_time*(layers - 1)/layers)
+    """
+    return max(transfer_time/layers, transfer_time - prefill_time*(layers - 1)/layers)
 
 
 def kv_transfer_time(prompt, kv_bytes_per_token, link_bandwidth):
@@ -517,6 +573,7 @@ def weight_bytes(params, bytes_per_weight):
 #: to check arguments): count1 (integer >= 1), count0 (integer >= 0), positive, nonnegative, real.
 ARGUMENTS = {
     'allgather_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
+    'allreduce_oneshot_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'allreduce_ring_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'allreduce_tree_time': (('tree_depth', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
     'alltoall_time': (('devices', 'count1'), ('message_bytes', 'nonnegative'), ('link_bandwidth', 'positive'), ('base_latency', 'nonnegative'), ('hop_latency', 'nonnegative')),
@@ -529,14 +586,19 @@ ARGUMENTS = {
     'cache_break_even_hit_rate': (('write_overhead', 'nonnegative'), ('ttft_miss', 'positive'), ('ttft_hit', 'positive')),
     'calibrated_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('ops', 'count0'), ('op_overhead', 'nonnegative'), ('view_ops', 'count0'), ('view_overhead', 'nonnegative')),
     'compute_time': (('flops', 'nonnegative'), ('peak_flops', 'positive'), ('compute_efficiency', 'positive')),
+    'cost_per_million_tokens': (('gpu_hour_price', 'positive'), ('devices', 'count1'), ('token_rate', 'positive')),
     'critical_batch': (('peak_flops', 'positive'), ('bytes_per_weight', 'positive'), ('bandwidth', 'positive')),
     'decode_attention_flops': (('batch', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'decode_bytes': (('streamed_weight_bytes', 'positive'), ('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative')),
     'decode_flops': (('batch', 'count1'), ('block_params', 'positive'), ('vocab', 'count1'), ('hidden', 'count1'), ('layers', 'count1'), ('heads', 'count1'), ('attn_dim', 'positive'), ('context', 'count1')),
     'e2e_per_token': (('ttft', 'positive'), ('n', 'count1'), ('tpot', 'positive')),
+    'effective_gemm_efficiency': (('gemm_floor_time', 'positive'), ('compute_efficiency', 'positive'), ('weights_floor_time', 'positive'), ('bandwidth_efficiency', 'positive')),
+    'effective_step_efficiency': (('predicted_time', 'positive'), ('step_fixed', 'nonnegative'), ('bandwidth_efficiency', 'positive')),
     'efficiency': (('predicted_time', 'positive'), ('measured_time', 'positive')),
+    'energy_per_token': (('board_power', 'positive'), ('devices', 'count1'), ('token_rate', 'positive')),
     'engine_decode_time': (('weights_time', 'nonnegative'), ('kv_time', 'nonnegative'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('step_fixed', 'nonnegative'), ('step_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive')),
     'engine_prefill_time': (('linear_time', 'nonnegative'), ('attention_time', 'nonnegative'), ('lm_head_time', 'nonnegative'), ('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('vocab', 'count1'), ('copy_bandwidth', 'positive'), ('prefill_fixed', 'nonnegative'), ('prefill_per_layer', 'nonnegative'), ('layers', 'count1'), ('cold_factor', 'positive'), ('layer_passes_time', 'nonnegative')),
+    'engine_profile_time': (('steps', 'count0'), ('step_fixed', 'nonnegative'), ('layers', 'count1'), ('step_per_layer', 'nonnegative'), ('requests', 'count0'), ('request_fixed', 'nonnegative'), ('floor_memory_time', 'nonnegative'), ('bandwidth_efficiency', 'positive'), ('floor_compute_time', 'nonnegative'), ('compute_efficiency', 'positive'), ('dequant_penalty', 'nonnegative'), ('floor_attention_time', 'nonnegative'), ('attention_efficiency', 'positive'), ('floor_prefill_attention_time', 'nonnegative'), ('prefill_attention_efficiency', 'positive')),
     'expected_experts': (('experts', 'count1'), ('experts_per_token', 'count1'), ('routed_tokens', 'count1')),
     'expected_ttft': (('hit_rate', 'nonnegative'), ('ttft_hit', 'positive'), ('ttft_miss', 'positive')),
     'fixed_cost_fit_fixed_time': (('predicted_a', 'positive'), ('predicted_b', 'positive'), ('measured_a', 'positive'), ('measured_b', 'positive')),
@@ -546,6 +608,7 @@ ARGUMENTS = {
     'interleaved_attended_tokens': (('layers', 'count1'), ('local_layers', 'count0'), ('local_window', 'count1'), ('context', 'count1')),
     'kv_cache_bytes': (('kv_values', 'positive'), ('bytes_per_kv', 'positive'), ('tokens', 'count0'), ('batch', 'count1')),
     'kv_read_time': (('batch', 'count1'), ('context', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('kv_bandwidth', 'positive')),
+    'kv_transfer_exposed_time': (('transfer_time', 'nonnegative'), ('prefill_time', 'nonnegative'), ('layers', 'count1')),
     'kv_transfer_time': (('prompt', 'count1'), ('kv_bytes_per_token', 'nonnegative'), ('link_bandwidth', 'positive')),
     'kv_values_per_token': (('layers', 'count1'), ('kv_heads', 'count1'), ('head_dim', 'count1')),
     'linear_flops': (('params', 'positive'), ('tokens', 'count0')),

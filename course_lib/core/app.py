@@ -9,7 +9,10 @@ number comes from the core:
 * :func:`parse_link_bandwidth` reads the "Link bandwidth" field. A bare number is read in the unit the
   field names (:data:`LINK_UNIT`, GB/s per GPU and direction): ``"450"`` is 450 GB/s, never 450 B/s.
   A figure with a unit (``"450 GB/s"``, ``"3.6 Tbit/s"``) is read with :func:`course_lib.core.units.parse_bandwidth`.
-* :func:`reading` prices a setting with :func:`course_lib.core.capstone.dashboard_view` and says in words
+* :func:`tpot_text`, :func:`ttft_text`, :func:`tps_text`, :func:`memory_text`: the dashboard's labels for a
+  :class:`~course_lib.core.capstone.DashboardState` (``"n/a"``, :data:`NOT_AVAILABLE`, when it cannot be priced).
+* :func:`reading` prices a setting with :func:`course_lib.core.capstone.compute` and gives every text the
+  dashboard and the app show (:class:`Reading`, the one view model of both); it says in words
   what is missing when it cannot: the link bandwidth (tensor parallelism over several GPUs), a
   measurement ("this machine"), or a device's FLOP/s. A device without a published dense FLOP/s (the
   Apple chips of the catalog) still gets its **decode floor**: the estimator's time per output token
@@ -21,7 +24,7 @@ number comes from the core:
   the GPUs' own work, the reading warns (a slow link, or one typed in the wrong unit) instead of
   showing a green "fits" under it.
 * :func:`machine_text` lists the ceilings measured on "this machine".
-* :func:`serving_reading` plans the setting for a request rate with continuous batching (issue 16):
+* :func:`serving_reading` plans the setting for a request rate with continuous batching:
   the steady state of :func:`course_lib.core.capstone.continuous_plan` gives the sequences in flight
   per copy of the model, ``C``; by Little's law (``littles_law``) ``rate x e2e`` requests are in flight
   at once, with ``e2e = TTFT + (n - 1) x TPOT`` of the steady state, so the rate needs
@@ -43,8 +46,8 @@ from dataclasses import dataclass, replace
 
 from course_lib.core.numeric import raw as g
 from course_lib.core import serving
-from course_lib.core.capstone import (NOT_AVAILABLE, THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState,
-                                      best_batch, compute, continuous_plan, dashboard_view, memory_text,
+from course_lib.core.capstone import (THIS_MACHINE, ContinuousPlan, DashboardResult, DashboardState, PlanCost,
+                                      best_batch, compute, continuous_plan, deployment_examples, plan_cost,
                                       resolve_hardware)
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.precision import get_precision
@@ -52,9 +55,87 @@ from course_lib.core.units import Quantity, format_bandwidth, format_bytes, form
     parse_bandwidth, parse_time
 from course_lib.core.validation import MAX_QUANTITY, require_count, require_positive
 
-__all__ = ["LINK_UNIT", "UNPRICED", "FLOOR_PEAK", "CONTROL_LABELS", "SIM_MAX_REQUESTS", "SIM_MAX_WORK",
+__all__ = ["NOT_AVAILABLE", "tpot_text", "ttft_text", "tps_text", "memory_text",
+           "LINK_UNIT", "UNPRICED", "FLOOR_PEAK", "CONTROL_LABELS", "SIM_MAX_REQUESTS", "SIM_MAX_WORK",
            "SIM_TOKEN_BUDGET", "parse_link_bandwidth", "parse_time_field", "link_hint",
-           "is_gpu", "memory_words", "Reading", "reading", "machine_text", "ServingReading", "serving_reading"]
+           "is_gpu", "memory_words", "Reading", "reading", "state_reading", "machine_text", "ServingReading",
+           "serving_reading"]
+
+#: What an output shows when the setting cannot be priced (no published peak FLOP/s, machine not measured).
+NOT_AVAILABLE = "n/a"
+
+
+def _try(state: DashboardState) -> tuple[DashboardResult | None, str | None]:
+    try:
+        return compute(state), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def tpot_text(state: DashboardState) -> str:
+    """The TPOT label: ``format_time(compute(state).tpot)``, or ``"n/a"`` when the setting cannot be priced."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else format_time(r.tpot)
+
+
+def ttft_text(state: DashboardState) -> str:
+    """The TTFT label: ``format_time(compute(state).ttft)``, or ``"n/a"``."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else format_time(r.ttft)
+
+
+def _rate(tokens_per_s: float) -> str:
+    return f"{Quantity(tokens_per_s, 'number').format()} tokens/s"
+
+
+def tps_text(state: DashboardState) -> str:
+    """``"<per user> tokens/s per user, <aggregate> tokens/s in all"`` (or ``"n/a"``)."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else _result_tps_text(r)
+
+
+def _result_tps_text(r: DashboardResult) -> str:
+    return f"{_rate(r.tps)} per user, {_rate(r.tps_aggregate)} in all"
+
+
+def memory_text(state: DashboardState) -> str:
+    """``"<needed> of <available> per GPU: fits"`` / ``"... does NOT fit"`` (or ``"n/a"``)."""
+    r, _ = _try(state)
+    return NOT_AVAILABLE if r is None else _result_memory_text(r)
+
+
+def _result_memory_text(r: DashboardResult) -> str:
+    if r.memory_available is None:
+        return f"{format_bytes(r.memory_needed)} per GPU (capacity unknown)"
+    verdict = "fits" if r.fits else "does NOT fit"
+    return f"{format_bytes(r.memory_needed)} of {format_bytes(r.memory_available)} per GPU: {verdict}"
+
+
+def _bounds_text(state: DashboardState, r: DashboardResult) -> str:
+    bounds = f"prefill {r.prefill_bound}-bound, decode {r.decode_bound}-bound"
+    if state.tensor_parallel > 1:
+        bounds += (f"; all-reduces add {format_time(r.allreduce_prefill)} to TTFT and "
+                   f"{format_time(r.allreduce_decode)} to each decode step")
+        if state.expert_parallel:
+            bounds += (f"; expert all-to-alls add {format_time(r.alltoall_prefill)} and "
+                       f"{format_time(r.alltoall_decode)}")
+        if r.kv_replicated:
+            bounds += f"; every GPU reads the whole latent KV cache (+{format_time(r.kv_replicated_decode)} per step)"
+    return bounds
+
+
+def _warnings(state: DashboardState, r: DashboardResult) -> list[str]:
+    warnings = []
+    if r.fits is False:
+        warnings.append(f"Does not fit: {format_bytes(r.memory_needed)} needed per GPU "
+                        f"({format_bytes(r.weights_per_gpu)} weights + {format_bytes(r.kv_per_gpu)} KV cache), "
+                        f"{format_bytes(r.memory_available)} available.")
+    model = r.estimate.model
+    if state.prompt_tokens + state.new_tokens > model.max_positions:
+        warnings.append(f"{model.name} was trained for at most {model.max_positions:,} positions: "
+                        f"prompt + answer is longer, the numbers are arithmetic only.")
+    return warnings
+
 
 #: The unit of the "Link bandwidth" field: a bare number typed there is this many GB/s (per GPU, per direction).
 LINK_UNIT = "GB/s"
@@ -256,11 +337,19 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
         state = DashboardState(machine=machine, **values)
     except (ValueError, TypeError) as exc:
         return _unpriced(None, _in_words(str(exc)))
-    v = dashboard_view(state)
-    hw = resolve_hardware(state)
-    if v.error is None:
-        r = v.result
-        warnings = list(v.warnings)
+    return state_reading(state)
+
+
+def state_reading(state: DashboardState) -> Reading:
+    """Every text the dashboard shows for ``state`` (a :class:`~course_lib.core.capstone.DashboardState`)."""
+    if not isinstance(state, DashboardState):
+        raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
+    r, error = _try(state)
+    hw = resolve_hardware(state) if state.hardware != THIS_MACHINE or state.machine is not None else None
+    if hw is None:
+        return _unpriced(state, _in_words(error))
+    if error is None:
+        warnings = _warnings(state, r)
         link_bound = r.allreduce_decode > r.estimate.tpot or r.allreduce_prefill > r.estimate.ttft
         if state.tensor_parallel > 1 and link_bound:
             warnings.append(
@@ -268,11 +357,12 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                 f"{format_time(r.estimate.tpot)} of the GPUs' own work (and {format_time(r.allreduce_prefill)} of the "
                 f"TTFT). Check the link bandwidth ({format_bandwidth(state.interconnect_bandwidth)} per GPU and "
                 f"direction): a bare number is read as {LINK_UNIT}.")
-        return Reading(state, r, True, False, v.ttft_text, v.tpot_text, v.total_text, v.tps_text,
-                       _memory_text(r, hw, v.memory_text), v.bounds_text, None, tuple(warnings))
+        return Reading(state, r, True, False, format_time(r.ttft), format_time(r.tpot), format_time(r.total),
+                       _result_tps_text(r), _memory_text(r, hw, _result_memory_text(r)), _bounds_text(state, r),
+                       None, tuple(warnings))
     dtype = get_precision(state.precision).compute_dtype
     if dtype in hw.peak_flops:
-        return _unpriced(state, _in_words(v.error))
+        return _unpriced(state, _in_words(error))
     # no published dense FLOP/s: the decode floor, the memory term alone (compute can only add time)
     floor_hw = hw.with_peak(dtype, FLOOR_PEAK)
     try:
@@ -286,7 +376,7 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
                f"({format_bandwidth(hw.bandwidth)}). Decode is memory-bound and compute can only add time, so real "
                f"decoding is no faster. On the computer running this app, 'Measure this machine' times its "
                f"compute too.")
-    memory = _memory_text(r, hw, memory_text(r.state))
+    memory = _memory_text(r, hw, _result_memory_text(r))
     warnings = ()
     if r.fits is False:
         warnings = (f"Does not fit: {format_bytes(r.memory_needed)} needed, {format_bytes(r.memory_available)} "
@@ -349,6 +439,8 @@ class ServingReading:
     static_batch: int | None = None
     static_total: float | None = None
     static_gpus: int | None = None
+    cost: PlanCost | None = None          # the continuous plan's $/M tokens and J/token (None: no price)
+    price_note: str | None = None         # where the GPU-hour price and the board power come from
 
     @property
     def meets_targets(self) -> bool | None:
@@ -364,9 +456,29 @@ class ServingReading:
         return None if self.gpus is None or self.static_gpus is None else self.static_gpus / self.gpus
 
 
+def _cost(state: DashboardState, gpus: int, tokens_per_s: float, price) -> tuple[PlanCost | None, str | None]:
+    """The plan's cost per token: the price given (per GPU-hour), else the course's sourced example for this GPU
+    (said so); the board power from the same examples where they hold this GPU."""
+    ex = deployment_examples()
+    example = ex["gpu_hour_price"].get(state.hardware)
+    power = ex["board_power_w"].get(state.hardware)
+    if price is None and example is None:
+        return None, "no GPU-hour price: type yours in 'GPU-hour price' for the cost per token"
+    if price is None:
+        price, note = example["usd_per_gpu_hour"], (f"an example price, not a quote: {example['what']}, "
+                                                    f"{example['cite']}; type yours in 'GPU-hour price'")
+    else:
+        note = "your GPU-hour price"
+    note += "" if power is None else f"; board power {power['watts']:g} W per GPU, the datasheet's maximum"
+    return plan_cost(gpus, tokens_per_s, price, None if power is None else power["watts"]), note
+
+
 def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: float, tpot_target: float,
-                    chunked_prefill: bool = True, seed: int = 0) -> ServingReading:
-    """Plan ``state`` for ``arrival_rate`` requests/s with p99 targets (seconds); see the module docstring."""
+                    chunked_prefill: bool = True, seed: int = 0, gpu_hour_price: float | None = None) -> ServingReading:
+    """Plan ``state`` for ``arrival_rate`` requests/s with p99 targets (seconds); see the module docstring.
+
+    ``gpu_hour_price`` (per GPU-hour, any currency) prices the plan's tokens (``cost``); without it the course's
+    sourced example price for the GPU is used where there is one, and ``price_note`` says so."""
     if not isinstance(state, DashboardState):
         raise TypeError(f"state must be a DashboardState, got {type(state).__name__}")
     rate = require_positive("arrival_rate", arrival_rate)
@@ -374,6 +486,8 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     if not isinstance(chunked_prefill, bool):
         raise TypeError(f"chunked_prefill must be True or False, got {type(chunked_prefill).__name__}")
     seed = require_count("seed", seed)
+    if gpu_hour_price is not None:
+        gpu_hour_price = require_positive("gpu_hour_price", gpu_hour_price)
     base = dict(arrival_rate=rate, ttft_target=ttft_t, tpot_target=tpot_t, chunked_prefill=chunked_prefill)
     if state.new_tokens < 2:
         return ServingReading(**base, problem="The serving plan needs answers of at least 2 tokens (a decode step "
@@ -396,8 +510,10 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     if b:
         static_total = compute(state.replace(batch=b)).total
         static_gpus = math.ceil(g.littles_law(rate, static_total) / b) * tp
+    cost, note = _cost(state, replicas * tp, rate * n, gpu_hour_price)
     out = ServingReading(**base, plan=plan, e2e=e2e, in_flight=in_flight, replicas=replicas,
-                         gpus=replicas * tp, static_batch=b, static_total=static_total, static_gpus=static_gpus)
+                         gpus=replicas * tp, static_batch=b, static_total=static_total, static_gpus=static_gpus,
+                         cost=cost, price_note=note)
     if tp > 1:
         return replace(out, sim_note="the serving simulator models one GPU per copy of the model (no tensor "
                                      "parallelism): set 'GPUs (TP)' to 1 for the simulated p99")

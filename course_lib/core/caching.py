@@ -549,7 +549,7 @@ def shared_prefix_workload(requests=400, prefixes=20, prefix_tokens=1024, suffix
 
 
 def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16) -> list[dict]:
-    """Replay ``requests`` through an LRU prefix cache of each byte budget (``course_lib.prefix_cache.simulate``).
+    """Replay ``requests`` through an LRU prefix cache of each byte budget (``course_lib.core.prefix_cache.simulate``).
 
     Every request recomputes at least its last token (``min_new_tokens=1``). Returns one dict per
     budget: ``budget_bytes``, ``hit_rate`` (fraction of requests that reused at least one block),

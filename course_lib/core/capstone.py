@@ -10,9 +10,9 @@ course's estimator and returns a :class:`DashboardResult`: TTFT, TPOT, total tim
 for one user and for the whole batch, the memory one GPU needs against what it has, and which bound
 (memory or compute) holds in prefill and in decode.
 
-The widget (``course_lib.widgets.capstone``) only wires controls to these plain functions: the TPOT
+The widget (``course_lib.lessons.widgets.capstone``) only wires controls to these plain functions: the TPOT
 label shows exactly :func:`tpot_text`, the TTFT label exactly :func:`ttft_text`, and the figure
-(``course_lib.plots.capstone``) plots :func:`latency_throughput_curve`.
+(``course_lib.lessons.plots.capstone``) plots :func:`latency_throughput_curve`.
 
 Tensor parallelism over ``G`` GPUs (Megatron-style) splits every weight matrix and the attention heads over
 the GPUs: each GPU stores and reads ``1/G`` of the weights and of the KV cache and does ``1/G`` of the
@@ -46,8 +46,9 @@ equals on one GPU, plus the collectives of tensor and expert parallelism), and :
 :func:`course_lib.core.serving.simulate` at the plan's load for its p50/p99.
 
 Nothing here imports torch, ipywidgets or matplotlib. The ``"this-machine"`` device is a spec measured
-with :func:`course_lib.bench.this_machine` and passed in ``DashboardState.machine``; it is never
-measured here.
+with :func:`course_lib.measure.machine.this_machine` and passed in ``DashboardState.machine``; it is never
+measured here. What the dashboard and the app *say* about a setting (their texts) is
+:mod:`course_lib.core.app`'s.
 """
 from __future__ import annotations
 
@@ -61,31 +62,28 @@ from course_lib.core.hardware import HardwareSpec, custom_hardware, get_hardware
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import get_precision
 from course_lib.core.serving.plans import steady_state_search  # the one steady-state search
-from course_lib.core.units import Quantity, format_bandwidth, format_bytes, format_time, parse_bandwidth
+from course_lib.core.units import format_bandwidth
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts, require_fraction,
                                         require_nonnegative, require_positive)
 
-__all__ = ["THIS_MACHINE", "NOT_AVAILABLE", "TENSOR_PARALLEL_CHOICES", "COLLECTIVE_ALGORITHMS", "COLLECTIVES",
+__all__ = ["THIS_MACHINE", "TENSOR_PARALLEL_CHOICES", "COLLECTIVE_ALGORITHMS", "COLLECTIVES",
            "CollectiveLatency", "COLLECTIVE_LATENCIES", "DashboardState", "DashboardResult",
-           "DashboardView", "CurvePoint", "hardware_choices", "resolve_hardware", "activation_bytes",
+           "CurvePoint", "hardware_choices", "resolve_hardware", "activation_bytes",
            "collective_latency", "collective_time", "allreduce_time_per_pass", "alltoall_time_per_pass",
            "StaticPlan", "static_plan", "ContinuousPlan", "continuous_plan", "simulate_plan", "compute",
-           "tpot_text", "ttft_text", "tps_text", "memory_text",
-           "dashboard_view", "latency_throughput_curve", "default_batches", "max_batch_that_fits",
-           "state_from_controls", "parse_interconnect", "describe", "meets_budget", "best_batch", "what_binds"]
+           "latency_throughput_curve", "default_batches", "max_batch_that_fits",
+           "describe", "meets_budget", "best_batch", "what_binds"]
 
 #: The hardware name of the machine the notebook runs on (measured on demand).
 THIS_MACHINE = "this-machine"
 
-#: What an output shows when the setting cannot be priced (no published peak FLOP/s, machine not measured).
-NOT_AVAILABLE = "n/a"
 
 #: GPU counts the widget offers for tensor parallelism.
 TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8)
 
 
 #: All-reduce algorithms the planner prices (``DashboardState.collective_algorithm``).
-COLLECTIVE_ALGORITHMS = ("ring", "tree")
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "one-shot")
 
 #: Collectives :func:`collective_time` prices.
 COLLECTIVES = ("all-reduce", "all-gather", "all-to-all")
@@ -110,6 +108,10 @@ class CollectiveLatency:
 COLLECTIVE_LATENCIES = {
     "ring": CollectiveLatency("ring", 6.6e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Ring", base=6.6, hop=0.6)),
     "tree": CollectiveLatency("tree", 6.8e-6, 0.6e-6, _NCCL_SOURCE.format(algo="Tree", base=6.8, hop=0.6)),
+    # no latency is published for the engines' custom one-shot kernels: NCCL's Ring LL figures, for its one step
+    "one-shot": CollectiveLatency("one-shot", 6.6e-6, 0.6e-6, "not published for the custom all-reduce kernels of "
+                                  "vLLM and TensorRT-LLM; the course reuses " + _NCCL_SOURCE.format(
+                                      algo="Ring", base=6.6, hop=0.6) + " An assumption: measure your own."),
 }
 
 
@@ -212,7 +214,7 @@ class DashboardState:
                 raise ValueError("interconnect_bandwidth (bytes/s per GPU and direction, halved if a datasheet adds "
                                  f"both directions) is required when tensor_parallel > 1: {hint}")
         if self.machine is not None and not isinstance(self.machine, HardwareSpec):
-            raise TypeError(f"machine must be a HardwareSpec (from course_lib.bench.this_machine()), "
+            raise TypeError(f"machine must be a HardwareSpec (from course_lib.measure.machine.this_machine()), "
                             f"got {type(self.machine).__name__}")
 
     def replace(self, **changes) -> "DashboardState":
@@ -237,7 +239,7 @@ def resolve_hardware(state: DashboardState) -> HardwareSpec:
     if state.hardware == THIS_MACHINE:
         if state.machine is None:
             raise ValueError("hardware 'this-machine' has not been measured yet: press 'Measure this machine' "
-                             "(or pass machine=course_lib.bench.this_machine())")
+                             "(or pass machine=course_lib.measure.machine.this_machine())")
         return state.machine
     return get_hardware(state.hardware)
 
@@ -274,8 +276,10 @@ def collective_time(collective: str, devices: int, message_bytes: float, link_ba
                     hop_latency: float | None = None) -> float:
     """Seconds of one collective over ``devices`` GPUs (0 on one GPU), latency included.
 
-    ``"all-reduce"``: ``allreduce_ring_time`` (or ``allreduce_tree_time`` with ``algorithm="tree"``, over
-    ``ceil(log2 devices)`` levels) of a ``message_bytes`` message; ``"all-gather"``: ``allgather_ring_time`` of a
+    ``"all-reduce"``: ``allreduce_ring_time`` (or ``allreduce_tree_time`` with ``algorithm="tree"``: inside one
+    node NCCL's tree is a chain of ``devices - 1`` steps each way; or ``allreduce_oneshot_time`` with
+    ``algorithm="one-shot"``, the engines' custom kernel over NVSwitch) of a ``message_bytes`` message;
+    ``"all-gather"``: ``allgather_ring_time`` of a
     ``message_bytes`` result; ``"all-to-all"``: ``alltoall_time``, each GPU sending ``message_bytes`` in all.
     Latencies: :func:`collective_latency`. ``link_bandwidth``: bytes/s per GPU and direction.
     """
@@ -289,8 +293,10 @@ def collective_time(collective: str, devices: int, message_bytes: float, link_ba
         raise ValueError("link_bandwidth is required for devices > 1")
     link = require_positive("link_bandwidth", link_bandwidth)
     if collective == "all-reduce":
-        if algorithm == "tree":
-            return g.allreduce_tree_time((devices - 1).bit_length(), message_bytes, link, base, hop)
+        if algorithm == "tree":                  # one node: NCCL's intra-node tree is a chain of G - 1 steps
+            return g.allreduce_tree_time(devices - 1, message_bytes, link, base, hop)
+        if algorithm == "one-shot":
+            return g.allreduce_oneshot_time(devices, message_bytes, link, base, hop)
         return g.allreduce_ring_time(devices, message_bytes, link, base, hop)
     if collective == "all-gather":
         return g.allgather_ring_time(devices, message_bytes, link, base, hop)
@@ -488,113 +494,6 @@ def compute(state: DashboardState) -> DashboardResult:
                            allreduce_decode=allreduces(dec_tokens), alltoall_prefill=alltoalls(pf_tokens),
                            alltoall_decode=alltoalls(dec_tokens), kv_replicated=replicated,
                            kv_replicated_prefill=kv_pf, kv_replicated_decode=kv_dec)
-
-
-def _try(state: DashboardState) -> tuple[DashboardResult | None, str | None]:
-    try:
-        return compute(state), None
-    except ValueError as exc:
-        return None, str(exc)
-
-
-def tpot_text(state: DashboardState) -> str:
-    """The TPOT label: ``format_time(compute(state).tpot)``, or ``"n/a"`` when the setting cannot be priced."""
-    r, _ = _try(state)
-    return NOT_AVAILABLE if r is None else format_time(r.tpot)
-
-
-def ttft_text(state: DashboardState) -> str:
-    """The TTFT label: ``format_time(compute(state).ttft)``, or ``"n/a"``."""
-    r, _ = _try(state)
-    return NOT_AVAILABLE if r is None else format_time(r.ttft)
-
-
-def _rate(tokens_per_s: float) -> str:
-    return f"{Quantity(tokens_per_s, 'number').format()} tokens/s"
-
-
-def tps_text(state: DashboardState) -> str:
-    """``"<per user> tokens/s per user, <aggregate> tokens/s in all"`` (or ``"n/a"``)."""
-    r, _ = _try(state)
-    if r is None:
-        return NOT_AVAILABLE
-    return f"{_rate(r.tps)} per user, {_rate(r.tps_aggregate)} in all"
-
-
-def memory_text(state: DashboardState) -> str:
-    """``"<needed> of <available> per GPU: fits"`` / ``"... does NOT fit"`` (or ``"n/a"``)."""
-    r, _ = _try(state)
-    if r is None:
-        return NOT_AVAILABLE
-    if r.memory_available is None:
-        return f"{format_bytes(r.memory_needed)} per GPU (capacity unknown)"
-    verdict = "fits" if r.fits else "does NOT fit"
-    return f"{format_bytes(r.memory_needed)} of {format_bytes(r.memory_available)} per GPU: {verdict}"
-
-
-@dataclass(frozen=True)
-class DashboardView:
-    """Every text the dashboard shows for one state (``error`` set when it cannot be priced)."""
-
-    state: DashboardState
-    result: DashboardResult | None
-    error: str | None
-    ttft_text: str
-    tpot_text: str
-    total_text: str
-    tps_text: str
-    memory_text: str
-    bounds_text: str
-    warnings: tuple[str, ...]
-
-
-def dashboard_view(state: DashboardState) -> DashboardView:
-    """The texts of every output for ``state``: what the widget's update does, as a plain function."""
-    r, err = _try(state)
-    if r is None:
-        return DashboardView(state, None, err, NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE,
-                             NOT_AVAILABLE, NOT_AVAILABLE, ())
-    e = r.estimate
-    bounds = f"prefill {r.prefill_bound}-bound, decode {r.decode_bound}-bound"
-    if state.tensor_parallel > 1:
-        bounds += (f"; all-reduces add {format_time(r.allreduce_prefill)} to TTFT and "
-                   f"{format_time(r.allreduce_decode)} to each decode step")
-        if state.expert_parallel:
-            bounds += (f"; expert all-to-alls add {format_time(r.alltoall_prefill)} and "
-                       f"{format_time(r.alltoall_decode)}")
-        if r.kv_replicated:
-            bounds += f"; every GPU reads the whole latent KV cache (+{format_time(r.kv_replicated_decode)} per step)"
-    warnings = []
-    if r.fits is False:
-        warnings.append(f"Does not fit: {format_bytes(r.memory_needed)} needed per GPU "
-                        f"({format_bytes(r.weights_per_gpu)} weights + {format_bytes(r.kv_per_gpu)} KV cache), "
-                        f"{format_bytes(r.memory_available)} available.")
-    if state.prompt_tokens + state.new_tokens > e.model.max_positions:
-        warnings.append(f"{e.model.name} was trained for at most {e.model.max_positions:,} positions: "
-                        f"prompt + answer is longer, the numbers are arithmetic only.")
-    return DashboardView(state, r, None, format_time(r.ttft), format_time(r.tpot), format_time(r.total),
-                         tps_text(state), memory_text(state), bounds, tuple(warnings))
-
-
-def parse_interconnect(text) -> float | None:
-    """The interconnect field: ``""`` -> ``None``; ``"450 GB/s"`` -> bytes/s; a number is bytes/s."""
-    if text is None:
-        return None
-    if isinstance(text, str):
-        if not text.strip():
-            return None
-        try:
-            return require_positive("interconnect_bandwidth", parse_bandwidth(text))
-        except ValueError as exc:
-            raise ValueError(f"interconnect_bandwidth: {exc}") from None
-    return require_positive("interconnect_bandwidth", text)
-
-
-def state_from_controls(machine: HardwareSpec | None = None, **values) -> DashboardState:
-    """A :class:`DashboardState` from the widget's control values (``interconnect_bandwidth`` may be text)."""
-    if "interconnect_bandwidth" in values:
-        values["interconnect_bandwidth"] = parse_interconnect(values["interconnect_bandwidth"])
-    return DashboardState(machine=machine, **values)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -839,15 +738,19 @@ def continuous_plan(state: DashboardState, users: int, tpot_budget: float = 0.05
                           memory_needed=memory(c), memory_limit=limit)
 
 
-def simulate_plan(plan: ContinuousPlan, requests: int = 2000, seed: int = 0, *, token_budget: int = 2048,
-                  chunked_prefill: bool = True, max_batch: int | None = None, kv_memory_fraction: float = 0.9):
-    """Simulate one GPU of a one-GPU ``plan`` at its load: :func:`course_lib.core.serving.simulate`'s result.
+def simulate_plan(plan: ContinuousPlan, requests: int | None = None, seed: int = 0, *, token_budget: int = 2048,
+                  chunked_prefill: bool = True, max_batch: int | None = None, kv_memory_fraction: float = 0.9,
+                  gpus: int | None = None, think_time: float = 0.0):
+    """Simulate one GPU of a one-GPU ``plan`` at its planned concurrency: :func:`course_lib.core.serving.simulate`.
 
-    The ``users`` of the plan are spread over its GPUs; each holds ``N = users / gpus`` sequences generating at
-    once, so by Little's law its requests arrive at ``N / (ttft + (n - 1) tpot)`` per second (Poisson), with
-    the steady-state TTFT and TPOT at ``ceil(N)`` sequences in flight. ``max_batch`` defaults to the plan's
-    ``sequences``. The simulator serves from one device:
-    plans with ``tensor_parallel > 1`` (or "this-machine") are refused with the reason.
+    The ``users`` of the plan generate at once, spread over its ``gpus`` (default: the plan's); each GPU serves
+    ``ceil(users / gpus)`` of them in a closed loop: a user sends its next request as soon as (after
+    ``think_time`` seconds) its answer ends, as a benchmark's ``--max-concurrency``. The first request of every
+    user (the opening burst) is the warm-up and is left out, and so are requests still running once the last one
+    was sent; ``requests`` (default: 8 per user, at least 1,000) makes the run long enough for a steady state,
+    and the result says how many requests its percentiles rest on (``summary()["measured"]``). ``max_batch``
+    defaults to the plan's ``sequences``. The simulator serves from one device: plans with
+    ``tensor_parallel > 1`` (or "this-machine") are refused with the reason.
     """
     from course_lib.core import serving
 
@@ -859,16 +762,109 @@ def simulate_plan(plan: ContinuousPlan, requests: int = 2000, seed: int = 0, *, 
                          f"parallelism or a measured machine (this plan: {describe(s)})")
     if plan.gpus is None:
         raise ValueError("the plan serves nobody (not even one sequence meets its budgets): nothing to simulate")
-    n = s.new_tokens
-    per_gpu = plan.users / plan.gpus                          # sequences in flight on each GPU (<= sequences)
-    c = max(1, math.ceil(per_gpu))
-    t_dec = compute(s.replace(batch=c)).tpot                  # the steady state at that load, not at the plan's limit
-    tpot = g.steady_state_tpot(t_dec, c, plan.prefill_time, n - 1)
-    rate = per_gpu / g.total_latency(plan.prefill_time + t_dec, n, tpot)
-    return serving.simulate(s.model, s.hardware, rate, s.prompt_tokens, n, requests=requests, seed=seed,
-                            precision=s.precision, kv_precision=s.kv_precision,
+    n_gpus = plan.gpus if gpus is None else require_count("gpus", gpus, minimum=1, maximum=10**6)
+    users = math.ceil(plan.users / n_gpus)                    # sequences generating at once on each GPU
+    if requests is None:
+        requests = max(1000, 8 * users)
+    return serving.simulate(s.model, s.hardware, None, s.prompt_tokens, s.new_tokens, requests=requests, seed=seed,
+                            users=users, think_time=think_time, precision=s.precision, kv_precision=s.kv_precision,
                             cached_prefix_tokens=s.cached_prefix_tokens,
                             max_batch=plan.sequences if max_batch is None else max_batch,
                             token_budget=token_budget, chunked_prefill=chunked_prefill,
                             kv_memory_fraction=kv_memory_fraction, compute_efficiency=s.compute_efficiency,
                             bandwidth_efficiency=s.bandwidth_efficiency)
+
+
+# --------------------------------------------------------------------------------------------------
+# A plan sized on its simulated p99, with a spare; what it costs per token
+# --------------------------------------------------------------------------------------------------
+__all__ += ["SizedPlan", "size_plan", "PlanCost", "plan_cost", "deployment_examples"]
+
+
+@dataclass(frozen=True)
+class SizedPlan:
+    """A plan sized on simulated percentiles (see :func:`size_plan`); seconds, tokens/s.
+
+    ``serving_gpus`` is the fewest GPUs (from the steady state's ``plan.gpus`` up) whose simulated p99 TTFT and
+    p99 TPOT at ``ceil(users / serving_gpus)`` users per GPU meet the budgets; ``gpus`` adds ``spare`` GPUs (N+1:
+    one may fail, or be drained for an upgrade, and the rest still meet the budgets). ``users_per_gpu / sequences``
+    is how close each GPU runs to the steady state's limit ``C`` (``headroom`` = 1 - that). ``tried`` holds
+    ``(gpus, summary)`` of every count simulated; ``summary`` is the one at ``serving_gpus``.
+    """
+
+    plan: ContinuousPlan
+    ttft_budget: float
+    tpot_budget: float
+    serving_gpus: int | None
+    spare: int
+    gpus: int | None
+    users_per_gpu: int | None
+    headroom: float | None
+    summary: dict | None
+    tried: tuple
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Output tokens/s of the serving GPUs together in the steady window (the spares serve nobody)."""
+        return None if self.summary is None else self.summary["steady_throughput"] * self.serving_gpus
+
+
+def size_plan(plan: ContinuousPlan, ttft_budget: float, tpot_budget: float, *, spare: int = 1,
+              requests: int | None = None, seed: int = 0, max_extra: int = 8) -> SizedPlan:
+    """Size ``plan`` on its simulated p99: from ``plan.gpus`` up, the first count of GPUs whose closed-loop
+    simulation (:func:`simulate_plan`) keeps the p99 TTFT within ``ttft_budget`` and the p99 TPOT within
+    ``tpot_budget`` (seconds), plus ``spare`` GPUs. At most ``max_extra`` GPUs beyond the plan's are tried;
+    ``serving_gpus`` is ``None`` when none of them passes."""
+    if not isinstance(plan, ContinuousPlan):
+        raise TypeError(f"plan must be a ContinuousPlan (from continuous_plan), got {type(plan).__name__}")
+    ttft_budget = require_positive("ttft_budget", ttft_budget)
+    tpot_budget = require_positive("tpot_budget", tpot_budget)
+    spare = require_count("spare", spare, maximum=10**6)
+    max_extra = require_count("max_extra", max_extra, maximum=1000)
+    if plan.gpus is None:
+        raise ValueError("the plan serves nobody (not even one sequence meets its budgets): nothing to size")
+    tried = []
+    for n in range(plan.gpus, plan.gpus + max_extra + 1):
+        summ = simulate_plan(plan, requests=requests, seed=seed, gpus=n).summary()
+        tried.append((n, summ))
+        if summ["ttft_p99"] <= ttft_budget and (summ["tpot_p99"] is None or summ["tpot_p99"] <= tpot_budget):
+            users = math.ceil(plan.users / n)
+            return SizedPlan(plan, ttft_budget, tpot_budget, n, spare, n + spare, users,
+                             1 - users / plan.sequences, summ, tuple(tried))
+    return SizedPlan(plan, ttft_budget, tpot_budget, None, spare, None, None, None, None, tuple(tried))
+
+
+def deployment_examples() -> dict:
+    """``course_lib/data/deployment_examples.json`` (a fresh copy): an example GPU-hour price and board powers,
+    each with its source. Examples, not the market: pass your own price to :func:`plan_cost`."""
+    from course_lib.core.data import load_catalog
+    return load_catalog("deployment_examples", copy=True)
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """What a deployment's tokens cost: ``gpus`` GPUs (spares included) delivering ``tokens_per_s`` output tokens/s.
+
+    ``per_million_tokens`` in the currency of ``gpu_hour_price`` (generated ``cost_per_million_tokens``);
+    ``joules_per_token`` at ``board_power`` watts per GPU (generated ``energy_per_token``; the board power is an
+    upper bound of the draw, and the host, network and cooling are left out).
+    """
+
+    gpus: int
+    tokens_per_s: float
+    gpu_hour_price: float
+    per_million_tokens: float
+    board_power: float | None
+    joules_per_token: float | None
+
+
+def plan_cost(gpus: int, tokens_per_s: float, gpu_hour_price: float, board_power: float | None = None) -> PlanCost:
+    """Price ``tokens_per_s`` output tokens/s on ``gpus`` GPUs at ``gpu_hour_price`` per GPU-hour (your price: the
+    course holds one sourced example, :func:`deployment_examples`), and its energy at ``board_power`` watts."""
+    n = require_count("gpus", gpus, minimum=1, maximum=10**6)
+    rate = require_positive("tokens_per_s", tokens_per_s)
+    price = require_positive("gpu_hour_price", gpu_hour_price)
+    power = None if board_power is None else require_positive("board_power", board_power)
+    return PlanCost(gpus=n, tokens_per_s=rate, gpu_hour_price=price,
+                    per_million_tokens=g.cost_per_million_tokens(price, n, rate), board_power=power,
+                    joules_per_token=None if power is None else g.energy_per_token(power, n, rate))

@@ -1,4 +1,4 @@
-"""Generate ``course_lib/core/_generated.py`` from the sympy expressions in ``course_lib.formulas``.
+"""Generate ``course_lib/core/_generated.py`` from the sympy expressions in ``course_lib.core.formulas``.
 
 Lessons: none
 

@@ -1,6 +1,6 @@
 """Predicted vs measured: every measurement the course has, next to its first-principles floor.
 
-Lessons: 08
+Lessons: 07, 08
 
 A :class:`Comparison` is one case: a measured time (``measured_s``) beside the time the course's
 estimator predicts for the same work (``predicted_s``), and their ratio
@@ -10,7 +10,7 @@ estimator predicts for the same work (``predicted_s``), and their ratio
 (the fraction of the floor's speed the real system reaches: 1 means "at the floor", 0.25 means the
 system took four times the floor). Three sources of cases:
 
-* :func:`published_cases` -- the published benchmarks in ``course_lib.measurements.published()``:
+* :func:`published_cases` -- the published benchmarks in ``course_lib.core.measurements.published()``:
   llama.cpp decode (tg) and prefill (pp) speeds of Llama-2-7B in f16 and q4_0 on every device the
   hardware catalog knows, and kipply's FasterTransformer decode figure. Records that cannot be
   predicted are listed, with the reason, by :func:`skipped_published`.
@@ -18,11 +18,11 @@ system took four times the floor). Three sources of cases:
   either from the H200's datasheet (``ceilings="datasheet"``) or from the copy bandwidth and matmul
   rate measured on that same GPU (``ceilings="measured"``, :func:`h200_hardware`).
 * :func:`machine_cases` -- the learner's own measurements (seconds per decode step at a context,
-  seconds per prefill), predicted on the learner's :class:`~course_lib.hardware.HardwareSpec`
-  (``course_lib.bench.this_machine()``). Pure: it takes numbers, never times anything.
+  seconds per prefill), predicted on the learner's :class:`~course_lib.core.hardware.HardwareSpec`
+  (``course_lib.measure.machine.this_machine()``). Pure: it takes numbers, never times anything.
 
 Every prediction comes from ``course_lib.estimate`` or from the functions generated from
-``course_lib.formulas`` (``memory_time``, ``phase_time``, ...): this module adds no formula.
+``course_lib.core.formulas`` (``memory_time``, ``phase_time``, ...): this module adds no formula.
 :func:`summary` condenses cases into the geometric-mean efficiency of each group.
 
 Choices a record leaves open are made here, in the open (each case's ``notes`` repeats them):
@@ -338,7 +338,7 @@ def fixed_cost_fit(a: Comparison, b: Comparison) -> tuple[float, float]:
     bytes move at: with a memory-bound floor Q / beta, ``measured = t0 + Q / (eta beta)``.
     """
     if not isinstance(a, Comparison) or not isinstance(b, Comparison):
-        raise TypeError("fixed_cost_fit needs two Comparison rows (from course_lib.compare)")
+        raise TypeError("fixed_cost_fit needs two Comparison rows (from course_lib.core.compare)")
     if a.predicted_s == b.predicted_s:
         raise ValueError(f"the two cases must have different floors to fit a slope, both are {a.predicted_s!r} s")
     args = (a.predicted_s, b.predicted_s, a.measured_s, b.measured_s)
@@ -356,16 +356,16 @@ def h200_hardware(ceilings: str = "datasheet") -> HardwareSpec:
     """The H200 as the catalog has it (``"datasheet"``) or with the ceilings measured on it (``"measured"``).
 
     Measured: the bandwidth is the kernel copy's (read + write counted) and the fp16/bf16 peak the
-    8192^3 fp16 matmul's, both from ``measurements.h200()['ceilings']``; capacity from the datasheet.
+    8192^3 fp16 matmul's, both from :func:`course_lib.core.measurements.h200_record`; capacity from the datasheet.
     """
     ceilings = require_choice("ceilings", ceilings, CEILINGS)
     hw = get_hardware("h200")
     if ceilings == "datasheet":
         return hw
-    c = measurements.h200()["ceilings"]
-    peak = c["matmul_8192_fp16_TFLOPs"] * 1e12
+    rec = measurements.h200_record()
+    peak = rec.matmul_fp16_flops
     return custom_hardware(
-        "h200-measured", bandwidth=c["copy_read_plus_write_GBps"] * 1e9, peak_flops={"fp16": peak, "bf16": peak},
+        "h200-measured", bandwidth=rec.copy_bandwidth, peak_flops={"fp16": peak, "bf16": peak},
         capacity=hw.capacity, memory_type=hw.memory_type, cache_bytes=hw.cache_bytes,
         display="NVIDIA H200 (measured ceilings)",
         source="measurements.h200()['ceilings']: kernel copy (read + write counted) and 8192^3 fp16 matmul",
@@ -555,7 +555,7 @@ def _rows(rows, what: str = "rows") -> list[Comparison]:
     rows = require_list(what, rows, "a list of Comparison rows")
     for i, r in enumerate(rows):
         if not isinstance(r, Comparison):
-            raise TypeError(f"{what}[{i}] must be a Comparison (from course_lib.compare), got {type(r).__name__}")
+            raise TypeError(f"{what}[{i}] must be a Comparison (from course_lib.core.compare), got {type(r).__name__}")
     return rows
 
 

@@ -2,7 +2,7 @@
 
 Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09
 
-Every number comes from the functions generated from ``course_lib.formulas``:
+Every number comes from the functions generated from ``course_lib.core.formulas``:
 
 * a phase (the prefill pass, or one decode step) is a sequence of operators -- the blocks' matrix products
   with their weight reads, attention with its K/V traffic, the lm_head, the embedding gather -- and costs
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from course_lib.core.numeric import raw as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.precision import default_kv_precision, get_precision
+from course_lib.core.precision import WEIGHT_GROUPS, get_layout, get_precision
 from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
@@ -52,7 +52,8 @@ def compute_dtype(precision, hardware=None) -> str:
     dtype = get_precision(precision).compute_dtype
     if hardware is not None:
         hw = get_hardware(hardware)
-        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16", "int8", "fp4"):
+        if dtype not in hw.peak_flops and dtype in ("fp8", "tf32", "bf16", "int8", "fp4") and \
+                dtype not in hw.effective_flops:
             dtype = "fp16"
     return dtype
 
@@ -267,12 +268,29 @@ class Estimate:
     decode_compute_steps: int
     weights_bytes: float
     kv_bytes: float
+    # an engine's profile (course_lib.core.forecast; estimate(..., engine=...)): its times replace the floor's
+    engine: str | None = None
+    engine_ttft: float | None = None
+    engine_tpot_sum: float | None = None
+    engine_tpot_first: float | None = None
+    engine_tpot_last: float | None = None
 
     # --- latency --------------------------------------------------------------------------------
     @property
     def ttft(self) -> float:
-        """Time to first token: the prefill pass (which also produces the first token)."""
+        """Time to first token: the prefill pass (which also produces the first token); with an engine, its
+        profile's time for the prefill plus one request's fixed cost."""
+        return self.prefill.time if self.engine is None else self.engine_ttft
+
+    @property
+    def floor_ttft(self) -> float:
+        """The floor's TTFT (the prefill at the given efficiencies), with or without an engine."""
         return self.prefill.time
+
+    @property
+    def floor_tpot(self) -> float:
+        """The floor's mean time per output token, with or without an engine."""
+        return self.decode_time_sum / self.decode_steps if self.decode_steps else self.decode_first.time
 
     @property
     def decode_steps(self) -> int:
@@ -281,15 +299,17 @@ class Estimate:
     @property
     def tpot(self) -> float:
         """Mean time per output token over the n-1 decode steps (the next step's time when n = 1)."""
-        return self.decode_time_sum / self.decode_steps if self.decode_steps else self.decode_first.time
+        if self.engine is not None:
+            return self.engine_tpot_sum / self.decode_steps if self.decode_steps else self.engine_tpot_first
+        return self.floor_tpot
 
     @property
     def tpot_first(self) -> float:
-        return self.decode_first.time
+        return self.decode_first.time if self.engine is None else self.engine_tpot_first
 
     @property
     def tpot_last(self) -> float:
-        return self.decode_last.time
+        return self.decode_last.time if self.engine is None else self.engine_tpot_last
 
     @property
     def total(self) -> float:
@@ -330,7 +350,7 @@ class Estimate:
         """The source material's TPS recipe: decode FLOPs divided by compute (wrong for decode: it is memory-bound)."""
         if self.decode_steps == 0:
             return self.decode_first.compute_time
-        return g.compute_time(self.decode_flops_sum / self.decode_steps, self.hardware.flops(self.compute_dtype),
+        return g.compute_time(self.decode_flops_sum / self.decode_steps, self.hardware.compute_rate(self.compute_dtype),
                               self.compute_efficiency)
 
     @property
@@ -375,7 +395,7 @@ class Estimate:
         d = {k: getattr(self, k) for k in keys}
         d.update(model=self.model.name, hardware=self.hardware.name, prompt_tokens=self.prompt_tokens,
                  new_tokens=self.new_tokens, batch=self.batch, precision=self.precision,
-                 kv_precision=self.kv_precision)
+                 kv_precision=self.kv_precision, engine=self.engine)
         return d
 
 
@@ -438,18 +458,46 @@ def _step_work(m: ModelSpec, tokens, logit_rows, attention_flops, kv_tokens, byt
     ``parts``: ``m.streamed_param_parts(tokens)`` when the caller has it already.
     """
     p = m.streamed_param_parts(tokens) if parts is None else parts
+    b = _group_bytes(m, bytes_per_weight)
+    attn_w = m.layers * m.attention_params_per_layer
+    dense_bytes = g.weight_bytes(attn_w, b["attention"]) + g.weight_bytes(p["dense_blocks"] - attn_w, b["mlp"])
     if m.is_moe:
-        products = (("matmuls", g.linear_flops(p["dense_blocks"], tokens),
-                     g.weight_bytes(p["dense_blocks"], bytes_per_weight)),
+        products = (("matmuls", g.linear_flops(p["dense_blocks"], tokens), dense_bytes),
                     ("experts", g.linear_flops(m.active_expert_params, tokens),
-                     g.weight_bytes(p["experts"], bytes_per_weight)))
+                     g.weight_bytes(p["experts"], b["experts"])))
     else:
-        products = (("matmuls", g.linear_flops(p["blocks"], tokens),    # a dense model uses every block weight
-                     g.weight_bytes(p["blocks"], bytes_per_weight)),)
+        products = (("matmuls", g.linear_flops(p["blocks"], tokens), dense_bytes),)  # a dense model: every weight
     return products + (
         ("attention", attention_flops, g.kv_cache_bytes(m.kv_values_per_token, bytes_per_kv, kv_tokens, 1)),
-        ("lm_head", g.linear_flops(p["lm_head"], logit_rows), g.weight_bytes(p["lm_head"], bytes_per_weight)),
-        ("embedding", 0.0, g.weight_bytes(p["embedding"], bytes_per_weight)))
+        ("lm_head", g.linear_flops(p["lm_head"], logit_rows), g.weight_bytes(p["lm_head"], b["lm_head"])),
+        ("embedding", 0.0, g.weight_bytes(p["embedding"], b["embedding"])))
+
+
+def _group_bytes(m: ModelSpec, bytes_per_weight) -> dict:
+    """Bytes per weight of each group: one number for every group, or a layout's (a tied embedding is the lm_head's
+    matrix, so it is stored, gathered and read in the lm_head's format)."""
+    if not isinstance(bytes_per_weight, dict):
+        return dict.fromkeys(WEIGHT_GROUPS, bytes_per_weight)
+    b = dict(bytes_per_weight)
+    if m.tied_embeddings:
+        b["embedding"] = b["lm_head"]
+    return b
+
+
+def _layout_weight_bytes(m: ModelSpec, b: dict) -> float:
+    """Bytes to hold every weight of ``m`` with the group bytes ``b``."""
+    b = _group_bytes(m, b)
+    attn_w = m.layers * m.attention_params_per_layer
+    routed = m.moe_layers * (m.experts or 0) * m.expert_params
+    return (g.weight_bytes(attn_w, b["attention"]) + g.weight_bytes(m.block_params - attn_w - routed, b["mlp"])
+            + g.weight_bytes(routed, b["experts"]) + g.weight_bytes(m.embedding_params, b["embedding"])
+            + g.weight_bytes(m.lm_head_params, b["lm_head"]))
+
+
+def _streamed_bytes(m: ModelSpec, tokens, b) -> float:
+    """Weight bytes one forward step over ``tokens`` tokens reads, each group in its own format (the sum of
+    :func:`_step_work`'s weight reads)."""
+    return math.fsum(w[2] for w in _step_work(m, tokens, 1, 0.0, 0, b, 1.0) if w[0] != "attention")
 
 
 def _sum_operators(lines, lo, hi, window):
@@ -523,13 +571,18 @@ def _count_positive(intercept, slope, p, q) -> int:
 
 
 def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_precision=None, batch=1,
-             cached_prefix_tokens=0, compute_efficiency=1.0, bandwidth_efficiency=1.0) -> Estimate:
+             cached_prefix_tokens=0, compute_efficiency=1.0, bandwidth_efficiency=1.0, engine=None) -> Estimate:
     """Estimate the latency of generating ``new_tokens`` after a ``prompt_tokens`` prompt.
 
     ``model``/``hardware`` are catalog names ('mistral-7b', 'rtx-4090', …) or specs. ``precision`` is
     the weights' format, ``kv_precision`` the KV cache's (default: same as the weights, or fp16 for
     integer/block formats). ``cached_prefix_tokens`` of the prompt already have K/V in a cache.
+    ``engine`` ('llama.cpp', 'vLLM', 'SGLang', 'TensorRT-LLM', 'transformers'): the engine's profile fitted to
+    published measurements (:mod:`course_lib.core.forecast`) gives TTFT and TPOT; ``None`` (default) is the floor.
     """
+    if engine is not None and (compute_efficiency != 1.0 or bandwidth_efficiency != 1.0):
+        raise ValueError("engine: pass either engine= (its profile has fitted efficiencies) or compute_efficiency/"
+                         "bandwidth_efficiency for the floor, not both")
     m = get_model(model)
     hw = get_hardware(hardware)
     P = require_count("prompt_tokens", prompt_tokens, minimum=1)
@@ -544,19 +597,20 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
                          f"pass must be at most {MAX_COUNT:.0e} (the largest count the course computes with)")
     eta_c = require_fraction("compute_efficiency", compute_efficiency)
     eta_b = require_fraction("bandwidth_efficiency", bandwidth_efficiency)
-    bw_w = _prec("precision", precision)
-    wname = get_precision(precision).name
-    kv_precision = default_kv_precision(wname) if kv_precision is None else kv_precision
+    layout = get_layout(precision)
+    bw_w = {grp: layout.bytes(grp) for grp in WEIGHT_GROUPS}     # bytes per weight of each group of weights
+    wname = layout.name
+    kv_precision = layout.kv_precision if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
     kvname = get_precision(kv_precision).name
-    dtype = compute_dtype(wname, hw)
-    peak = hw.flops(dtype)
+    dtype = compute_dtype(layout.compute_format, hw)
+    peak = hw.compute_rate(dtype)
     k_tok = m.kv_bytes_per_token(kvname)
     attn = m.attn_dim
 
     # prefill: the new prompt tokens of every sequence in one pass
     Pn = P - C
-    ws_prefill = m.streamed_params(B * Pn) * bw_w
+    ws_prefill = _streamed_bytes(m, B * Pn, bw_w)
     pf_flops = g.prefill_flops(B, m.active_block_params, Pn, m.vocab, m.hidden, m.layers, m.heads, attn, C)
     pf_bytes = g.prefill_bytes(ws_prefill, B, C, Pn, k_tok)
 
@@ -570,7 +624,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
 
     # decode: per-step costs are linear in the attended tokens a = min(context, window) (only attention's are
     # not constant); the step's operators at a
-    ws = m.streamed_params(B) * bw_w
+    ws = _streamed_bytes(m, B, bw_w)
     attn_d = m.decode_attn_dim
 
     parts = m.streamed_param_parts(B)
@@ -607,11 +661,15 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
         t_sum = f_sum = b_sum = 0.0
         n_comp = 0
 
-    return Estimate(
+    est = Estimate(
         model=m, hardware=hw, prompt_tokens=P, new_tokens=n, precision=wname, kv_precision=kvname, batch=B,
         cached_prefix_tokens=C, compute_efficiency=eta_c, bandwidth_efficiency=eta_b, compute_dtype=dtype,
         prefill=prefill, decode_first=step(first_c), decode_last=step(last_c), decode_time_sum=t_sum,
         decode_flops_sum=f_sum, decode_bytes_sum=b_sum, decode_compute_steps=n_comp,
-        weights_bytes=m.weight_bytes(wname),
+        weights_bytes=m.weight_bytes(wname) if layout.uniform else _layout_weight_bytes(m, bw_w),
         kv_bytes=g.kv_cache_bytes(m.kv_values_per_token, b_kv, m.attended_tokens(P + n), B),
     )
+    if engine is None:
+        return est
+    from course_lib.core.forecast import with_engine
+    return with_engine(est, engine)

@@ -131,10 +131,14 @@ class S:
     decode_steps = _sym("decode_steps", r"(n - 1)", integer=True, positive=True)   # n - 1 for n new tokens
     # lesson 10: serving many users
     arrival_rate = _sym("arrival_rate", r"\lambda", **_pos)
+    gpu_hour_price = _sym("gpu_hour_price", r"p_{GPU}", **_pos)     # the price of one GPU for one hour
+    board_power = _sym("board_power", r"P_{board}", **_pos)          # watts one GPU draws (at most its board power)
+    token_rate = _sym("token_rate", r"X_{tok}", **_pos)              # output tokens per second of all the GPUs
+    transfer_time = _sym("transfer_time", r"t_{x}", **_nn)           # a whole K/V transfer, sent at once
     time_in_system = _sym("time_in_system", r"W", **_nn)
     acceptance = _sym("acceptance", r"\alpha", **_nn)
     draft_tokens = _sym("draft_tokens", r"k", integer=True, nonnegative=True)
-    # the calibrated decode model (course_lib.validate)
+    # the calibrated decode model (course_lib.measure.validate)
     kv_bandwidth = _sym("kv_bandwidth", r"\beta_{kv}", **_pos)
     weights_time = _sym("weights_time", r"t_W", **_nn)
     kv_time = _sym("kv_time", r"t_{KV}", **_nn)
@@ -151,6 +155,19 @@ class S:
     linear_time = _sym("linear_time", r"t_{lin}", **_nn)
     attention_time = _sym("attention_time", r"t_{att}", **_nn)
     lm_head_time = _sym("lm_head_time", r"t_{head}", **_nn)
+    # engine profiles fitted to published measurements (course_lib.core.forecast; lesson 08)
+    steps = _sym("steps", r"n_{step}", integer=True, nonnegative=True)
+    requests = _sym("requests", r"n_{req}", integer=True, nonnegative=True)
+    request_fixed = _sym("request_fixed", r"t_{req}", **_nn)
+    floor_memory_time = _sym("floor_memory_time", r"t_{mem}", **_nn)
+    floor_compute_time = _sym("floor_compute_time", r"t_{gemm}", **_nn)
+    floor_attention_time = _sym("floor_attention_time", r"t_{attn}", **_nn)
+    attention_efficiency = _sym("attention_efficiency", r"\eta_a", **_pos)
+    floor_prefill_attention_time = _sym("floor_prefill_attention_time", r"t_{attn,pf}", **_nn)
+    prefill_attention_efficiency = _sym("prefill_attention_efficiency", r"\eta_{a,pf}", **_pos)
+    dequant_penalty = _sym("dequant_penalty", r"\kappa_q", **_nn)
+    gemm_floor_time = _sym("gemm_floor_time", r"t_{gemm}", **_pos)
+    weights_floor_time = _sym("weights_floor_time", r"t_{mem}", **_pos)
 
 
 @dataclass(frozen=True)
@@ -347,9 +364,16 @@ _f("allreduce_ring_time",
    "each GPU's link. At small messages the latency terms dominate.", "s")
 _f("allreduce_tree_time", s.base_latency + 2 * s.tree_depth * s.hop_latency + 2 * s.message_bytes / s.link_bandwidth,
    (s.tree_depth, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
-   "A binary-tree all-reduce: a reduce up the d = ceil(log2 G) levels and a broadcast down them (2 d steps), "
-   "pipelined, so each link carries the message once each way: 2 m / beta (NCCL's tree bandwidth is half its "
-   "bus bandwidth).", "s")
+   "A tree all-reduce: a reduce up d steps and a broadcast down them (2 d steps), pipelined, so each link carries "
+   "the message once each way: 2 m / beta (NCCL's tree bandwidth is half its bus bandwidth). Inside one node "
+   "NCCL's tree is a chain, d = G - 1 (tuning.cc: 2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)); "
+   "between nodes it adds log2(nodes) levels.", "s")
+_f("allreduce_oneshot_time",
+   s.base_latency + s.hop_latency + (s.devices - 1) * s.message_bytes / s.link_bandwidth,
+   (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
+   "A one-shot all-reduce inside one switched node (NVSwitch): every GPU reads the G - 1 other partial sums "
+   "straight from their memory and adds them, one step; its link carries (G - 1) m. The custom all-reduce of "
+   "vLLM and TensorRT-LLM for small messages.", "s")
 _f("allgather_ring_time",
    s.base_latency + (s.devices - 1) * s.hop_latency + (s.devices - 1) / s.devices * s.message_bytes / s.link_bandwidth,
    (s.devices, s.message_bytes, s.link_bandwidth, s.base_latency, s.hop_latency),
@@ -375,13 +399,26 @@ _f("speculative_tokens_per_step", (1 - s.acceptance ** (s.draft_tokens + 1)) / (
    "Expected tokens one verification step of speculative decoding yields: k drafted tokens, each accepted with "
    "probability alpha until the first rejection, plus the target model's own token (the sum of alpha**i for "
    "i = 0..k; its limit at alpha = 1 is k + 1).", "tokens")
+_f("cost_per_million_tokens", 10**6 * s.gpu_hour_price * s.devices / (3600 * s.token_rate),
+   (s.gpu_hour_price, s.devices, s.token_rate),
+   "What a million output tokens cost on `devices` GPUs rented at gpu_hour_price each per hour that together "
+   "deliver token_rate tokens/s (the currency of the price; idle and spare GPUs are paid for too).", "price/Mtok")
+_f("energy_per_token", s.board_power * s.devices / s.token_rate, (s.board_power, s.devices, s.token_rate),
+   "Joules per output token of `devices` GPUs drawing board_power watts each while they deliver token_rate "
+   "tokens/s (the board power is an upper bound of the draw: host, network and cooling are not counted).", "J")
 _f("kv_transfer_time", s.prompt * s.kv_bytes_per_token / s.link_bandwidth,
    (s.prompt, s.kv_bytes_per_token, s.link_bandwidth),
    "Seconds to send the K/V of a P-token prompt from a prefill GPU to a decode GPU over a link of "
    "link_bandwidth (prefill/decode disaggregation; latency per message not counted).", "s")
+_f("kv_transfer_exposed_time",
+   sp.Max(s.transfer_time / s.layers, s.transfer_time - s.prefill_time * (s.layers - 1) / s.layers),
+   (s.transfer_time, s.prefill_time, s.layers),
+   "The part of a K/V transfer the first token waits for when each layer's K/V is sent as soon as the prefill has "
+   "computed it (layer by layer, as disaggregated servers stream it): the last layer's share, or, when the link is "
+   "slower than the prefill, what the transfer has left once the prefill is done.", "s")
 
 
-# --- the calibrated decode/prefill model (course_lib.validate, lesson 06) ----------------------------------------
+# --- the calibrated decode/prefill model (course_lib.measure.validate, lesson 06) --------------------------------
 _f("kv_read_time", s.batch * s.context * s.kv_bytes_per_token / s.kv_bandwidth,
    (s.batch, s.context, s.kv_bytes_per_token, s.kv_bandwidth),
    "Time a decode step spends reading the K/V of `context` tokens of every sequence, at the rate attention "
@@ -453,6 +490,36 @@ _f("fixed_cost_fit_fixed_time", sp.simplify(_fit[s.fixed_time]),
    (s.predicted_a, s.predicted_b, s.measured_a, s.measured_b),
    "t0 of fixed_cost_time through two cases (the intercept of measured against floor).", "s")
 
+# --- engine profiles (course_lib.core.forecast, lesson 08): the floor's parts, each at the engine's own rate ---------
+# The floor takes the slower of compute and memory per operator; a real engine also pays a fixed cost per step
+# (kernel launches, scheduling, sampling) and per request (tokenisation, admission), and overlaps its loads with
+# its arithmetic imperfectly: the profile adds the parts, each divided by an efficiency fitted to published runs.
+_f("engine_profile_time",
+   s.steps * (s.step_fixed + s.layers * s.step_per_layer) + s.requests * s.request_fixed
+   + s.floor_memory_time / s.bandwidth_efficiency
+   + s.floor_compute_time * (1 / s.compute_efficiency + s.dequant_penalty)
+   + s.floor_attention_time / s.attention_efficiency
+   + s.floor_prefill_attention_time / s.prefill_attention_efficiency,
+   (s.steps, s.step_fixed, s.layers, s.step_per_layer, s.requests, s.request_fixed, s.floor_memory_time,
+    s.bandwidth_efficiency, s.floor_compute_time, s.compute_efficiency, s.dequant_penalty, s.floor_attention_time,
+    s.attention_efficiency,
+    s.floor_prefill_attention_time, s.prefill_attention_efficiency),
+   "An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: "
+   "kernel launches and framework dispatch) and per request, plus the floor's parts at fitted "
+   "efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when "
+   "block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention "
+   "(K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf).", "s")
+_f("effective_step_efficiency", s.predicted_time / (s.step_fixed + s.predicted_time / s.bandwidth_efficiency),
+   (s.predicted_time, s.step_fixed, s.bandwidth_efficiency),
+   "The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency "
+   "eta: it grows with the bytes a step streams (a small step is dominated by the fixed cost).", "fraction")
+_f("effective_gemm_efficiency",
+   s.gemm_floor_time / (s.gemm_floor_time / s.compute_efficiency + s.weights_floor_time / s.bandwidth_efficiency),
+   (s.gemm_floor_time, s.compute_efficiency, s.weights_floor_time, s.bandwidth_efficiency),
+   "The share of the peak FLOP/s a step's matrix products reach when their weight reads and arithmetic add up: it "
+   "grows with the tokens in the step (more FLOPs per weight byte) towards eta_c.", "fraction")
+
+
 def expr(name: str) -> sp.Expr:
     """The sympy expression of formula ``name``."""
     return _formula(name).expr
@@ -500,7 +567,7 @@ def derive_decode_sum() -> dict[str, sp.Expr]:
             "k_at_mean_context": k}
 
 
-# --- prefill score passes (course_lib.validate, lesson 07) -------------------------------------------------------
+# --- prefill score passes (course_lib.measure.validate, lesson 07) --------------------------------------------------
 S.score_rate = _sym("score_rate", r"r_{score}", **_pos)
 _f("score_pass_time",
    s.batch * s.layers * s.heads * s.new_prompt * (s.new_prompt + s.cached) / s.score_rate,

@@ -85,6 +85,8 @@ class HardwareSpec:
     capacity_marketing_gb: float | None = None   # the number printed on the box ("141" for an H200)
     capacity_source: str = ""
     interconnects: Mapping[str, Interconnect] = field(default_factory=dict)
+    effective_flops: Mapping[str, float] = field(default_factory=dict)   # FLOP/s derived from a measurement
+    effective_basis: str = ""                    # how ``effective_flops`` was derived, with its source
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -99,15 +101,15 @@ class HardwareSpec:
         if not isinstance(self.interconnects, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, Interconnect) for k, v in self.interconnects.items()):
             raise TypeError("interconnects must be a dict of name -> Interconnect, e.g. {'pcie': Interconnect(...)}")
-        for field_name in ("memory_type", "display", "source", "capacity_source"):
+        for field_name in ("memory_type", "display", "source", "capacity_source", "effective_basis"):
             if not isinstance(getattr(self, field_name), str):
                 raise TypeError(f"{field_name} must be a string, got {type(getattr(self, field_name)).__name__}")
-        for field_name in ("peak_flops", "accumulate", "sparse_flops", "measured"):
+        for field_name in ("peak_flops", "accumulate", "sparse_flops", "measured", "effective_flops"):
             value = getattr(self, field_name)
             if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
                 raise TypeError(f"{field_name} must be a dict with string keys (dtype names such as 'fp16'), "
                                 f"got {type(value).__name__}")
-        for field_name in ("peak_flops", "sparse_flops"):
+        for field_name in ("peak_flops", "sparse_flops", "effective_flops"):
             for k, v in getattr(self, field_name).items():
                 require_positive(f"{field_name}[{k!r}]", v)
 
@@ -130,6 +132,18 @@ class HardwareSpec:
             f"hardware {self.name!r} has no published dense {dtype[:40]} peak FLOP/s (dtype; published: {have}); "
             f"pass a spec with one, e.g. get_hardware({self.name!r}).with_peak({dtype[:40]!r}, 50e12)"
         )
+
+    def compute_rate(self, dtype: str = "fp16") -> float:
+        """FLOP/s the estimator prices ``dtype`` work at: the datasheet's dense peak (:meth:`flops`) where one is
+        published, else the catalog's *effective* rate (``effective_flops``, derived from a sourced measurement and
+        marked so in ``effective_basis``: Apple GPUs, DGX Spark's fp16); a clear error when neither exists."""
+        if isinstance(dtype, str) and dtype not in self.peak_flops and dtype in self.effective_flops:
+            return self.effective_flops[dtype]
+        return self.flops(dtype)
+
+    def rate_is_effective(self, dtype: str = "fp16") -> bool:
+        """True when :meth:`compute_rate` returns a measured effective rate rather than a datasheet peak."""
+        return dtype not in self.peak_flops and dtype in self.effective_flops
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """FLOP per byte at which a kernel turns compute-bound on this device."""
@@ -189,6 +203,8 @@ def _build(key: str) -> HardwareSpec:
         accumulate=dict(e.get("accumulate", {})),
         sparse_flops={k: v * 1e12 for k, v in e.get("sparse_TFLOPs", {}).items() if v is not None},
         source=e["source"], measured=dict(e.get("measured", {})),
+        effective_flops={k: v * 1e12 for k, v in e.get("effective_TFLOPs", {}).items() if k != "basis"},
+        effective_basis=e.get("effective_TFLOPs", {}).get("basis", ""),
     )
 
 
@@ -199,5 +215,9 @@ def get_hardware(hardware) -> HardwareSpec:
     return _build(require_choice("hardware", hardware, _catalog()))
 
 
-def list_hardware() -> list[str]:
-    return list(_catalog())
+def list_hardware(every: bool = False) -> list[str]:
+    """Catalog device names: the lessons' devices, or with ``every=True`` also those marked ``listed: false``
+    (added with the published-measurement set; every one of them works with :func:`get_hardware`)."""
+    if not isinstance(every, bool):
+        raise TypeError(f"every must be True or False, got {type(every).__name__}")
+    return [k for k, e in _catalog().items() if every or e.get("listed", True)]

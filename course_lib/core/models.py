@@ -3,7 +3,7 @@
 Lessons: 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10
 
 A :class:`ModelSpec` holds what exact counts need. Every count is computed by the functions that
-``course_lib.codegen`` generated from the sympy expressions in ``course_lib.formulas``.
+``course_lib.core.codegen`` generated from the sympy expressions in ``course_lib.core.formulas``.
 
 Conventions (taught in lessons 02 and 03):
 
@@ -447,7 +447,7 @@ def _entry(key: str) -> dict:
     e = _catalog()[key]
     if "engine_config" not in e:
         return e
-    # the engines issue's raw config.json (course_lib/data/engine_configs.json), kept whole: one copy of the file
+    # the raw config.json (course_lib/data/engine_configs.json), kept whole: one copy of the file
     raw = data.load_catalog("engine_configs")["configs"][e["engine_config"]]
     return {**e, "config": raw["config"], "config_source": raw["source"]}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from course_lib.core.validation import require_choice, require_count, require_positive
 
 __all__ = ["Precision", "PRECISIONS", "bytes_per_element", "get_precision", "FLOAT_KV_FORMATS", "default_kv_precision",
-           "block_format"]
+           "block_format", "WEIGHT_GROUPS", "Layout", "LAYOUTS", "get_layout"]
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision("q4_k_m", 4.84, "llama.cpp Q4_K_M: a mix, tensor by tensor: q4_K for most weights, q6_K for half "
                   "of attn_v and ffn_down and for the output matrix; on average 4.84 bits/weight for Llama-2-7B "
                   "(the average depends on the model's shapes)",
-                  source="llama.cpp tools/quantize/README.md, 'Llama 2 7B' table of bits per weight (BPW): "
-                  "Q4_K_M 4.84 (Q4_K_S 4.58, Q6_K 6.56)"),
+                  source="llama.cpp examples/quantize/README.md (2024, before the file moved to tools/quantize/), "
+                  "section 'Quantization', table 'Llama 2 7B' (Quantization | Bits per Weight (BPW)): Q4_K_M 4.84 "
+                  "(Q4_K_S 4.58, Q6_K 6.56); today's tools/quantize/README.md tabulates Llama-3.1-8B instead "
+                  "(Q4_K_M 4.8944 bits/weight)"),
         block_format("mxfp4", 4, 32, 8, description="OCP MXFP4: blocks of 32 FP4 (E2M1) elements + one E8M0 8-bit "
                      "scale: (32 x 4 + 8) / 32 = 4.25 bits/weight", source=_MX, compute_dtype="fp4"),
         block_format("nvfp4", 4, 16, 8, description="NVIDIA NVFP4: blocks of 16 FP4 (E2M1) elements + one FP8 E4M3 "
@@ -171,3 +173,113 @@ def default_kv_precision(precision="fp16", kv_precision=None) -> str:
         return get_precision(kv_precision).name
     w = get_precision(precision).name
     return w if w in FLOAT_KV_FORMATS else "fp16"
+
+
+# --- per-tensor-group precision: a layout gives each group of weights (and the KV cache) its own format --------
+#: the groups of weights a layout names (attention: Q/K/V/O projections; mlp: dense MLPs, shared experts, routers and
+#: norms; experts: the routed experts of a mixture of experts; embedding: the token table; lm_head: the output matrix)
+WEIGHT_GROUPS: tuple[str, ...] = ("attention", "mlp", "experts", "embedding", "lm_head")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Formats per group of weights (``formats``: group -> precision name) and the KV cache's (``kv``, or None for
+    the weights' default). A plain format is the layout with every group in it. ``models``: the catalog models the
+    layout is published for (empty: any)."""
+
+    name: str
+    formats: tuple[tuple[str, str], ...]
+    kv: str | None = None
+    description: str = ""
+    source: str = ""
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
+        for f in ("description", "source"):
+            if not isinstance(getattr(self, f), str):
+                raise TypeError(f"{f} must be a string, got {type(getattr(self, f)).__name__}")
+        if not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models):
+            raise TypeError("models must be a tuple of catalog model names")
+        if not isinstance(self.formats, tuple) or not all(
+                isinstance(x, tuple) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in self.formats):
+            raise TypeError("formats must be a tuple of (group, format) pairs of strings, e.g. (('attention', "
+                            "'bf16'), ...)")
+        groups = [g_ for g_, _ in self.formats]
+        if sorted(groups) != sorted(WEIGHT_GROUPS):
+            raise ValueError(f"precision: a layout names every group of {WEIGHT_GROUPS} once, got {groups}")
+        for _, f in self.formats:
+            get_precision(f)
+        if self.kv is not None:
+            get_precision(self.kv)
+
+    def format(self, group: str) -> Precision:
+        """The :class:`Precision` of ``group`` (one of :data:`WEIGHT_GROUPS`)."""
+        group = require_choice("group", group, WEIGHT_GROUPS)
+        return get_precision(dict(self.formats)[group])
+
+    def bytes(self, group: str) -> float:
+        return self.format(group).bytes
+
+    @property
+    def uniform(self) -> bool:
+        return len({get_precision(f).name for _, f in self.formats}) == 1
+
+    @property
+    def kv_precision(self) -> str:
+        """The KV cache's format: the layout's own, else the default for its dense weights' format."""
+        return get_precision(self.kv).name if self.kv is not None else default_kv_precision(self.format("mlp").name)
+
+    @property
+    def compute_format(self) -> str:
+        """The format the matrix products compute in: the dense weights' (the 'mlp' group's)."""
+        return self.format("mlp").name
+
+
+def _layout(name, kv=None, description="", source="", models=(), **formats) -> Layout:
+    return Layout(name, tuple((g_, formats[g_]) for g_ in WEIGHT_GROUPS), kv, description, source, tuple(models))
+
+
+_GPT_OSS = ("OpenAI gpt-oss model card (arXiv 2508.10925, 'Quantization') and the checkpoints' config.json "
+            "quantization_config: quant_method mxfp4 with modules_to_not_convert = the attention (self_attn), the "
+            "routers, embed_tokens and lm_head, which stay BF16")
+_LLAMA_CPP_OUT = ("llama.cpp src/llama-quant.cpp (llama_tensor_get_type): the output matrix -- or the token embedding "
+                  "when the model ties them and has no separate output -- is quantised to Q6_K in Q4_0/Q4_K files")
+LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in [
+    _layout("gpt-oss-mxfp4", attention="bf16", mlp="bf16", experts="mxfp4", embedding="bf16", lm_head="bf16",
+            kv="bf16", description="gpt-oss as published: MXFP4 routed experts, everything else BF16",
+            source=_GPT_OSS, models=("gpt-oss-20b", "gpt-oss-120b")),
+    _layout("gguf-gpt-oss-mxfp4", attention="q8_0", mlp="q8_0", experts="mxfp4", embedding="q8_0", lm_head="q8_0",
+            kv="fp16", description="gpt-oss's GGUF (ggml-org): MXFP4 experts kept, the BF16 tensors as Q8_0",
+            source="ggml-org/gpt-oss-20b-GGUF and gpt-oss-120b-GGUF model cards (MXFP4 experts, other tensors "
+                   "Q8_0)", models=("gpt-oss-20b", "gpt-oss-120b")),
+    _layout("gguf-q4_0", attention="q4_0", mlp="q4_0", experts="q4_0", embedding="q4_0", lm_head="q6_k",
+            description="a llama.cpp Q4_0 file: Q4_0 weights, the output matrix (or a tied embedding) in Q6_K",
+            source=_LLAMA_CPP_OUT),
+    _layout("gguf-q4_k_m", attention="q4_k_m", mlp="q4_k_m", experts="q4_k_m", embedding="q4_k", lm_head="q6_k",
+            description="a llama.cpp Q4_K_M file: the Q4_K/Q6_K mix of its blocks (the 4.84 bits/weight average), "
+                        "the token embedding in Q4_K, the output matrix (or a tied embedding) in Q6_K",
+            source=_LLAMA_CPP_OUT + "; block average as for q4_k_m"),
+]}
+
+
+def get_layout(precision) -> Layout:
+    """The :class:`Layout` for ``precision``: a layout name (:data:`LAYOUTS`), a dict {group: format} (every group
+    of :data:`WEIGHT_GROUPS` not named takes ``'default'``'s format, fp16 if absent), a Layout, or a plain format
+    (every group in it)."""
+    if isinstance(precision, Layout):
+        return precision
+    if isinstance(precision, dict):
+        unknown = sorted(set(precision) - set(WEIGHT_GROUPS) - {"default", "kv"})
+        if unknown:
+            raise ValueError(f"precision: a layout's groups are {WEIGHT_GROUPS} (plus 'default' and 'kv'), got "
+                             f"{unknown}")
+        base = precision.get("default", "fp16")
+        fm = {g_: precision.get(g_, base) for g_ in WEIGHT_GROUPS}
+        name = "+".join(f"{g_}:{get_precision(f).name}" for g_, f in fm.items())
+        return _layout(name, kv=precision.get("kv"), **fm)
+    if isinstance(precision, str) and precision.strip().lower() in LAYOUTS:
+        return LAYOUTS[precision.strip().lower()]
+    p = get_precision(precision)
+    return _layout(p.name, **dict.fromkeys(WEIGHT_GROUPS, p.name))

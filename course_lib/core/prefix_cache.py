@@ -13,7 +13,7 @@ No lesson imports it directly; lessons 05-09 reach it through ``course_lib.core.
     simulate(requests, block_tokens=16, capacity_bytes=64e6, bytes_per_token=131072).hit_rate
 
 Plain Python: no torch. The cache only stores *payloads* (whatever the caller hands it: K/V
-tensors in :meth:`course_lib.tinylm.TinyLM.prefill_cached`, or nothing at all in a simulation) and
+tensors in :meth:`course_lib.measure.tinylm.TinyLM.prefill_cached`, or nothing at all in a simulation) and
 charges every block ``block_tokens * bytes_per_token`` bytes, so hit rates can be simulated for a
 real model's K/V size without holding any K/V.
 

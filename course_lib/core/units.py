@@ -60,7 +60,7 @@ units and suggests close matches (``"14 GBs"`` -> did you mean ``'GB'``?); negat
 infinity are rejected; anything that is neither a string nor a real number raises ``TypeError``.
 Plain numbers (int, float, numpy/torch/sympy scalars) are accepted as already in the base unit.
 
-This module uses only the standard library and ``course_lib.validation``.
+This module uses only the standard library and ``course_lib.core.validation``.
 """
 from __future__ import annotations
 

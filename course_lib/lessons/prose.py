@@ -12,7 +12,7 @@ code cell::
 
 and the notebook shows rendered Markdown. ``md`` only builds the display object; it does no
 arithmetic of its own. Helpers here cover what lessons repeat: thousands separators, self-check
-questions with a hidden answer (``<details>``), and formulas rendered from ``course_lib.formulas``.
+questions with a hidden answer (``<details>``), and formulas rendered from ``course_lib.core.formulas``.
 
 This module imports IPython lazily (inside the functions), so importing it costs nothing in
 plain Python and it never drags IPython into the core library.
@@ -83,7 +83,7 @@ def details(question: str, answer: str, /) -> str:
 
 
 def formula(name: str, /) -> str:
-    """The formula ``name`` from ``course_lib.formulas`` as a display equation (``$$lhs = rhs$$``)."""
+    """The formula ``name`` from ``course_lib.core.formulas`` as a display equation (``$$lhs = rhs$$``)."""
     from course_lib.core import formulas  # imported lazily: formulas pulls in sympy
 
     return f"$${formulas.equation(name)}$$"

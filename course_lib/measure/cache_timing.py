@@ -1,8 +1,7 @@
-"""Lesson 07 on a real (small) model: K/V reuse timed on a TinyLM, profiled, and predicted by the calibrated model.
+"""K/V reuse on a real (small) model: timed on a TinyLM, profiled, and predicted by the calibrated model.
 
 Lessons: 07
 
-Serves lesson 07 (``notebooks/07_first_token_optimisation.ipynb``, sections on measuring caches).
 The caching *model* (estimates, sessions, costs) is torch-free: :mod:`course_lib.core.caching`.
 This module measures the same cases on a :class:`course_lib.measure.tinylm.TinyLM` (torch):
 
@@ -13,16 +12,16 @@ This module measures the same cases on a :class:`course_lib.measure.tinylm.TinyL
     s = cache_timing.measure_session_ttft(lm, system_tokens=512, user_tokens=32, reply_tokens=64, turns=5)
     m = cache_timing.measure_module_reuse(lm, (256, 256, 256), 32)     # how approximate modular reuse is
     cache_timing.profile_prefill(lm, 1056)                              # where a prefill's time goes
-    cal = validate.calibrate(**cache_timing.calibration_shapes(1024, 32), ttft_model=lm.spec)
+    cal = calibrate.calibrate(**cache_timing.calibration_shapes(1024, 32), ttft_model=lm.spec)
     cache_timing.predict_prefix_ttft_calibrated(lm.spec, 1024, 32, cal)
 
 * **measurement**: :func:`measure_prefix_ttft`, :func:`measure_session_ttft` (timed with the public
-  ``Stopwatch`` and ``quartiles`` of :mod:`course_lib.measure.bench`), :func:`measure_module_reuse`
+  ``Stopwatch`` and ``quartiles`` of :mod:`course_lib.measure.timing`), :func:`measure_module_reuse`
   (logit agreement of reused module K/V, ``tinylm.logit_agreement``) and :func:`profile_prefill`
   (torch.profiler, operators grouped by :data:`PROFILE_GROUPS`);
 * **calibrated prediction** of the same cases with the probes-only model of
-  :mod:`course_lib.measure.validate`: :func:`calibration_shapes` (what to probe),
-  :func:`predict_prefix_ttft_calibrated`, :func:`predict_session_ttft_calibrated`.
+  :mod:`course_lib.measure.calibrate` and :mod:`~course_lib.measure.predict`: :func:`calibration_shapes` (what
+  to probe), :func:`predict_prefix_ttft_calibrated`, :func:`predict_session_ttft_calibrated`.
 
 Uses only public names of :mod:`course_lib.core` (the session shape comes from
 ``caching.check_session`` / ``caching.turn_prompts``, hit-vs-miss ratios from ``caching.HitMiss``).
@@ -41,7 +40,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from course_lib.core.caching import HitMiss, check_session, turn_prompts
 from course_lib.core.validation import require_count
-from course_lib.measure import bench, validate
+from course_lib.measure import predict
+from course_lib.measure.timing import Stopwatch, quartiles
 from course_lib.measure.tinylm import TinyLM, logit_agreement
 
 __all__ = [
@@ -103,7 +103,7 @@ def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, rep
 
     The prompt is ``prefix_tokens`` + ``new_tokens`` random ids; the state comes from an untimed
     prefill of the prefix. The two kinds of run alternate (``warmup`` untimed pairs first), each
-    synchronised on a GPU, with a fixed CPU thread count (``bench.Stopwatch``).
+    synchronised on a GPU, with a fixed CPU thread count (``Stopwatch``).
     """
     P = require_count("prefix_tokens", prefix_tokens, minimum=1)
     n = require_count("new_tokens", new_tokens, minimum=1)
@@ -112,7 +112,7 @@ def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, rep
     _check_lm(lm, P + n)
     ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P + n)
     full_t, cached_t, diff = [], [], 0.0
-    with bench.Stopwatch(lm.device, threads) as sw:
+    with Stopwatch(lm.device, threads) as sw:
         lm.prefill(ids[:P])
         state = lm.save_state()
         for i in range(w + reps):
@@ -122,8 +122,8 @@ def measure_prefix_ttft(lm, prefix_tokens: int = 1024, new_tokens: int = 32, rep
                 full_t.append(t_full)
                 cached_t.append(t_cached)
             diff = max(diff, float((full[P:].float() - cached.float()).abs().max()))
-    fq1, fmed, fq3 = bench.quartiles(full_t)
-    cq1, cmed, cq3 = bench.quartiles(cached_t)
+    fq1, fmed, fq3 = quartiles(full_t)
+    cq1, cmed, cq3 = quartiles(cached_t)
     return PrefixTiming(P, n, fmed, fq1, fq3, cmed, cq1, cq3, reps, sw.threads, diff, state.nbytes)
 
 
@@ -174,7 +174,7 @@ def measure_session_ttft(lm, system_tokens: int = 512, user_tokens: int = 32, re
         conv += _random_ids(rng, lm.spec.vocab, u + r)
     nc = [[] for _ in range(T)]
     c = [[] for _ in range(T)]
-    with bench.Stopwatch(lm.device, threads) as sw:
+    with Stopwatch(lm.device, threads) as sw:
         def timed(fn, *args):
             return sw.time(fn, *args)[0]
 
@@ -287,7 +287,7 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
         raise ValueError(f"prefix_tokens must be < prompt_tokens ({P}), got {C}")
     _check_lm(lm, P)
     ids = _random_ids(random.Random(require_count("seed", seed)), lm.spec.vocab, P)
-    with bench.Stopwatch(lm.device, threads) as sw:
+    with Stopwatch(lm.device, threads) as sw:
         gpu = sw.device.type == "cuda"
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         state = None
@@ -316,12 +316,12 @@ def profile_prefill(lm, prompt_tokens: int = 1056, seed: int = 0, threads: int |
 
 
 # --------------------------------------------------------------------------------------------------
-# The same cases predicted by the calibrated model (course_lib.measure.validate: probes only)
+# The same cases predicted by the calibrated model (course_lib.measure.calibrate: probes only)
 # --------------------------------------------------------------------------------------------------
 def calibration_shapes(prefix_tokens=None, new_tokens=None, system_tokens=None, user_tokens=None,
                        reply_tokens=None, turns=None) -> dict:
     """The prefill shapes :func:`predict_prefix_ttft_calibrated` and/or :func:`predict_session_ttft_calibrated`
-    price, as keyword arguments of ``validate.calibrate``: ``{"prompt_lengths": [...], "cached_prefills":
+    price, as keyword arguments of ``calibrate.calibrate``: ``{"prompt_lengths": [...], "cached_prefills":
     [(prompt_tokens, cached_tokens), ...]}``, so that every GEMM and score pass is probed at its exact shape.
 
     A prefix case is a full prefill of ``prefix_tokens + new_tokens`` and the same prompt with the prefix
@@ -349,35 +349,35 @@ def calibration_shapes(prefix_tokens=None, new_tokens=None, system_tokens=None, 
 
 @dataclass(frozen=True)
 class CalibratedPrefix(HitMiss):
-    """:func:`measure_prefix_ttft`'s two passes predicted by the calibrated model (``validate.Prediction`` each)."""
+    """:func:`measure_prefix_ttft`'s two passes predicted by the calibrated model (``predict.Prediction`` each)."""
 
     prefix_tokens: int
     new_tokens: int
-    full: validate.Prediction      # lm.prefill(prompt)
-    cached: validate.Prediction    # lm.prefill(prompt, prefix=state)
+    full: predict.Prediction      # lm.prefill(prompt)
+    cached: predict.Prediction    # lm.prefill(prompt, prefix=state)
 
     ttft_hit = property(lambda self: self.cached.seconds, doc="Predicted TTFT (s) with the prefix's K/V loaded.")
     ttft_miss = property(lambda self: self.full.seconds, doc="Predicted TTFT (s) of the full prefill.")
 
 
 def predict_prefix_ttft_calibrated(spec, prefix_tokens, new_tokens, calibration) -> CalibratedPrefix:
-    """Predict :func:`measure_prefix_ttft` with the calibrated model (``course_lib.measure.validate``).
+    """Predict :func:`measure_prefix_ttft` with the calibrated model (:mod:`course_lib.measure.predict`).
 
-    ``full``: ``validate.predict_ttft(spec, P + n, calibration)``; ``cached``: the same with
+    ``full``: ``predict.predict_ttft(spec, P + n, calibration)``; ``cached``: the same with
     ``cached_tokens=P`` on the ``prefix`` path (the state's K/V copied in, n new tokens computed).
-    ``calibration`` comes from ``validate.calibrate(...)`` (pass ``**calibration_shapes(...)`` for GEMM
+    ``calibration`` comes from ``calibrate.calibrate(...)`` (pass ``**calibration_shapes(...)`` for GEMM
     and score-pass rates at these exact shapes).
     """
     P = require_count("prefix_tokens", prefix_tokens, minimum=1)
     n = require_count("new_tokens", new_tokens, minimum=1)
-    full = validate.predict_ttft(spec, P + n, calibration)
-    cached = validate.predict_ttft(spec, P + n, calibration, cached_tokens=P, reuse="prefix")
+    full = predict.predict_ttft(spec, P + n, calibration)
+    cached = predict.predict_ttft(spec, P + n, calibration, cached_tokens=P, reuse="prefix")
     return CalibratedPrefix(P, n, full, cached)
 
 
 @dataclass(frozen=True)
 class CalibratedSession(_SessionTotals):
-    """:func:`measure_session_ttft` predicted per turn by the calibrated model (``validate.Prediction`` each)."""
+    """:func:`measure_session_ttft` predicted per turn by the calibrated model (``predict.Prediction`` each)."""
 
     system_tokens: int
     user_tokens: int
@@ -400,12 +400,12 @@ def predict_session_ttft_calibrated(spec, system_tokens, user_tokens, reply_toke
     """Predict :func:`measure_session_ttft` with the calibrated model, turn by turn.
 
     Turn t's prompt and cached tokens are ``caching.turn_prompts``'; without a cache each turn is
-    ``validate.predict_ttft(spec, prompt, calibration)``, with one ``cached_tokens=<cached>`` on the
+    ``predict.predict_ttft(spec, prompt, calibration)``, with one ``cached_tokens=<cached>`` on the
     ``session`` path (``TinyLM.extend``: the K/V are already in place).
     """
     S, u, r, T = _session(system_tokens, user_tokens, reply_tokens, turns)
     nc, c = [], []
     for prompt, cached in turn_prompts(S, u, r, T):
-        nc.append(validate.predict_ttft(spec, prompt, calibration))
-        c.append(validate.predict_ttft(spec, prompt, calibration, cached_tokens=cached, reuse="session"))
+        nc.append(predict.predict_ttft(spec, prompt, calibration))
+        c.append(predict.predict_ttft(spec, prompt, calibration, cached_tokens=cached, reuse="session"))
     return CalibratedSession(S, u, r, T, tuple(nc), tuple(c))

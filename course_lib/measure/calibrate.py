@@ -12,7 +12,7 @@ Lessons: 06, 07
 of the models it calibrates for (their weight matrices, head layouts and prompt lengths) and returns
 a :class:`Calibration`. Which probes run, and with which settings, is one table (:data:`PROBES`, one
 entry per kind of measurement) and one list of jobs (:func:`probe_jobs`). The predictions built on it
-are :mod:`course_lib.measure.predict`; the benchmark that checks them is ``python -m course_lib.validate``.
+are :mod:`course_lib.measure.predict`; the benchmark that checks them is ``python -m course_lib.measure.validate``.
 
 The models of the benchmark (:data:`VALIDATION_MODELS`, :data:`FAST_MODELS`) and their structure
 (:func:`weight_matrices`, :func:`stream_between_ops`) are here because the calibration probes their shapes.
@@ -36,13 +36,13 @@ from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
                                        measure_op_overhead, measure_score_passes)
 from course_lib.measure.steady import keep_threads
-from course_lib.measure.threads import pin_allocator
+from course_lib.measure import allocator as _allocator
 from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
            "check_clock", "load_average", "PROBES", "ProbeSettings", "probe_jobs", "cold_streams", "reprobe_gemv",
-           "reprobe", "Drift"]
+           "reprobe"]
 
 _BASE = get_model("llama-3-8b")
 
@@ -149,7 +149,7 @@ class Calibration:
     #: the probe settings a re-probe (:func:`reprobe_gemv`) repeats: fast settings, and one probe's memory budget
     fast: bool = False
     budget_bytes: int | None = None
-    #: what :func:`~course_lib.measure.threads.pin_allocator` did before the probes ran ("" where not asked: a GPU)
+    #: what the allocator did while the probes ran (:func:`course_lib.measure.allocator.state`; "" on a GPU)
     allocator: str = ""
 
     def with_probes(self, gemv: Sequence[Mapping] = (), gemm: Sequence[Mapping] = (),
@@ -477,8 +477,7 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     policy = thread_policy_for(threads, dev)            # None on a GPU
     nthreads = None if policy is None else policy.threads
     clock = check_clock(clock, dev, nthreads)
-    # on a CPU, a block of a given size allocates alike in the probes and in the model they predict
-    allocator = pin_allocator().description if dev.type == "cpu" else ""
+    allocator = _allocator.state().description if dev.type == "cpu" else ""   # recorded, never changed here
     specs = model_specs(models, fast)
     prompts = require_counts("prompt_lengths", (FAST_PROMPTS if fast else TTFT_PROMPTS) if prompt_lengths is None
                              else prompt_lengths)
@@ -504,50 +503,14 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
                        budget_bytes=budget_bytes, allocator=allocator)
 
 
-@dataclass(frozen=True)
-class Drift:
-    """How the machine's GEMV bandwidth moved while one model was measured (decode).
-
-    ``calibrated``: the model's weights term (seconds, at its shortest context) from the calibration;
-    ``bracketed``: the same term from each set of GEMV probes run before, between and after its measurements.
-    """
-
-    model: str
-    calibrated: float
-    bracketed: tuple
-
-    @property
-    def relative(self) -> float:
-        """(max - min) / min over the calibration and every bracket."""
-        xs = (self.calibrated, *self.bracketed)
-        return (max(xs) - min(xs)) / min(xs)
-
-    def step(self, i: int) -> float:
-        """How far the probe sets ``i`` and ``i + 1`` disagree: |difference| / the smaller."""
-        a, b = self.bracketed[i], self.bracketed[i + 1]
-        return abs(b - a) / min(a, b)
-
-    @property
-    def largest_step(self) -> float:
-        """The largest disagreement between two consecutive probe sets (0 with fewer than two)."""
-        return max((self.step(i) for i in range(len(self.bracketed) - 1)), default=0.0)
-
-    def line(self) -> str:
-        lo, hi = min(self.bracketed), max(self.bracketed)
-        return (f"{self.model}: weights term {self.calibrated * 1e3:.1f} ms from the calibration, {lo * 1e3:.1f} to "
-                f"{hi * 1e3:.1f} ms from the {len(self.bracketed)} sets of probes around its measurements "
-                f"(all together they move by {self.relative:.0%})")
-
-
 def reprobe_gemv(calibration: Calibration, shapes: Iterable[tuple[int, int]]) -> dict:
     """The GEMV probes of ``shapes`` run again with ``calibration``'s settings: {(m, k): bytes/s} now.
 
-    A machine's memory bandwidth drifts (on a shared VM by about 10 % within a minute, with no CPU steal to
-    show for it: other tenants share the memory controllers). A benchmark that compares a prediction with a
-    measurement taken minutes after the calibration would count that drift as the model's error, so
-    :func:`course_lib.measure.validate.run` re-runs the GEMV probes of each model before its first
-    measurement and after each one (probe, model, probe, ...) and predicts each from the probes around it.
-    Only probes run here, never the model.
+    A machine's memory bandwidth drifts (other tenants of a shared machine share its memory controllers,
+    with no CPU steal to show for it). A benchmark that compares a prediction with a
+    measurement taken minutes after the calibration would count that drift as the model's error, so a
+    benchmark re-runs the probes around each measurement (probe, model, probe, ...: :mod:`course_lib.measure.
+    benchmarks.bracket`) and predicts each from the probes around it. Only probes run here, never the model.
     """
     keys = [(require_count("m", m, minimum=1), require_count("k", k, minimum=1)) for m, k in shapes]
     if not keys:
@@ -559,9 +522,8 @@ def reprobe(calibration: Calibration, kind: str, keys: Iterable) -> dict:
     """The probes of one ``kind`` of :data:`PROBES` ("gemv", "gemm", ...) run again for ``keys`` with
     ``calibration``'s settings (threads, clock, fast, rotation, memory budget): {key: what the probe returns}.
 
-    :func:`reprobe_gemv` is this for the GEMVs; the engine benchmark also re-runs the GEMMs of each model's
-    prefill around its measurement (their rate drifts by as much as the bandwidth: 106 against 137 ms for
-    GPT-2's 128-row prefill GEMMs in two calibrations a minute apart here).
+    :func:`reprobe_gemv` is this for the GEMVs; a benchmark of prefills re-runs the GEMMs too (their rate
+    drifts by as much as the bandwidth).
     """
     if not isinstance(calibration, Calibration):
         raise TypeError(f"calibration must be a Calibration, got {type(calibration).__name__}")

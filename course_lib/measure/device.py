@@ -9,8 +9,8 @@ Lessons: 05, 06, 07, 08, 09
 
 Nothing here times anything: :mod:`course_lib.measure.timing` times, :mod:`~course_lib.measure.probes`
 sizes its buffers from the cache and memory figures read here, :mod:`~course_lib.measure.machine`
-records them. CPU caches are read from Linux sysfs here (the caches the CPUs in use share; the root
-is injectable), else from ``lscpu`` / macOS ``sysctl`` via :mod:`course_lib.measure.sysinfo`; GPU
+records them. CPU caches are read from Linux sysfs (the caches the CPUs in use share, through the one sysfs
+reader :func:`course_lib.measure.sysinfo.sysfs_cache_instances`), else from ``lscpu`` / macOS ``sysctl``; GPU
 figures come from the CUDA driver. The memory budget of one probe is defined here once
 (:data:`MEMORY_BUDGET_FRACTION`, :data:`FAST_MEMORY_BUDGET_BYTES`).
 """
@@ -23,8 +23,8 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "SYSFS_CPU", "parse_cpu_list",
-           "cpus_in_use", "sysfs_cache_instances", "cache_sizes", "last_level_cache_bytes",
+__all__ = ["fast_mode", "default_device", "resolve_device", "device_name", "cpus_in_use", "cache_sizes",
+           "last_level_cache_bytes",
            "MEMORY_BUDGET_FRACTION", "FAST_MEMORY_BUDGET_BYTES", "ASSUMED_RAM_BYTES", "cgroup_memory_room",
            "available_memory", "memory_budget_note", "memory_budget", "memory_capacity", "FALLBACK_LLC_BYTES"]
 
@@ -83,29 +83,11 @@ def device_name(device=None) -> str:
     return cpu_info().get("model") or "CPU"
 
 
-#: where Linux describes the CPU caches: ``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``
-SYSFS_CPU = Path("/sys/devices/system/cpu")
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """CPUs of a Linux CPU list such as ``"0-3,8,10-11"`` (ValueError for anything else)."""
-    if not isinstance(text, str):
-        raise TypeError(f"cpu list must be a string such as '0-3,8', got {type(text).__name__}")
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise ValueError(f"cpu list must look like '0-3,8', got {text!r}")
-        lo = int(m.group(1))
-        cpus.update(range(lo, int(m.group(2) or lo) + 1))
-    return frozenset(cpus)
 
 
 def cpus_in_use() -> frozenset[int] | None:
@@ -114,41 +96,6 @@ def cpus_in_use() -> frozenset[int] | None:
         return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return None
-
-
-def sysfs_cache_instances(root=SYSFS_CPU, cpus: Iterable[int] | None = None) -> list[dict]:
-    """Every distinct cache that the CPUs ``cpus`` use, once, from a Linux sysfs tree under ``root``.
-
-    ``cpus``: default :func:`cpus_in_use` (all CPUs of the tree where the OS does not say). Each CPU's
-    ``cache/index*`` folders describe the caches it uses; a cache shared by several CPUs appears under
-    each of them with the same ``shared_cpu_list``, and is counted once. Returns
-    ``[{level, type, size_bytes, cpus}]`` sorted by level and type (``cpus``: the frozenset of CPUs
-    that share the instance); an empty list when the tree says nothing (no sysfs: macOS, Windows).
-    ``root`` is injectable so tests feed recorded trees.
-    """
-    from course_lib.measure.sysinfo import _parse_size
-    root = Path(root)
-    if cpus is None:
-        cpus = cpus_in_use()
-    if cpus is None:
-        dirs = sorted(root.glob("cpu[0-9]*"))
-    else:
-        dirs = [root / f"cpu{int(c)}" for c in sorted(set(cpus))]
-    found: dict[tuple, dict] = {}
-    for cpu_dir in dirs:
-        for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
-            level, ctype = _read_text(idx / "level"), _read_text(idx / "type")
-            size = _parse_size(_read_text(idx / "size"))
-            if not (level and level.isdigit() and ctype and size):
-                continue
-            shared_text = _read_text(idx / "shared_cpu_list")
-            try:
-                shared = parse_cpu_list(shared_text) if shared_text else frozenset({int(cpu_dir.name[3:])})
-            except ValueError:
-                shared = frozenset({int(cpu_dir.name[3:])})
-            found.setdefault((int(level), ctype, shared),
-                             {"level": int(level), "type": ctype, "size_bytes": size, "cpus": shared})
-    return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], sorted(k[2])))]
 
 
 def _sizes_from_instances(instances: list[dict]) -> dict[str, int]:
@@ -171,7 +118,8 @@ def cache_sizes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = No
     last level **the measuring threads see**, the total of the last-level instances shared by the
     CPUs in use (the affinity mask, or ``cpus``): two sockets with a 32 MiB L3 each give 32 MiB to a
     process pinned to one socket and 64 MiB to one that spans both. Read from Linux sysfs
-    (``sysfs_root``, default :data:`SYSFS_CPU`; :func:`sysfs_cache_instances`); where sysfs says
+    (``sysfs_root``, default :data:`course_lib.measure.sysinfo.SYSFS_CPU`;
+    :func:`course_lib.measure.sysinfo.sysfs_cache_instances`); where sysfs says
     nothing, ``lscpu`` or macOS ``sysctl`` (:func:`course_lib.measure.sysinfo.cache_info`), whose
     last level is summed over all its instances (they do not say which CPUs share which).
     GPU: ``{"L2": ..., "LLC": ...}``. An empty dict when nothing tells.
@@ -180,7 +128,9 @@ def cache_sizes(device=None, *, sysfs_root=None, cpus: Iterable[int] | None = No
     if dev.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
         return {"L2": l2, "LLC": l2} if l2 else {}
-    instances = sysfs_cache_instances(SYSFS_CPU if sysfs_root is None else sysfs_root, cpus)
+    from course_lib.measure import sysinfo
+    instances = sysinfo.sysfs_cache_instances(sysinfo.SYSFS_CPU if sysfs_root is None else sysfs_root,
+                                              cpus_in_use() if cpus is None else cpus)
     if instances or sysfs_root is not None:
         return _sizes_from_instances(instances)
     from course_lib.measure.sysinfo import cache_info

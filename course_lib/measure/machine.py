@@ -2,8 +2,7 @@
 
 Lessons: 05, 06, 07, 08, 09
 
-Lesson 05 (the ceilings), lesson 08 (predicted vs measured), exercise set 05 and the app (lesson 09's
-"Measure this machine")::
+The ceilings a learner's machine reaches, as hardware the estimator takes::
 
     from course_lib.measure import machine
     m = machine.measure_machine()        # copy bandwidth, matmul FLOP/s per dtype, a rotated GEMV sweep

@@ -1,6 +1,6 @@
 """Whole-model timings of a :class:`course_lib.measure.tinylm.TinyLM`: TTFT and TPOT.
 
-Lessons: 05, 06, 07, 08
+Lessons: 05, 06, 08
 
     from course_lib.measure import model_timing as mt
     mt.measure_prefill(lm, [128, 512])                   # TTFT: fresh prompts from an empty cache
@@ -9,7 +9,7 @@ Lessons: 05, 06, 07, 08
 
 Each prefill or decode step is one timed call, synchronised on a GPU, with a fixed CPU thread count and
 the clock of :mod:`course_lib.measure.timing` (``clock=``; None: the one in force). The results carry
-their median and quartiles (``spread``). :mod:`course_lib.measure.validate` compares them with the
+their median and quartiles (``spread``). :mod:`course_lib.measure.benchmarks.tinylm_bench` compares them with the
 calibrated prediction.
 """
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Lessons: 05, 06, 07, 08, 09
 
-Lesson 05 (GEMV, copy, matmul, which dtypes run well), lesson 06 and :mod:`course_lib.measure.calibrate`
-(a linear layer at a model's shape, the K/V read of decode attention, the per-op overhead, the score
-passes and attention products of a prefill), lesson 08 and exercise set 05::
+GEMV, copy, matmul and which dtypes run well; for :mod:`course_lib.measure.calibrate`, a linear layer at a
+model's shape, the K/V read of decode attention, the per-op overhead, the score passes and attention products
+of a prefill::
 
     from course_lib.measure import probes
     table = probes.measure_gemv()                 # y = W·x over sizes and dtypes, this machine
@@ -47,7 +47,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Iterable
 
 import torch
 
@@ -60,11 +59,11 @@ from course_lib.measure.timing import (Spread, Threads, clock_function, progress
 
 __all__ = [
     "DTYPES", "ROTATION_FACTOR", "MAX_BUFFERS", "Rates", "cache_verdict", "CacheVerdict", "RotationPlan",
-    "rotation_buffers", "rotation_plan", "rotation_count", "rotated_copies", "probe_limits",
+    "rotation_buffers", "rotation_plan", "rotated_copies", "probe_limits",
     "gemv_bytes", "gemv_flops", "GemvResult", "GemvTable", "SWEEP_SIZES", "beyond_cache_size",
     "default_sizes", "gemv_shapes", "measure_gemv",
     "CopyResult", "measure_copy_bandwidth", "MatmulResult", "measure_matmul_flops",
-    "DtypeProbe", "FAST_FRACTION", "probe_dtypes", "fast_dtypes", "dtype_verdicts",
+    "DtypeProbe", "FAST_FRACTION", "probe_dtypes", "fast_dtypes",
     "OVERHEAD_KINDS", "OverheadResult", "COLD_COMPUTE_OPS", "COLD_VIEW_OPS", "measure_op_overhead",
     "LinearResult", "measure_linear", "KVReadResult", "measure_kv_read",
     "measure_score_passes", "measure_attention_products",
@@ -218,11 +217,6 @@ def rotation_plan(item_bytes: int, llc_bytes: int | None, budget_bytes: int, rot
                                 budget_bytes=budget_bytes, budget_note=budget_note)
     return RotationPlan(item_bytes=item_bytes, buffers=nbuf, wanted_buffers=wanted, llc_bytes=llc_bytes,
                         budget_bytes=budget_bytes, beyond_cache=beyond, cache_reason=why)
-
-
-def rotation_count(item_bytes: int, llc_bytes: int | None, rotate: bool, budget_bytes: int) -> int:
-    """The buffers a probe cycles through: :attr:`rotation_plan(...).buffers <RotationPlan.buffers>`."""
-    return rotation_plan(item_bytes, llc_bytes, budget_bytes, rotate).buffers
 
 
 def rotated_copies(first: torch.Tensor, count: int) -> list[torch.Tensor]:
@@ -688,43 +682,6 @@ def fast_dtypes(device=None, threads: int | None = None) -> list[str]:
     """Dtypes this device runs well (probed once per session): always fp32, plus fp16/bf16 if fast."""
     dev = resolve_device(device)
     return list(_fast_dtypes_cached(dev.type, thread_count(threads, dev), fast_mode()))
-
-
-def dtype_verdicts(table: Iterable[GemvResult]) -> list[dict]:
-    """For each (shape, dtype) row: the speed-up over fp32 bytes/bandwidth predicts vs the one measured.
-
-    bytes/bandwidth predicts time ∝ bytes, so a 2-byte dtype should take half fp32's time. When the
-    measured speed-up falls short by more than a third, the row is flagged ``contradicts=True``:
-    the kernel is not memory-bound (typically no native half-precision kernel: compute-bound). A
-    speed-up more than half again above the prediction is no evidence of memory-boundedness either:
-    the fp32 reference itself missed the memory ceiling (its kernel or its cache behaviour differs), so
-    that row is reported as ``"inconclusive"``. ``bound`` is ``"compute"``, ``"memory"`` or
-    ``"inconclusive"``.
-    """
-    rows = list(table)
-    out = []
-    for r in rows:
-        ref = [x for x in rows if x.dtype == "fp32" and (x.m, x.k, x.rotate) == (r.m, r.k, r.rotate)]
-        if not ref or r.dtype == "fp32":
-            continue
-        f = ref[0]
-        predicted = f.bytes / r.bytes
-        measured = f.seconds / r.seconds
-        contradicts = measured < predicted * (1 - 1 / 3)
-        if contradicts:
-            bound = "compute"
-            why = ("slower than its bytes predict: the time is set by converting and multiplying, not by memory "
-                   "(no native kernel for this dtype here: compute-bound)")
-        elif measured > predicted * 1.5:
-            bound = "inconclusive"
-            why = ("faster than its bytes predict: the fp32 reference did not run at the memory ceiling (another "
-                   "kernel, or cache effects), so this ratio says nothing about the memory bound")
-        else:
-            bound = "memory"
-            why = "as bytes/bandwidth predicts: memory-bound"
-        out.append({"m": r.m, "k": r.k, "dtype": r.dtype, "predicted_speedup": predicted,
-                    "measured_speedup": measured, "contradicts": contradicts, "bound": bound, "verdict": why})
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Timings that judge themselves: retry a noisy one with fewer threads and longer blocks; interleave compared cases.
+"""Timings that judge themselves: a noisy one is retried with fewer threads and longer blocks.
 
 Lessons: none
 
 ::
 
-    from course_lib.measure.steady import steady, interleave
+    from course_lib.measure.steady import steady
     def run(threads, min_block):               # times the work; returns per-call seconds of each repeat
         with Threads(threads):
             t = timeit([fn], "cpu", min_block=min_block)
@@ -12,31 +12,28 @@ Lessons: none
     s = steady(run, threads=policy.threads, min_block=2e-3)
     s.verdict.verdict, s.threads, len(s.attempts)      # 'reliable', 1, 2: the retry with 1 thread held
 
-    times = interleave({"fp32": time_fp32_block, "bf16": time_bf16_block}, rounds=7)   # A B A B ...
-    compare_timings(times["bf16"], times["fp32"]).relation
-
-Issue 13's rule for the probes: **on a noisy verdict, retry with fewer threads and longer blocks**
-(:func:`steady`; the thread count halves, :func:`course_lib.measure.threads.fewer_threads`, and the block
-grows ``block_growth`` times), and **interleave the cases being compared** (:func:`interleave`), so that
-a drift of the machine (another program starting, the clock slowing down) lands on every case alike
-instead of on whichever was timed last. Each attempt records the CPU steal of its interval from two
-``/proc/stat`` snapshots (:func:`course_lib.measure.threads.proc_stat`), which the verdict uses.
+The probes' rule: **on a noisy verdict, retry with fewer threads and longer blocks** (:func:`steady`; the thread
+count halves, :func:`course_lib.measure.threads.fewer_threads`, and the block grows ``block_growth`` times). Each
+attempt records the CPU steal of its interval from two ``/proc/stat`` snapshots
+(:func:`course_lib.measure.threads.proc_stat`), which the verdict uses. Comparing a prediction with a measurement
+over time (interleaving, probes before and after) is the benchmarks' part:
+:mod:`course_lib.measure.benchmarks.bracket`.
 
 Nothing here imports torch or times anything by itself: the caller passes the function that times its
 work, so the policy is tested with fake timings.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from course_lib.core.quality import THRESHOLDS, Thresholds, TimingVerdict, read_cpu_steal, timing_verdict
+from course_lib.core.quality import THRESHOLDS, Thresholds, TimingVerdict, timing_verdict
 from course_lib.core.validation import require_count, require_positive
-from course_lib.measure.threads import fewer_threads, proc_stat
+from course_lib.measure.threads import fewer_threads, proc_stat, steal_between
 
-__all__ = ["Attempt", "SteadyTiming", "steady", "interleave", "steady_timeit", "probe_attempts", "keep_threads"]
+__all__ = ["Attempt", "SteadyTiming", "steady", "steady_timeit", "probe_attempts", "keep_threads"]
 
 #: inside :func:`keep_threads`: retries keep the thread count (they only lengthen the block)
 _KEEP_THREADS: ContextVar[bool] = ContextVar("course_keep_threads", default=False)
@@ -49,7 +46,7 @@ def keep_threads() -> Iterator[None]:
     A calibration predicts a model that runs with a given thread count: a rate timed with fewer threads is
     the rate of another configuration (a GEMV on one of two cores streams well under the bandwidth of two),
     so :func:`course_lib.measure.calibrate.calibrate` and ``reprobe_gemv`` run their probes in this block.
-    A probe that shows a rate on its own (lessons 05-08) retries with fewer threads, as issue 13 asks.
+    A probe that shows a rate on its own retries with fewer threads.
     """
     token = _KEEP_THREADS.set(True)
     try:
@@ -86,16 +83,6 @@ def _seconds(name: str, value) -> float:
     return require_positive(name, value, maximum=1e6)
 
 
-def _steal_between(stat: Callable[[], str | None], before: str | None) -> float | None:
-    after = stat()
-    if not (before and after):
-        return None
-    try:
-        return read_cpu_steal(before, after)
-    except ValueError:          # counters from another system or reset: no steal figure for this interval
-        return None
-
-
 def steady(run: Callable[[int | None, float], list], *, threads: int | None, min_block: float,
            max_attempts: int = 3, block_growth: float = 4.0, thresholds: Thresholds = THRESHOLDS,
            stat: Callable[[], str | None] = proc_stat, fewer: bool | None = None) -> SteadyTiming:
@@ -123,7 +110,7 @@ def steady(run: Callable[[int | None, float], list], *, threads: int | None, min
     for n in range(max_attempts):
         before = stat()
         times = tuple(run(threads, min_block))
-        verdict = timing_verdict(list(times), steal=_steal_between(stat, before), thresholds=thresholds,
+        verdict = timing_verdict(list(times), steal=steal_between(before, stat()), thresholds=thresholds,
                                  name="run(...)")
         attempts.append(Attempt(threads, min_block, verdict))
         if verdict.reliable or n == max_attempts - 1:
@@ -135,28 +122,9 @@ def steady(run: Callable[[int | None, float], list], *, threads: int | None, min
                         verdict=attempts[-1].verdict, attempts=tuple(attempts))
 
 
-def interleave(cases: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Time every case once per round, in turn (A B C A B C ...): ``{case: [seconds per round]}``.
-
-    Each case is a function that times one block of its work and returns the seconds (per call).
-    """
-    if not isinstance(cases, Mapping) or not cases:
-        raise TypeError("cases must be a non-empty mapping {name: function returning seconds}")
-    for name, fn in cases.items():
-        if not callable(fn):
-            raise TypeError(f"cases[{name!r}] must be a function returning seconds, got {type(fn).__name__}")
-    rounds = require_count("rounds", rounds, minimum=1, maximum=10**6)
-    out: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            out[name].append(_seconds(f"cases[{name!r}]()", fn()))
-    return out
-
-
 def probe_attempts() -> int:
     """Attempts a probe makes (:func:`steady_timeit`): 3 for a learner's run, 1 under ``COURSE_FAST=1`` (the test
-    suite and the stored fast outputs time tiny sizes on purpose, two notebooks at a time: their verdicts are
-    reported, not retried)."""
+    suite and the stored fast outputs time tiny sizes on purpose: their verdicts are reported, not retried)."""
     from course_lib.measure.device import fast_mode
     return 1 if fast_mode() else 3
 

@@ -26,13 +26,15 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["system_info", "torch_info", "cpu_info", "cache_info", "memory_bytes", "package_versions",
-           "to_markdown", "to_html", "system_report", "SystemReport", "PACKAGES"]
+           "to_markdown", "to_html", "system_report", "SystemReport", "PACKAGES", "SYSFS_CPU", "parse_cpu_list",
+           "sysfs_cache_instances", "parse_size"]
 
 #: Distributions whose versions the report lists (missing ones show as "not installed").
 PACKAGES = ("course_lib", "numpy", "torch", "sympy", "matplotlib", "ipywidgets", "jupyterlab", "ipykernel",
             "nbval", "nbgrader", "voila")
 
-_SYS_CPU = Path("/sys/devices/system/cpu")
+#: where Linux describes the CPU caches: ``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``
+SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
 def _run(cmd: list[str], timeout: float = 5.0) -> str | None:
@@ -67,7 +69,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _parse_size(text: str | None) -> int | None:
+def parse_size(text: str | None) -> int | None:
     """'32K' / '1024K' / '32 MiB' / '32768' (bytes) -> bytes; None when unreadable."""
     if not text:
         return None
@@ -129,24 +131,59 @@ def cpu_info() -> dict:
     }
 
 
-def _caches_from_sys() -> list[dict]:
-    """Cache levels from Linux sysfs: one entry per (level, type) with per-instance size."""
-    found: dict[tuple[int, str], dict] = {}
-    for cpu_dir in sorted(_SYS_CPU.glob("cpu[0-9]*")):
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """CPUs of a Linux CPU list such as ``"0-3,8,10-11"`` (ValueError for anything else)."""
+    if not isinstance(text, str):
+        raise TypeError(f"cpu list must be a string such as '0-3,8', got {type(text).__name__}")
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"cpu list must look like '0-3,8', got {text!r}")
+        lo = int(m.group(1))
+        cpus.update(range(lo, int(m.group(2) or lo) + 1))
+    return frozenset(cpus)
+
+
+def sysfs_cache_instances(root=None, cpus=None) -> list[dict]:
+    """Every distinct cache that the CPUs ``cpus`` use, once, from a Linux sysfs tree under ``root``.
+
+    ``root``: default :data:`SYSFS_CPU` (tests feed recorded trees); ``cpus``: default every CPU of the tree
+    (:func:`course_lib.measure.device.cache_sizes` passes the CPUs in use). Each CPU's ``cache/index*`` folders
+    describe the caches it uses; a cache shared by several CPUs appears under each of them with the same
+    ``shared_cpu_list``, and is counted once. Returns ``[{level, type, size_bytes, cpus}]`` sorted by level and
+    type (``cpus``: the frozenset of CPUs that share the instance); an empty list when the tree says nothing
+    (no sysfs: macOS, Windows).
+    """
+    root = Path(SYSFS_CPU if root is None else root)
+    if cpus is None:
+        dirs = sorted(root.glob("cpu[0-9]*"))
+    else:
+        dirs = [root / f"cpu{int(c)}" for c in sorted(set(cpus))]
+    found: dict[tuple, dict] = {}
+    for cpu_dir in dirs:
         for idx in sorted((cpu_dir / "cache").glob("index[0-9]*")):
-            level, ctype, size = _read(idx / "level"), _read(idx / "type"), _parse_size(_read(idx / "size"))
+            level, ctype, size = _read(idx / "level"), _read(idx / "type"), parse_size(_read(idx / "size"))
             if not (level and level.isdigit() and ctype and size):
                 continue
-            key = (int(level), ctype)
-            entry = found.setdefault(key, {"level": int(level), "type": ctype, "size_bytes": size,
-                                           "instances": set()})
-            entry["instances"].add(_read(idx / "shared_cpu_list") or cpu_dir.name)
-    out = []
-    for key in sorted(found):
-        e = found[key]
-        out.append({"level": e["level"], "type": e["type"], "size_bytes": e["size_bytes"],
-                    "instances": len(e["instances"])})
-    return out
+            shared_text = _read(idx / "shared_cpu_list")
+            try:
+                shared = parse_cpu_list(shared_text) if shared_text else frozenset({int(cpu_dir.name[3:])})
+            except ValueError:
+                shared = frozenset({int(cpu_dir.name[3:])})
+            found.setdefault((int(level), ctype, shared),
+                             {"level": int(level), "type": ctype, "size_bytes": size, "cpus": shared})
+    return [found[k] for k in sorted(found, key=lambda k: (k[0], k[1], sorted(k[2])))]
+
+
+def _caches_from_sys() -> list[dict]:
+    """Cache levels from Linux sysfs: one entry per (level, type), its size per instance and how many instances."""
+    out: dict[tuple[int, str], dict] = {}
+    for c in sysfs_cache_instances():
+        entry = out.setdefault((c["level"], c["type"]), {"level": c["level"], "type": c["type"],
+                                                          "size_bytes": c["size_bytes"], "instances": 0})
+        entry["instances"] += 1
+    return [out[k] for k in sorted(out)]
 
 
 def _caches_from_lscpu() -> list[dict]:
@@ -157,7 +194,7 @@ def _caches_from_lscpu() -> list[dict]:
         if len(parts) != 5 or not parts[3].isdigit():
             continue
         name, one, total, level, ctype = parts
-        one_b, total_b = _parse_size(one), _parse_size(total)
+        one_b, total_b = parse_size(one), parse_size(total)
         if not one_b:
             continue
         caches.append({"level": int(level), "type": ctype, "size_bytes": one_b,

@@ -1,14 +1,16 @@
-"""The one CPU thread policy of every measurement (lessons 05-08, exercise set 05, the app, validate, the probes).
+"""The one CPU thread policy of every measurement: how many threads, and why.
 
 Lessons: 05, 06, 07, 08, 09
 
 ::
 
-    from course_lib.measure.threads import host_thread_policy, thread_policy
-    policy = host_thread_policy()            # reads this host: affinity mask, cgroup quota, OMP_NUM_THREADS
-    policy.threads                           # e.g. 2
-    policy.description  # "2 threads (affinity mask: 2 cores; no cgroup quota; OMP_NUM_THREADS unset)"
-    thread_policy(8, 1.5, None, None)        # pure: ThreadPolicy(threads=2, decided_by='cgroup quota', ...)
+    from course_lib.measure.timing import thread_policy_for   # the entry point: this host, this device
+    policy = thread_policy_for()              # affinity mask, cgroup quota, physical cores, OMP_NUM_THREADS
+    policy.threads                            # e.g. 2
+    policy.description  # "2 threads (affinity mask: 2 cores; no cgroup quota; ...; OMP_NUM_THREADS unset)"
+
+    from course_lib.measure.threads import thread_policy
+    thread_policy(8, 1.5, None, None)         # the rule, pure: ThreadPolicy(threads=2, decided_by='cgroup quota', ...)
 
 **The rule.** A measurement uses ``min(limits)`` threads, where the limits are
 
@@ -17,29 +19,25 @@ Lessons: 05, 06, 07, 08, 09
 * the **cgroup CPU quota**, rounded up to whole cores (cgroup v2 ``cpu.max`` "quota period", cgroup v1
   ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``): a container limited to 1.5 CPUs of a 64-core host gets 2
   threads, not 64. The tightest quota on the way from this process's cgroup up to the root counts;
-* the **physical cores**, where the caller knows them (hyper-threads add nothing to a bandwidth-bound loop);
+* the **physical cores** (hyper-threads add nothing to a bandwidth-bound loop);
 * the user's **OMP_NUM_THREADS**, when it is set to a positive integer (the first entry of a nested list
   such as ``"4,2"``); any other value is ignored, and the description says so.
 
-An **explicit request** (a ``threads=`` argument, or a torch setting the caller passes on) replaces the
-automatic choice and is honoured as given; when it exceeds the host's limit the policy is marked
-``oversubscribed`` and the description says so.
+An **explicit request** (a ``threads=`` argument) replaces the automatic choice and is honoured as given;
+when it exceeds the host's limit the policy is marked ``oversubscribed`` and the description says so.
 
-**Why.** On a 2-core VM shared with other work, ``torch.mv`` on a 1024x1024 matrix with 2 threads had a
-median of 72 µs but a p90 of 16 ms; with 1 thread 148 µs and 171 µs. A thread that the OS
-deschedules stalls the whole parallel region, so on a busy machine fewer threads than cores are often
-faster *and* steadier. ``measure_machine`` there measured matmul at 54 GFLOP/s and copy at 6.8 GB/s with
-2 threads, 160 GFLOP/s and 10.7 GB/s with 1. The policy itself does not guess at load (the load
-average is no measure of it on a VM): it caps the threads at what the host grants, and
-:mod:`course_lib.core.quality` judges the timings that result; a probe that finds its timing noisy
-retries with fewer threads (:func:`fewer_threads`).
+**Why.** A thread that the OS deschedules stalls the whole parallel region, so on a machine shared with
+other work fewer threads than cores are often faster *and* steadier. The policy itself does not guess at
+load (the load average is no measure of it on a virtual machine): it caps the threads at what the host grants,
+:mod:`course_lib.core.quality` judges the timings that result, and a probe that finds its timing noisy
+retries with fewer threads (:func:`fewer_threads`, :func:`course_lib.measure.steady.steady`).
 
 Every measurement prints :attr:`ThreadPolicy.description` in its header, so a reader sees which limit
 decided the count.
 
-This module reads files and the environment only; it imports no torch (the caller applies the count
-with ``torch.set_num_threads``). :func:`proc_stat` reads the ``/proc/stat`` snapshot from which
-:func:`course_lib.core.quality.read_cpu_steal` computes the CPU steal of an interval.
+This module reads files and the environment only; it imports no torch. :func:`proc_stat` reads the
+``/proc/stat`` snapshot from which :func:`course_lib.core.quality.read_cpu_steal` computes the CPU steal
+of an interval.
 """
 from __future__ import annotations
 
@@ -49,11 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from course_lib.core.quality import read_cpu_steal
 from course_lib.core.validation import require_count, require_positive
 
-__all__ = ["ThreadPolicy", "thread_policy", "host_thread_policy", "affinity_cores", "cgroup_quota_cores",
-           "omp_num_threads", "fewer_threads", "proc_stat", "AllocatorPolicy", "pin_allocator", "minor_faults",
-           "PINNED_MMAP_THRESHOLD", "PINNED_TRIM_THRESHOLD"]
+__all__ = ["ThreadPolicy", "thread_policy", "affinity_cores", "cgroup_quota_cores", "omp_num_threads",
+           "fewer_threads", "proc_stat", "steal_between"]
 
 #: the names of the limits, in the order they are tried when two give the same count
 LIMITS = ("affinity mask", "cgroup quota", "physical cores", "OMP_NUM_THREADS")
@@ -247,19 +245,6 @@ def omp_num_threads(environ: Mapping[str, str] | None = None) -> str | None:
     return value if value and value.strip() else None
 
 
-def host_thread_policy(requested: int | None = None, *, root: str | os.PathLike = "/",
-                       environ: Mapping[str, str] | None = None, physical_cores: int | None = None,
-                       affinity: int | None = None) -> ThreadPolicy:
-    """:func:`thread_policy` of this host: its affinity mask, cgroup quota and ``OMP_NUM_THREADS``.
-
-    ``requested``: an explicit thread count (None: the automatic choice). ``root``, ``environ`` and
-    ``affinity`` replace the file system root, the environment and the affinity count (for tests);
-    ``physical_cores``: pass the physical core count when the caller knows it.
-    """
-    return thread_policy(affinity_cores() if affinity is None else affinity, cgroup_quota_cores(root),
-                         omp_num_threads(environ), requested, physical_cores=physical_cores)
-
-
 def fewer_threads(threads: int) -> int | None:
     """The thread count of a retry after a noisy timing: half of ``threads`` (at least 1); None at 1 thread."""
     threads = _positive_int("threads", threads, allow_none=False)
@@ -272,73 +257,12 @@ def proc_stat(root: str | os.PathLike = "/") -> str | None:
     return _read(_under(Path(root), "/proc/stat"))
 
 
-# --------------------------------------------------------------------------------------------------
-# The memory allocator: the other host setting a measurement pins
-# --------------------------------------------------------------------------------------------------
-#: glibc's ``mallopt`` parameters (``malloc.h``)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-#: the mmap threshold pinned: glibc's largest (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB on 64-bit systems).
-#: A block of this size or less comes from the heap; a larger one is mapped fresh, and faulted, every time.
-PINNED_MMAP_THRESHOLD = 32 * 2**20
-#: the trim threshold pinned (the largest a C int holds): the heap keeps what it has grown to
-PINNED_TRIM_THRESHOLD = 2**31 - 1
-_ALLOCATOR: "AllocatorPolicy | None" = None
-
-
-@dataclass(frozen=True)
-class AllocatorPolicy:
-    """What :func:`pin_allocator` did: ``pinned`` True where glibc's thresholds are now fixed."""
-
-    pinned: bool
-    description: str
-
-
-def pin_allocator() -> AllocatorPolicy:
-    """Fix glibc malloc's mmap and trim thresholds for this process (once; later calls return the same policy).
-
-    **Why.** glibc adapts both thresholds to what the program frees, and gives a heap's free top back to
-    the operating system once it exceeds the trim threshold. A Hugging Face prefill allocates each layer's
-    MLP activations (4 blocks of prompt × MLP width × 4 bytes: 74.8 MB per layer for Qwen2.5-0.5B at 960
-    tokens) and frees them before the next layer: depending on the heap's history, every layer gets them
-    back from the heap, or maps them fresh and pays a page fault for every 4 KiB page. Measured on the 2-core
-    Xeon VM, five identical 960-token prefills of Qwen2.5-0.5B took 0 to 433,000 minor page faults and
-    3.4 to 4.4 s (sys time up to 1.2 s); a probe, which frees and reallocates one block in a tight loop,
-    almost never pays them, so a prediction from probes missed by the faults' share. With the thresholds
-    fixed, a block of a given size behaves alike in the probes and in the engine: up to
-    :data:`PINNED_MMAP_THRESHOLD` it comes from a heap that is never trimmed, larger it is mapped and
-    faulted each time, in both. The same prefills then took 0 to 6,600 faults.
-
-    Elsewhere (macOS, musl, Windows) nothing is changed and the description says so. The setting is
-    process-wide and cannot be undone; it only keeps memory the process has already used.
-    """
-    global _ALLOCATOR
-    if _ALLOCATOR is not None:
-        return _ALLOCATOR
-    why = "not glibc"
-    try:
-        import ctypes
-        import platform
-        if platform.libc_ver()[0] == "glibc":
-            libc = ctypes.CDLL(None)
-            ok = (libc.mallopt(_M_MMAP_THRESHOLD, PINNED_MMAP_THRESHOLD) == 1
-                  and libc.mallopt(_M_TRIM_THRESHOLD, PINNED_TRIM_THRESHOLD) == 1)
-            if ok:
-                _ALLOCATOR = AllocatorPolicy(True, f"glibc malloc pinned: blocks up to "
-                                                   f"{PINNED_MMAP_THRESHOLD // 2**20} MiB from a heap that is "
-                                                   f"never trimmed, larger ones mapped fresh (page faults)")
-                return _ALLOCATOR
-            why = "glibc refused mallopt"
-    except (OSError, AttributeError, ValueError) as e:     # no C library to load, or no mallopt in it
-        why = f"mallopt unavailable ({type(e).__name__})"
-    _ALLOCATOR = AllocatorPolicy(False, f"system allocator as it is ({why}): freed memory may go back to the "
-                                        f"system between calls, and its page faults vary from run to run")
-    return _ALLOCATOR
-
-
-def minor_faults() -> int | None:
-    """Minor page faults of this process so far (``getrusage``); None where the system does not count them."""
-    try:
-        import resource
-    except ImportError:                 # Windows
+def steal_between(before: str | None, after: str | None) -> float | None:
+    """The CPU steal between two :func:`proc_stat` snapshots (a fraction of the interval); None where either is
+    missing or the counters do not belong together (another system, or reset)."""
+    if not (before and after):
         return None
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+    try:
+        return read_cpu_steal(before, after)
+    except ValueError:
+        return None

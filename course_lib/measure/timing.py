@@ -41,7 +41,7 @@ from course_lib.core.validation import require_choice, require_count, require_no
 from course_lib.measure.device import fast_mode, resolve_device
 
 __all__ = ["CLOCKS", "TimingSettings", "SETTINGS", "use_clock", "clock_name", "clock_function", "Threads",
-           "default_threads", "thread_policy_for", "thread_count", "repeat_settings", "sync", "time_block",
+           "thread_policy_for", "thread_count", "repeat_settings", "sync", "time_block",
            "Timing", "timeit", "quartiles", "Spread", "Stopwatch", "progress_bar"]
 
 #: clocks the CPU timings can use: "wall" (default) or "process" (CPU seconds of this process)
@@ -89,32 +89,25 @@ def use_clock(name: str = "wall"):
 # --------------------------------------------------------------------------------------------------
 # Threads
 # --------------------------------------------------------------------------------------------------
-def default_threads() -> int:
-    """The thread count of the course's one thread policy (:mod:`course_lib.measure.threads`).
-
-    The smallest of: the cores in this process's affinity mask, the cgroup CPU quota, the user's
-    ``OMP_NUM_THREADS`` when set, and the physical cores (hyper-threads add nothing to a
-    bandwidth-bound loop). :func:`thread_policy_for` says which limit decided.
-    """
-    return thread_policy_for().threads
-
-
 def thread_policy_for(threads: int | None = None, device=None):
-    """The :class:`~course_lib.measure.threads.ThreadPolicy` a CPU measurement follows (None on a GPU).
+    """The :class:`~course_lib.measure.threads.ThreadPolicy` a measurement on ``device`` follows (None on a GPU):
+    the one entry point of the course's thread policy.
 
-    ``threads`` is an explicit request (honoured, flagged ``oversubscribed`` above the host's limit);
-    its ``description`` is the line every measurement header prints.
+    The rule (:func:`course_lib.measure.threads.thread_policy`) applied to this host: its affinity mask, cgroup
+    quota, physical cores and ``OMP_NUM_THREADS``. ``threads`` is an explicit request (honoured, flagged
+    ``oversubscribed`` above the host's limit); ``description`` is the line every measurement header prints.
     """
+    from course_lib.measure import threads as th
     from course_lib.measure.sysinfo import cpu_info
-    from course_lib.measure.threads import host_thread_policy
     if device is not None and resolve_device(device).type != "cpu":
         return None
     requested = None if threads is None else require_count("threads", threads, minimum=1)
-    return host_thread_policy(requested, physical_cores=cpu_info().get("physical_cores"))
+    return th.thread_policy(th.affinity_cores(), th.cgroup_quota_cores(), th.omp_num_threads(), requested,
+                            physical_cores=cpu_info().get("physical_cores"))
 
 
 def thread_count(threads: int | None, device=None) -> int | None:
-    """The CPU thread count a measurement on ``device`` uses: ``threads`` checked, or :func:`default_threads`.
+    """The CPU thread count a measurement on ``device`` uses: ``threads`` checked, or the policy's count.
 
     None on a GPU (the thread count does not apply).
     """

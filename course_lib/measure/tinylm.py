@@ -52,7 +52,7 @@ from torch.nn import functional as F
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.validation import require_choice, require_count, require_positive
 
-__all__ = ["TinyLM", "StepReads", "KVState", "logit_agreement", "TORCH_DTYPES", "precision_of",
+__all__ = ["TinyLM", "StepReads", "KVState", "logit_agreement", "TORCH_DTYPES", "precision_of", "rms_norm", "rotary",
            "DEFAULT_ATTENTION_SCORE_BYTES"]
 
 #: course precision names and the torch dtypes they map to
@@ -188,6 +188,19 @@ class _Chunk:
     blocked: torch.Tensor | None
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, computed in fp32 and returned in ``x``'s dtype (as Llama and transformers)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary position embedding of ``x`` (last dimension: head_dim) with the angles' ``cos`` and ``sin``
+    (the two halves of the head dimension rotated against each other: Llama's ``rotate_half`` layout)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
 class _RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -195,9 +208,7 @@ class _RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class _Block(nn.Module):
@@ -386,10 +397,7 @@ class TinyLM(nn.Module):
         self._rows = rows
 
     def _rope(self, x, positions):
-        cos, sin = self._cos[positions].to(x.dtype), self._sin[positions].to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-        return x * cos + rotated * sin
+        return rotary(x, self._cos[positions].to(x.dtype), self._sin[positions].to(x.dtype))
 
     def _linear(self, lin: nn.Linear, x, name, tr):
         if tr is not None:

@@ -1,6 +1,6 @@
 """The measured claims of lesson 07 (first-token optimisation), as data.
 
-Lessons: 07
+Lessons: 06, 07
 
 Every sentence of lesson 07 §7 that states a relation between measurements is one of these functions: the
 cache against no cache (prefix and session), the calibrated model within ±25 % or not (per case), the
@@ -22,6 +22,8 @@ agree within :data:`~course_lib.core.claims.phases.CONSISTENT_RATIO`.
     claims.session_cache(st).operands["turn1"]       # (no cache, cache) seconds of turn 1
 """
 from __future__ import annotations
+
+import math
 
 from collections.abc import Mapping
 
@@ -71,7 +73,7 @@ def prefix_cache(measurement, *, steal: float | None = None) -> Claim:
                  {"full_seconds": c.b.median, "cached_seconds": c.a.median, "speedup": c.b.median / c.a.median,
                   "prefix_tokens": _get(measurement, "prefix_tokens"), "new_tokens": _get(measurement, "new_tokens")},
                  c.verdict, _named(c.reasons[1:], "the cached timing", "the full timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation != "same")
 
 
 def _per_turn(name: str, values) -> tuple[float, ...]:
@@ -104,6 +106,13 @@ def session_cache(measurement, *, ratio: float = CONSISTENT_RATIO, min_repeats: 
     if repeats is not None and repeats < need:
         reasons.append(f"only {repeats} session{'s' if repeats != 1 else ''} timed (at least {need} are needed to "
                        f"trust a median)")
+    # without the cache every turn prefills the whole, longer conversation: its time cannot fall from turn to turn
+    cut = 1 + quality.THRESHOLDS.min_effect
+    falls = [i for i in range(1, len(nc)) if nc[i - 1] > nc[i] * cut]
+    if falls:
+        steps = ", ".join(f"turn {i} {nc[i - 1]:.3g} s to turn {i + 1} {nc[i]:.3g} s" for i in falls)
+        reasons.append(f"without the cache each turn prefills a longer prompt, yet the time fell ({steps}): the "
+                       "machine's speed changed during the run")
     later = list(zip(nc[1:], ca[1:]))
     if not later:
         relation = "one_turn"
@@ -252,13 +261,21 @@ def largest_gap(profile: Mapping, terms: Mapping, measured_seconds: float) -> Cl
     return Claim("largest_gap", name, {"kinds": kinds, "profiled": kinds[name][0], "predicted": kinds[name][1]})
 
 
-def profile_vs_measured(measured_seconds: float, profiled_seconds: float) -> Claim:
+def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, timing=None) -> Claim:
     """The measured median of a pass against its profiled operator time: "measured_longer" (the Python between
-    the operators, which the profiler leaves out) or "profiled_longer" (the profiler's own cost per call)."""
+    the operators, which the profiler leaves out) or "profiled_longer" (the profiler's own cost per call).
+    ``timing``: the measurement behind ``measured_seconds`` (e.g. :func:`prefix_timings`' cached one), whose verdict
+    the claim carries (None: "reliable"); the gap is settled from a noisy timing only by the margin."""
     m = require_positive("measured_seconds", measured_seconds, maximum=1e6)
     p = require_positive("profiled_seconds", profiled_seconds, maximum=1e6)
+    verdict, reasons, settled = "reliable", (), False
+    if timing is not None:
+        v = quality.timing_verdict(timing, name="timing")
+        if not v.reliable:
+            verdict, reasons = v.verdict, (f"the measured timing is {v.verdict}: {v.reason}",)
+            settled = quality.settles(abs(math.log(m / p)), [v])
     return Claim("profile_vs_measured", "measured_longer" if m > p else "profiled_longer",
-                 {"measured": m, "profiled": p, "gap": abs(m - p)})
+                 {"measured": m, "profiled": p, "gap": abs(m - p)}, verdict, reasons, settled)
 
 
 def module_positions(agreement, *, ratio: float = CONSISTENT_RATIO) -> Claim:

@@ -17,6 +17,7 @@ too low), whether any case beat its floor, what a fixed-cost fit says, and the l
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
@@ -24,7 +25,8 @@ from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
 from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
-           "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row"]
+           "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
+           "engine_overhead"]
 
 #: an efficiency (floor / measured) at or above this is "close" to the floor
 CLOSE = 0.8
@@ -54,19 +56,47 @@ def _judged(timing) -> tuple[float | None, str, tuple]:
     return v.median, v.verdict, ((v.reason,) if not v.reliable else ())
 
 
-def efficiency(row, timing=None) -> Claim:
+def _band_beyond(eff: float) -> float:
+    """How far (natural log) an efficiency lies inside its band: the distance to the nearer band edge."""
+    edges = [ABOVE, CLOSE, WITHIN_2X]
+    return min(abs(math.log(eff / e)) for e in edges)
+
+
+def _basis(basis) -> tuple[str, tuple]:
+    """The verdict and reasons a claim inherits from the claim its floor was computed from (None: nothing)."""
+    if basis is None:
+        return "reliable", ()
+    if not isinstance(basis, Claim):
+        raise TypeError(f"basis must be the Claim the floor rests on (e.g. gemv.calibration), got "
+                        f"{type(basis).__name__}")
+    if basis.verdict == "reliable":
+        return "reliable", ()
+    return basis.verdict, (f"the ceilings it is computed on are {basis.verdict} ({basis.reason})",)
+
+
+def _worst(*verdicts: str) -> str:
+    return max(verdicts, key=quality.VERDICTS.index)
+
+
+def efficiency(row, timing=None, *, basis: Claim | None = None) -> Claim:
     """One case's efficiency (predicted floor / measured): "close" (>= :data:`CLOSE`), "within_2x"
     (>= :data:`WITHIN_2X`), "far", or "above_floor" (> :data:`ABOVE`: faster than the floor, so a measured
     ceiling was too low). ``row``: a ``compare.Comparison`` (or anything with ``predicted_s``/``measured_s``);
     ``timing``: the measurement behind it, whose verdict the claim carries (None: a published figure,
-    "reliable"). Operands: ``efficiency``, ``slowdown``, ``case``, ``metric``."""
+    "reliable"); ``basis``: the claim the floor was computed from (``gemv.calibration`` of the measured
+    ceilings), whose verdict the claim inherits too. The band is ``settled`` despite a noisy timing when the
+    efficiency lies inside it by more than the timing's uncertainty allows (:func:`quality.settles`); a floor
+    on unsettled ceilings settles nothing. Operands: ``efficiency``, ``slowdown``, ``case``, ``metric``."""
     pred = require_positive("row.predicted_s", _get(row, "predicted_s"), maximum=1e6)
     meas = require_positive("row.measured_s", _get(row, "measured_s"), maximum=1e6)
     _, verdict, reasons = _judged(timing)
+    b_verdict, b_reasons = _basis(basis)
     eff = pred / meas
+    settled = (b_verdict == "reliable" and timing is not None and verdict != "reliable"
+               and quality.settles(_band_beyond(eff), [quality.timing_verdict(timing, name="timing")]))
     return Claim("efficiency", _band(eff), {"efficiency": eff, "slowdown": meas / pred, "case": _get(row, "case"),
                                             "metric": _get(row, "metric"), "predicted": pred, "measured": meas},
-                 verdict, reasons)
+                 _worst(verdict, b_verdict), reasons + b_reasons, settled)
 
 
 def floor_beaten(rows) -> Claim:
@@ -108,22 +138,25 @@ def engine_vs_prediction(timing, predicted_seconds: float, *, tolerance: float =
     return Claim("engine_vs_prediction", a.relation,
                  {"measured": m.median, "predicted": predicted_seconds, "error": a.error, "tolerance": tolerance,
                   "metric": metric, "spread": m.spread},
-                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ())
+                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else (), a.settled)
 
 
-def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot") -> Claim:
+def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot", basis: Claim | None = None) -> Claim:
     """The engine's measured time against the first-principles floor (``course_lib.estimate`` on this machine's
-    measured ceilings): the efficiency bands of :func:`efficiency`. Operands: ``efficiency``, ``slowdown``,
-    ``beyond`` (measured - floor, seconds)."""
+    measured ceilings): the efficiency bands of :func:`efficiency`; ``basis``: the claim of the ceilings the floor
+    rests on, whose verdict the claim inherits. Operands: ``efficiency``, ``slowdown``, ``beyond`` (measured -
+    floor, seconds)."""
     if metric not in ("tpot", "ttft"):
         raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
     floor = require_positive("floor_seconds", floor_seconds, maximum=1e6)
     v = quality.timing_verdict(_timing_of("timing", timing), name="timing")
+    b_verdict, b_reasons = _basis(basis)
     eff = floor / v.median
+    settled = b_verdict == "reliable" and not v.reliable and quality.settles(_band_beyond(eff), [v])
     return Claim("engine_vs_floor", _band(eff),
                  {"efficiency": eff, "slowdown": v.median / floor, "beyond": v.median - floor, "floor": floor,
                   "measured": v.median, "metric": metric},
-                 v.verdict, (v.reason,) if not v.reliable else ())
+                 _worst(v.verdict, b_verdict), ((v.reason,) if not v.reliable else ()) + b_reasons, settled)
 
 
 def engine_time_split(terms: Mapping) -> Claim:
@@ -143,6 +176,47 @@ def engine_time_split(terms: Mapping) -> Claim:
     top = max(groups, key=groups.get)
     return Claim("engine_time_split", top, {"seconds": groups, "shares": {g: t / total for g, t in groups.items()},
                                             "total": total})
+
+
+def engine_overhead(probe, prediction) -> Claim:
+    """The per-step overhead term of the engine's predicted decode step, as arithmetic that adds up on the page.
+
+    ``probe``: ``hf.probe_engine_overhead``'s result (tiny copies of ``layers`` = (a, b) layers: ``step_fixed``,
+    ``step_per_layer``, ``clamped``, and the copies' timings ``decode``); ``prediction``:
+    ``hf.predict_engine_tpot``'s result (``terms["engine"]``, ``terms["logits"]``, ``counts["cold_factor"]``,
+    ``counts["layers"]``). ``relation``: "split" (per layer and fixed part both measured) or "clamped" (the
+    copy with more layers was not slower per step, which more layers cannot be: the machine's speed changed
+    between the copies' runs, a part was set to 0, and the split is not a measurement). ``verdict``: the worst
+    of the copies' timings, and "noisy" when clamped. Operands: ``layers``, ``fixed``, ``per_layer``,
+    ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer), ``cold_factor``, ``engine``
+    (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine + logits: the table's
+    "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
+    fixed = float(_get(probe, "step_fixed"))
+    per = float(_get(probe, "step_per_layer"))
+    terms, counts = _get(prediction, "terms"), _get(prediction, "counts")
+    if not isinstance(terms, Mapping) or not isinstance(counts, Mapping):
+        raise TypeError("prediction must be hf.predict_engine_tpot's result (with terms and counts)")
+    layers_m = int(counts["layers"])
+    cold = float(counts.get("cold_factor", 1.0))
+    uncorrected = fixed + layers_m * per
+    engine = float(terms["engine"])
+    if not math.isclose(engine, cold * uncorrected, rel_tol=1e-9, abs_tol=1e-15):
+        raise ValueError(f"the prediction's engine term {engine!r} is not cold_factor x (fixed + layers x per "
+                         f"layer) = {cold * uncorrected!r}: the prediction and the probe do not belong together")
+    verdicts = [quality.timing_verdict(t.step_times, name="probe") for t in _get(probe, "decode")]
+    clamped = tuple(_get(probe, "clamped", ()) or ())
+    verdict = max([v.verdict for v in verdicts] + (["noisy"] if any("decode" in c for c in clamped) else []),
+                  key=quality.VERDICTS.index)
+    reasons = tuple(f"the {n}-layer copy's steps are {v.verdict}: {v.reason}"
+                    for n, v in zip(_get(probe, "layers"), verdicts) if not v.reliable)
+    if any("decode" in c for c in clamped):
+        reasons += (f"the split was clamped at 0 ({', '.join(c for c in clamped if 'decode' in c)})",)
+    return Claim("engine_overhead", "clamped" if any("decode" in c for c in clamped) else "split",
+                 {"layers": tuple(_get(probe, "layers")), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
+                  "uncorrected": uncorrected, "cold_factor": cold, "engine": engine,
+                  "logits": float(terms.get("logits", 0.0)), "total": engine + float(terms.get("logits", 0.0)),
+                  "copy_steps": tuple(v.median for v in verdicts)},
+                 verdict, reasons)
 
 
 def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra) -> dict:

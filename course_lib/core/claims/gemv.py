@@ -1,13 +1,14 @@
 """The measured claims of lesson 05 (GEMV timing), as data.
 
-Lessons: 05, 06
+Lessons: 05, 06, 07, 08
 
 Every sentence of lesson 05 and of exercise set 05 that states a relation between measurements is one of
 these functions. Each returns a :class:`Claim`: the ``relation`` the numbers show, the ``operands`` it
 was decided from, and the measurement ``verdict`` (:mod:`course_lib.core.quality`). ``outcome`` is what
 the lesson renders (:mod:`course_lib.lessons.claims.gemv`): the relation when the timings behind it are
-reliable, else the verdict ("noisy" / "contended"), so that noise is never explained as overhead,
-caching or compute-boundness.
+reliable or the relation is ``settled`` (its effect exceeds the timings' spread by
+``quality.THRESHOLDS.decisive_margin``: a busy machine does not turn a 9x effect into its opposite), else the
+verdict ("noisy" / "contended"), so that noise is never explained as overhead, caching or compute-boundness.
 
 ::
 
@@ -21,6 +22,7 @@ timing records). A GEMV row also needs ``bytes`` (and ``m``, ``k``, ``dtype`` wh
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,22 +31,33 @@ from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
-           "model_vs_estimate"]
+           "model_vs_estimate", "calibration", "UNDECIDED"]
 
 #: a measured time within this fraction of its bytes / bandwidth prediction "matches" it
 TOLERANCE = 0.25
 #: the most a per-call fixed cost (Python call, dispatcher, allocation) of one small CPU op costs: a few
-#: microseconds measured by ``probes.measure_op_overhead`` (lesson 06 §9), 50 µs leaves a wide margin.
-#: A time beyond bytes / bandwidth by more than this is not "per-call overhead": the calls waited for CPU.
-DISPATCH_SECONDS = 50e-6
+#: microseconds measured by ``probes.measure_op_overhead`` (lesson 06 §9: 3-8 µs per op on the course's 2-core
+#: VMs); 10 µs leaves a margin. A time beyond bytes / bandwidth by more than this is not "per-call overhead":
+#: the calls waited for CPU time (or the rotation missed the memory ceiling).
+DISPATCH_SECONDS = 10e-6
+#: the outcomes of a claim its numbers could not decide (the verdicts other than "reliable")
+UNDECIDED = ("noisy", "contended")
+#: the size ``probes.measure_matmul_flops`` starts its search at (n x n); it grows while a call stays short, so
+#: an fp32 matmul left at this size means a 2n x 2n product was slow: on a CPU, whose fp32 kernels are fast, the
+#: sign that other work held the cores (the stored quiet runs of lessons 05 and 08 reached n = 1024 with 315 and
+#: 274 GFLOP/s; under load, a run of lesson 05 on the 2-core EPYC stopped at 256 with 1.4 GFLOP/s, and a busy
+#: run of lesson 07 at 256 with 36.6 GFLOP/s)
+MATMUL_FIRST_N = 256
 
 
 @dataclass(frozen=True)
 class Claim:
     """One measured relation: ``relation`` (what the numbers show), ``operands`` (the numbers), ``verdict``.
 
-    ``outcome``: ``relation`` when ``verdict`` is "reliable", else the verdict ("noisy", "contended"):
-    the sentence a lesson writes. ``reasons``: why the verdict is what it is (from the timings).
+    ``outcome``: ``relation`` when ``verdict`` is "reliable" or the relation is ``settled`` (it clears the
+    timings' uncertainty by ``quality.THRESHOLDS.decisive_margin``, :func:`quality.settles`), else the verdict
+    ("noisy", "contended"): the sentence a lesson writes. ``reasons``: why the verdict is what it is (from the
+    timings).
     """
 
     name: str
@@ -52,10 +65,16 @@ class Claim:
     operands: dict = field(default_factory=dict)
     verdict: str = "reliable"
     reasons: tuple = ()
+    settled: bool = False
 
     @property
     def outcome(self) -> str:
-        return outcome_of(self.relation, self.verdict)
+        return outcome_of(self.relation, self.verdict, self.settled)
+
+    @property
+    def decided(self) -> bool:
+        """The numbers carry the relation: reliable timings, or a relation settled despite their noise."""
+        return self.outcome not in UNDECIDED
 
     @property
     def reliable(self) -> bool:
@@ -66,11 +85,15 @@ class Claim:
         return "; ".join(self.reasons)
 
 
-def outcome_of(relation: str, verdict: str) -> str:
-    """The relation when the verdict is reliable, else the verdict."""
+def outcome_of(relation: str, verdict: str, settled: bool = False) -> str:
+    """The relation when the verdict is reliable or the relation is settled, else the verdict."""
     if verdict not in quality.VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {verdict!r}")
-    return relation if verdict == "reliable" else verdict
+    return relation if verdict == "reliable" or settled else verdict
+
+
+def _log(x: float) -> float:
+    return math.log(x)
 
 
 def verdict(timing, steal: float | None = None) -> str:
@@ -138,11 +161,14 @@ def gemv_vs_copy(gemv, copy, *, tolerance: float = TOLERANCE, steal: float | Non
     ratio = g_bw / c_bw
     agreement = quality.within(_bytes("gemv", gemv) / c_bw, gemv, tolerance, steal=steal)
     relation = {"within": "matches", "over": "above", "under": "below"}[agreement.relation]
+    beyond = {"above": _log(ratio) - _log(1 + tolerance),
+              "below": -_log(ratio) + _log(1 - tolerance) if tolerance < 1 else -1.0}.get(relation, -1.0)
     return Claim("gemv_vs_copy", relation,
                  {"gemv_bandwidth": g_bw, "copy_bandwidth": c_bw, "ratio": ratio, "tolerance": tolerance,
                   "shape": _shape(gemv), "beyond_cache": _get(gemv, "beyond_cache"),
                   "gemv_seconds": vg.median, "predicted_seconds": _bytes("gemv", gemv) / c_bw},
-                 _worst(vg.verdict, vc.verdict), _reasons({"the GEMV timing": vg, "the copy timing": vc}))
+                 _worst(vg.verdict, vc.verdict), _reasons({"the GEMV timing": vg, "the copy timing": vc}),
+                 quality.settles(beyond, [vg, vc]))
 
 
 def time_vs_size(rows, *, steal: float | None = None) -> Claim:
@@ -173,7 +199,7 @@ def time_vs_size(rows, *, steal: float | None = None) -> Claim:
                  {"bytes": tuple(xs), "seconds": t.medians, "bytes_ratio": xs[-1] / xs[0],
                   "time_ratio": t.medians[-1] / t.medians[0], "first": _shape(by_bytes[0]),
                   "last": _shape(by_bytes[-1])},
-                 t.verdict, tuple(reasons) if t.verdict != "reliable" else ())
+                 t.verdict, tuple(reasons) if t.verdict != "reliable" else (), t.settled)
 
 
 def _pairs(rotated, same):
@@ -213,7 +239,7 @@ def cache_reuse(rotated, same, llc_bytes: int | None, *, steal: float | None = N
                   "rotated_bandwidth": _bytes("rotated", r) / c.b.median,
                   "speedup": c.b.median / c.a.median},
                  c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation == "cache_faster")
 
 
 def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = None) -> Claim:
@@ -239,7 +265,7 @@ def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = 
                   "same_bandwidth": _bytes("same", s) / c.a.median,
                   "rotated_bandwidth": _bytes("rotated", r) / c.b.median, "ratio": c.b.median / c.a.median},
                  c.verdict, _named(c.reasons[1:], "the same-buffer timing", "the rotated timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), c.settled and relation == "apart")
 
 
 def small_matrix(row, copy, *, tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
@@ -258,10 +284,13 @@ def small_matrix(row, copy, *, tolerance: float = TOLERANCE, steal: float | None
         relation = "faster"
     else:
         relation = "overhead" if excess <= DISPATCH_SECONDS else "waited"
+    beyond = {"faster": _log(predicted / vr.median) - _log(1 + tolerance),
+              "waited": _log(vr.median / (predicted + DISPATCH_SECONDS))}.get(relation, -1.0)
     return Claim("small_matrix", relation,
                  {"shape": _shape(row), "seconds": vr.median, "predicted_seconds": predicted,
                   "excess_seconds": excess, "dispatch_seconds": DISPATCH_SECONDS, "ratio": vr.median / predicted},
-                 _worst(vr.verdict, vc.verdict), _reasons({"the smallest matrix's timing": vr, "the copy timing": vc}))
+                 _worst(vr.verdict, vc.verdict), _reasons({"the smallest matrix's timing": vr, "the copy timing": vc}),
+                 quality.settles(beyond, [vr, vc]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -288,16 +317,29 @@ def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
         relation = "as_bytes_predict"
     else:
         relation = "faster_less"
+    # settled: the relation to fp32 clears the spread, and so does the side of the bytes ratio it names
+    lr, lp, cut = _log(c.ratio), _log(predicted), _log(1.5)
+    beyond = {"slower": lr - _log(1 + quality.THRESHOLDS.min_effect),
+              "faster_than_bytes": (lp - cut) - lr,
+              "faster_less": min(lr - (lp + cut), -lr - _log(1 + quality.THRESHOLDS.min_effect))}.get(relation, -1.0)
     return Claim("dtype_speed", relation,
                  {"dtype": _get(half, "dtype"), "shape": _shape(half), "ratio": c.ratio,
                   "interval": c.interval, "predicted_ratio": predicted, "speedup": 1 / c.ratio,
                   "predicted_speedup": 1 / predicted},
                  c.verdict, _named(c.reasons[1:], f"the {_get(half, 'dtype')} timing", "the fp32 timing")
-                 if c.verdict != "reliable" else ())
+                 if c.verdict != "reliable" else (), quality.settles(beyond, [c.a, c.b]))
+
+
+_DIRECTION = {"slower": 1, "same": 0, "as_bytes_predict": -1, "faster_than_bytes": -1, "faster_less": -1}
 
 
 def dtype_summary(rows) -> list[Claim]:
-    """:func:`dtype_speed` for every half-precision row of a GEMV table with an fp32 row of the same shape."""
+    """:func:`dtype_speed` for every half-precision row of a GEMV table with an fp32 row of the same shape.
+
+    A dtype's kernel is faster or slower than fp32's at every size alike; where the decided claims of one dtype
+    point both ways (faster at one size, slower at another), the run contradicts itself (the machine's speed
+    changed between the rows): those claims are replaced by one "disagree" claim, verdict "noisy", whose
+    operands list each shape's ``ratios``."""
     rows = require_list("rows", rows, "a list of GEMV rows")
     out = []
     for r in rows:
@@ -307,7 +349,26 @@ def dtype_summary(rows) -> list[Claim]:
                and _get(x, "rotate", True) == _get(r, "rotate", True)]
         if ref:
             out.append(dtype_speed(r, ref[0]))
-    return out
+    merged, done = [], set()
+    for c in out:
+        d = c.operands["dtype"]
+        if d in done:
+            continue
+        same = [x for x in out if x.operands["dtype"] == d]
+        ways = {_DIRECTION[x.relation] for x in same if x.decided}
+        if {1, -1} <= ways:
+            done.add(d)
+            ratios = {x.operands["shape"]: x.operands["ratio"] for x in same}
+            sizes = ", ".join(f"{ratio:.3g}× at {shape}" for shape, ratio in ratios.items())
+            why = (f"the sizes disagree ({sizes} of fp32's time), which one kernel cannot: the machine's speed "
+                   "changed between the rows")
+            merged.append(Claim("dtype_speed", "disagree",
+                                {"dtype": d, "shape": " and ".join(ratios), "ratios": ratios,
+                                 "predicted_ratio": same[0].operands["predicted_ratio"]},
+                                "noisy", (why,) + tuple(r for x in same for r in x.reasons)))
+        else:
+            merged.append(c)
+    return merged
 
 
 def decode_from_gemv(weight_bytes: Mapping, rows) -> Claim:
@@ -331,28 +392,108 @@ def decode_from_gemv(weight_bytes: Mapping, rows) -> Claim:
         v = _verdict(f"rows[{dt}]", r)
         bw = _bytes("row", r) / v.median
         per[dt] = {"seconds": require_positive(f"weight_bytes[{dt!r}]", wb) / bw, "bandwidth": bw,
-                   "shape": _shape(r), "verdict": v.verdict, "reason": v.reason}
+                   "shape": _shape(r), "verdict": v.verdict, "reason": v.reason, "timing": v}
     if not per:
         raise ValueError(f"rows hold none of the dtypes {sorted(weight_bytes)}")
     best = min(per, key=lambda d: per[d]["seconds"])
     b = per[best]
+    verdict, reasons = b["verdict"], [b["reason"]] if b["verdict"] != "reliable" else []
+    # "the fastest dtype" compares the rows: it stands only where every rival is reliable or clearly slower
+    for d, x in per.items():
+        if d == best or (x["verdict"] == "reliable" and b["verdict"] == "reliable"):
+            continue
+        if not quality.settles(math.log(x["seconds"] / b["seconds"]), [x["timing"], b["timing"]]):
+            verdict = _worst(verdict, x["verdict"])
+            reasons.append(f"whether {best} is faster than {d} is not settled: the {d} GEMV is {x['verdict']} "
+                           f"({x['reason']})")
+    for x in per.values():
+        del x["timing"]
     return Claim("decode_from_gemv", best,
                  {"dtype": best, "seconds": b["seconds"], "bandwidth": b["bandwidth"], "shape": b["shape"],
                   "tokens_per_second": 1 / b["seconds"], "per_dtype": per},
-                 b["verdict"], (b["reason"],) if b["verdict"] != "reliable" else ())
+                 verdict, tuple(reasons))
 
 
 def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = TOLERANCE,
-                      steal: float | None = None) -> Claim:
+                      steal: float | None = None, basis: Claim | None = None, bound: str = "memory") -> Claim:
     """A measured model step against its estimate: "matches", "slower" or "faster" (than the estimate).
 
     Operands: ``ratio`` = measured / predicted. A reliable "slower" on a small model is the fixed cost
-    of its many small operations; a noisy one says nothing.
+    of its many small operations; a noisy one says nothing. ``basis``: the :func:`calibration` the estimate
+    was computed on, ``bound``: what bounds the estimate ("memory": it inherits the verdict of the calibration's
+    bandwidth; "compute": of the whole calibration); an estimate on an unsettled part settles nothing.
+    ``busy_run`` (operand): why the calibration is unsettled, if it is: then other work shared the machine during
+    the run, and a gap is not attributed to the model's own costs.
     """
     a = quality.within(require_positive("predicted_seconds", predicted_seconds), measured, tolerance, steal=steal)
     relation = {"within": "matches", "over": "faster", "under": "slower"}[a.relation]
     m = a.measured
+    reasons = (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ()
+    verdict, settled = a.verdict, a.settled
+    if bound not in ("memory", "compute"):
+        raise ValueError(f"bound must be 'memory' or 'compute' (what bounds the estimate), got {bound!r}")
+    if basis is not None:
+        if not isinstance(basis, Claim) or basis.name != "calibration":
+            raise TypeError("basis must be the calibration claim the estimate was computed on")
+        part = basis.operands["bandwidth_verdict"] if bound == "memory" else basis.verdict
+        if part != "reliable":
+            why = basis.operands["bandwidth_reason"] if bound == "memory" else basis.reason
+            verdict, settled = _worst(verdict, part), False
+            reasons += (f"the estimate rests on this run's calibration, which is {part} ({why})",)
+    busy = "" if basis is None or basis.verdict == "reliable" else basis.reason
     return Claim("model_vs_estimate", relation,
                  {"seconds": m.median, "predicted_seconds": predicted_seconds, "ratio": m.median / predicted_seconds,
-                  "tolerance": tolerance},
-                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ())
+                  "tolerance": tolerance, "busy_run": busy},
+                 verdict, reasons, settled)
+
+
+def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> Claim:
+    """How settled a calibration (``machine.this_machine``) is: the verdicts of the timings it was built from.
+
+    ``bandwidth``: the calibrated bandwidth (bytes/s); ``copy``: the copy probe; ``rows``: the GEMV rows the
+    calibration saw (the bandwidth came from the row whose achieved bandwidth equals it, else from the copy);
+    ``matmul``: {dtype: matmul probe} behind the peak FLOP/s. ``relation`` "settled" (every source timing
+    reliable) or "unsettled" (not: this run's calibration is not the machine's, and its ``verdict`` says why).
+    A calibration is a number, not a relation: no margin can settle a noisy one. Operands: ``bandwidth``,
+    ``source`` (what it came from), ``uncertainty`` (its timing's, :attr:`quality.TimingVerdict.uncertainty`),
+    ``unsettled`` (the sources that are not reliable), ``fallback`` (GEMV rows were given but none was used: no
+    rotated row's buffers left the last-level cache, so the copy stood in)."""
+    bw = require_positive("bandwidth", bandwidth)
+    rows = require_list("rows", rows, "a list of GEMV rows")
+    src, label = copy, "the copy"
+    for r in rows:
+        rb = _bytes("rows[i]", r) / _verdict("rows[i]", r).median
+        if abs(rb / bw - 1) < 1e-9:
+            src, label = r, f"the {_shape(r)} GEMV"
+            break
+    sources = {label: _verdict(label, src)}
+    for d, mm in (matmul or {}).items():
+        sources[f"the {d} matmul"] = _verdict(f"matmul[{d!r}]", mm)
+    bad = tuple(k for k, v in sources.items() if not v.reliable)
+    reasons = list(_reasons(sources))
+    # each timing may look steady and still come from a slowed moment: the relations between them cannot lie
+    slowed = []
+    for d, mm in (matmul or {}).items():
+        gemv_rate = max((_get(r, "flops") / _verdict("rows[i]", r).median for r in rows
+                         if _get(r, "flops") and _get(r, "dtype", "fp32") == d), default=0)
+        rate = _get(mm, "flops") / _verdict(f"matmul[{d!r}]", mm).median if _get(mm, "flops") else None
+        if rate is not None and rate < gemv_rate:
+            slowed.append(f"the {d} matmul")
+            reasons.append(f"the {d} matmul reached {rate / 1e9:.3g} GFLOP/s, less than the {d} GEMV's "
+                           f"{gemv_rate / 1e9:.3g} GFLOP/s, which no machine allows (a matrix product reuses every "
+                           "weight it reads): other work slowed it")
+        elif d == "fp32" and _get(mm, "device", "cpu") == "cpu" and _get(mm, "n") == MATMUL_FIRST_N:
+            slowed.append(f"the {d} matmul")
+            reasons.append(f"the fp32 matmul probe stopped at its first size (n = {MATMUL_FIRST_N}): a "
+                           f"{2 * MATMUL_FIRST_N} × {2 * MATMUL_FIRST_N} product was too slow, which a CPU's fp32 "
+                           "kernels are only when other work holds the cores")
+    bad += tuple(k for k in slowed if k not in bad)
+    verdict = _worst(*(v.verdict for v in sources.values()), *(("noisy",) if slowed else ()))
+    bw_v = sources[label]
+    compute = [v.verdict for k, v in sources.items() if k != label] + (["noisy"] if slowed else [])
+    return Claim("calibration", "unsettled" if bad else "settled",
+                 {"bandwidth": bw, "source": label, "uncertainty": bw_v.uncertainty, "unsettled": bad,
+                  "fallback": src is copy and bool(rows),
+                  "bandwidth_verdict": bw_v.verdict, "bandwidth_reason": bw_v.reason if not bw_v.reliable else "",
+                  "compute_verdict": _worst("reliable", *compute)},
+                 verdict, tuple(reasons))

@@ -14,13 +14,15 @@ profiles' timing records). Torch-free.
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst
 from course_lib.core.validation import require_list, require_positive
 
-__all__ = ["CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
+__all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
            "roofline_sides", "below_roof", "calibration_gain", "single_max_vs_operators"]
 
 #: two timings of the same work (a batch-1 decode step measured twice in one run) "agree" when their
@@ -50,7 +52,7 @@ def _trend_claim(name: str, xs, timings, steal, axis: str = "x") -> Claim:
     return Claim(name, direction,
                  {"xs": t.xs, "seconds": t.medians, "ratio": t.ratio, "first": t.medians[0], "last": t.medians[-1],
                   "steps": t.steps},
-                 t.verdict, _axis(t.reasons[1:], axis) if t.verdict != "reliable" else ())
+                 t.verdict, _axis(t.reasons[1:], axis) if t.verdict != "reliable" else (), t.settled)
 
 
 def tpot_vs_context(contexts, timings, *, steal: float | None = None) -> Claim:
@@ -69,7 +71,7 @@ def ttft_vs_prompt(prompts, timings, fit: tuple[float, float] | None = None, *, 
     if fit is not None:
         b, k = fit
         ops.update(intercept=b, slope=k, physical=bool(b >= 0 and k > 0))
-    return Claim(c.name, c.relation, ops, c.verdict, c.reasons)
+    return Claim(c.name, c.relation, ops, c.verdict, c.reasons, c.settled)
 
 
 def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | None = None) -> Claim:
@@ -95,7 +97,9 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
     return Claim("step_vs_batch", relation,
                  {"batches": t.xs, "seconds": t.medians, "growth": growth, "predicted_growth": predicted_growth,
                   "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1]},
-                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else ())
+                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else (),
+                 t.settled and relation == "grows_more"
+                 and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
 
 
 def same_step(timings: Mapping, *, ratio: float = CONSISTENT_RATIO) -> Claim:
@@ -187,3 +191,23 @@ def single_max_vs_operators(phase) -> Claim:
     return Claim("single_max_vs_operators", relation,
                  {"per_operator_seconds": total, "single_max_seconds": single, "excess": total / single - 1,
                   "operators": ops})
+
+
+def latency_inputs(ttft, tpot, same: Claim | None = None) -> Claim:
+    """Whether a latency built from measured TTFT and TPOT (``TTFT + (n - 1)·TPOT`` and what follows from it)
+    stands for this machine: "settled" when both timings are reliable and, where given, ``same`` (the
+    :func:`same_step` claim of the TPOT measured in two cells) agrees; else "unsettled", and the numbers built on
+    them are this run's, not the machine's. Operands: ``ttft``, ``tpot`` (medians)."""
+    vt, vd = _verdict("ttft", ttft), _verdict("tpot", tpot)
+    reasons = [f"the {n} timing is {v.verdict}: {v.reason}" for n, v in (("TTFT", vt), ("TPOT", vd)) if not v.reliable]
+    verdict = _worst(vt.verdict, vd.verdict)
+    if same is not None:
+        if not isinstance(same, Claim) or same.name != "same_step":
+            raise TypeError("same must be the same_step claim of the TPOT")
+        if same.outcome != "agree":
+            verdict = _worst(verdict, "noisy")
+            reasons.append(f"the same batch-1 step measured in two cells came out {same.operands['spread']:.2f}× "
+                           "apart")
+    return Claim("latency_inputs", "settled" if verdict == "reliable" else "unsettled",
+                 {"ttft": vt.median, "tpot": vd.median}, verdict, tuple(reasons))
+

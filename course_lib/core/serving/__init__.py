@@ -10,10 +10,13 @@ Three pieces, all torch-free and pure Python:
   (bandwidth x bandwidth_efficiency))``. It is the one replaceable piece: :func:`simulate` accepts any
   callable ``step_time(prefill_tokens, decode_seqs, context_tokens_total) -> seconds`` instead.
 * :func:`simulate` -- a discrete-event simulation of a vLLM/Sarathi-style scheduler: requests arrive
-  (Poisson, or a trace), wait FCFS, are admitted while the batch has room (``max_batch``) and the paged
-  KV memory has free blocks, and every step gives each running sequence its tokens under a per-step
-  ``token_budget`` (one token per decoding sequence, a chunk of the prompt for a prefilling one). When
-  memory runs out, the youngest running sequence is preempted and later recomputed.
+  (Poisson, a trace, or ``users`` in a closed loop with think time), wait FCFS, are admitted while the batch
+  has room (``max_batch``) and the paged KV memory has free blocks, and every step gives each running sequence
+  its tokens under a per-step ``token_budget`` (one token per decoding sequence, a chunk of the prompt for a
+  prefilling one). When memory runs out, the youngest running sequence is preempted and later recomputed
+  (``recomputed_tokens`` counts what that costs). The result reports per-request TTFT and TPOT (a request's
+  mean gap) and per-token ITL (every gap between two tokens), each percentile with the samples it rests on,
+  over a measured window (warm-up and, in a closed loop, cool-down left out).
 * :func:`continuous_batching_plan` -- the steady-state estimate: with ``C`` sequences in flight per GPU,
   each decode step is interleaved with the prefills of the sequences that replace finished ones, so
   ``TPOT ~ t_decode(C) + C x t_prefill / (n - 1)``; ``C`` is the largest that keeps TPOT within its
@@ -56,18 +59,26 @@ window reaches (vLLM's hybrid KV-cache manager; :class:`LayerGroups`), so one re
 TTFT and TPOT for every catalog model. A prefill chunk is priced over its whole context in every layer, as the
 estimator's prefill.
 
+Also: :func:`plans.steady_state_search` (the one steady-state search, also behind
+:func:`course_lib.core.capstone.continuous_plan`); :func:`disaggregated_plan` (prefill and decode pools for a rate)
+and the layer-by-layer streamed K/V transfer (``KVTransfer.exposed_seconds``); :func:`published_serving_checks`, the
+simulator against a published closed-loop benchmark.
+
 What is not modelled: swapping to host memory (preemption is by recompute only), prefix-cache
 misses (``cached_prefix_tokens`` are a hit for every request, held once), speculative decoding in
-the simulator, tensor parallelism, sampling and framework overheads between steps.
+the simulator, tensor parallelism, sampling and framework overheads between steps (a served request's TTFT also
+pays the API, tokenizer and scheduler: :func:`published_serving_checks` shows how much).
 """
 from __future__ import annotations
 
-from course_lib.core.serving.disaggregation import KVTransfer, kv_transfer
+from course_lib.core.serving.disaggregation import (DisaggregatedPlan, KVTransfer, disaggregated_plan,
+                                                   kv_transfer)
 from course_lib.core.serving.memory import (KVPool, LayerGroups, kv_pool, kv_slots, layer_groups, paged_utilisation,
                                             reserved_utilisation)
 from course_lib.core.serving.plans import (ServingPlan, StaticBatching, continuous_batching_plan, static_batching,
                                            steady_state_search)
-from course_lib.core.serving.published import KVSlotsCheck, published_kv_slots, serving_measurements
+from course_lib.core.serving.published import (KVSlotsCheck, ServingCheck, published_kv_slots, published_serving_checks,
+                                              serving_measurements)
 from course_lib.core.serving.results import (RequestRecord, ServingResult, TokenGaps, littles_law, percentile,
                                              samples_above, weighted_percentile)
 from course_lib.core.serving.simulator import SweepPoint, rate_sweep, simulate
@@ -81,4 +92,5 @@ __all__ = ["MAX_REQUESTS", "MAX_WORK", "SimulationTooLarge", "StepCost", "step_c
            "speculative_decoding", "StaticBatching", "static_batching", "KVPool", "kv_pool", "LayerGroups",
            "layer_groups", "kv_slots", "paged_utilisation", "reserved_utilisation", "littles_law", "KVTransfer",
            "kv_transfer", "serving_measurements", "KVSlotsCheck", "published_kv_slots", "steady_state_search",
-           "SweepPoint", "rate_sweep"]
+           "SweepPoint", "rate_sweep", "DisaggregatedPlan", "disaggregated_plan",
+           "ServingCheck", "published_serving_checks"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.estimator import _largest_passing, estimate
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
@@ -87,7 +87,7 @@ def continuous_batching_plan(model, hardware, users, prompt_tokens, output_token
                              kv_precision=None, cached_prefix_tokens=0, tpot_budget=0.05, ttft_budget=None,
                              kv_memory_fraction=0.9, compute_efficiency=1.0, bandwidth_efficiency=1.0,
                              max_sequences=4096) -> ServingPlan:
-    """Plan a continuously batching deployment for ``users`` sequences generating at once (issue 16's steady state).
+    """Plan a continuously batching deployment for ``users`` sequences generating at once (the steady state).
 
     Each GPU keeps ``C`` sequences in flight. In the steady state a sequence's ``n - 1`` decode steps
     are shared with the ``C`` prefills of the sequences that replace the ones finishing meanwhile, so

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.data import load_catalog
 from course_lib.core.serving.memory import kv_slots
 
@@ -63,4 +63,62 @@ def published_kv_slots() -> list[KVSlotsCheck]:
                                 efficiency_decimal=g.efficiency(dec, slots) if b else None,
                                 efficiency_binary=g.efficiency(bina, slots) if b else None,
                                 bytes_per_slot=mem * 2**30 / slots, where=table["where"]))
+    return out
+
+
+@dataclass(frozen=True)
+class ServingCheck:
+    """One load of a published serving benchmark held against :func:`simulate` (seconds, requests/s).
+
+    ``concurrency`` users in a closed loop (a benchmark's ``--max-concurrency``), each request the published mean
+    prompt and answer lengths. Means over every request, as the benchmark reports them: TTFT, TPOT (each request's
+    mean gap) and ITL (every gap); ``*_ratio`` = predicted / measured.
+    """
+
+    concurrency: int
+    measured_ttft: float
+    predicted_ttft: float
+    measured_tpot: float
+    predicted_tpot: float
+    measured_itl: float
+    predicted_itl: float
+    measured_throughput: float
+    predicted_throughput: float
+
+    @property
+    def tpot_ratio(self) -> float:
+        return self.predicted_tpot / self.measured_tpot
+
+    @property
+    def ttft_ratio(self) -> float:
+        return self.predicted_ttft / self.measured_ttft
+
+    @property
+    def throughput_ratio(self) -> float:
+        return self.predicted_throughput / self.measured_throughput
+
+
+def published_serving_checks(*, compute_efficiency=1.0, bandwidth_efficiency=1.0, seed=0) -> list[ServingCheck]:
+    """The transcribed closed-loop benchmark (``serving_measurements()["serving_latency"]``: one model, one GPU,
+    several loads) simulated at each of its concurrencies with the same number of requests and the published mean
+    lengths (the per-request lengths are not published), at the efficiencies given (default: the physical floor)."""
+    from course_lib.core.serving.simulator import simulate
+
+    bench = load_catalog("serving_measurements")["serving_latency"]
+    n_req = bench["requests"]
+    prompt = round(bench["total_input_tokens"] / n_req)
+    answer = round(bench["total_generated_tokens"] / n_req)
+    out = []
+    for row in bench["rows"]:
+        r = simulate(bench["model"], bench["hardware"], None, prompt, answer, n_req, seed, users=row["concurrency"],
+                     warmup=0, precision="bf16", compute_efficiency=compute_efficiency,
+                     bandwidth_efficiency=bandwidth_efficiency)
+        recs = r.records
+        gaps = sum(x.finish - x.first_token for x in recs) / sum(x.output_tokens - 1 for x in recs)
+        out.append(ServingCheck(
+            concurrency=row["concurrency"], measured_ttft=row["mean_ttft_ms"] / 1e3,
+            predicted_ttft=sum(x.ttft for x in recs) / len(recs), measured_tpot=row["mean_tpot_ms"] / 1e3,
+            predicted_tpot=sum(x.tpot for x in recs) / len(recs), measured_itl=row["mean_itl_ms"] / 1e3,
+            predicted_itl=gaps, measured_throughput=row["request_throughput"],
+            predicted_throughput=len(recs) / r.duration))
     return out

@@ -1,13 +1,13 @@
 """What a simulation returns: each request's record, the totals, percentiles, and Little's law.
 
-Lessons: 10
+Lessons: 09, 10
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.validation import require_nonnegative, require_positive
 
 # --------------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class ServingResult:
     kv_blocks_free_at_end: int
     max_batch_seen: int
     settings: dict = field(default_factory=dict, repr=False)
-    window: tuple[float, float] = (-math.inf, math.inf)   # the measured window (see simulate's warmup)
+    window: tuple = (None, None)  # the measured window's (start, end) in seconds; None: unbounded (simulate's warmup)
     recomputed_tokens: int = 0   # tokens prefilled again after preemptions (busy time the answers did not need)
     token_gaps: TokenGaps | None = field(default=None, repr=False)
 
@@ -142,17 +142,22 @@ class ServingResult:
     def measured(self) -> tuple[RequestRecord, ...]:
         """The requests every percentile is taken over: sent inside the window (after the warm-up) and, in a
         closed loop, finished before the last request was sent (all users active throughout)."""
-        lo, hi = self.window
+        lo, hi = self._bounds
         if lo == -math.inf and hi == math.inf:
             return self.records
         return tuple(r for r in self.records if r.arrival >= lo and r.finish <= hi)
+
+    @property
+    def _bounds(self) -> tuple[float, float]:
+        lo, hi = self.window
+        return (-math.inf if lo is None else lo), (math.inf if hi is None else hi)
 
     # --- inter-token latency --------------------------------------------------------------------
     def itl_pairs(self) -> list[tuple[float, int]]:
         """``(gap, count)`` of every inter-token gap emitted inside the window (see :class:`TokenGaps`)."""
         if self.token_gaps is None:
             return []
-        return self.token_gaps.pairs(*self.window)
+        return self.token_gaps.pairs(*self._bounds)
 
     @property
     def itl_samples(self) -> int:
@@ -232,7 +237,7 @@ class ServingResult:
     @property
     def steady_throughput(self) -> float:
         """Output tokens per second inside the measured window (the whole run when it has no bounds)."""
-        lo, hi = self.window
+        lo, hi = self._bounds
         if lo == -math.inf and hi == math.inf:
             return self.throughput
         lo, hi = max(lo, self.start), min(hi, self.end)

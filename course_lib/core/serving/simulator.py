@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.serving.memory import _pool
@@ -97,7 +97,9 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
         times = _arrival_times(arrival_rate, requests, arrivals, seed)
         n_req = len(times)
         future = [(x, i) for i, x in enumerate(times)]       # sorted already: a valid heap
-    warm = (users if closed else 0) if warmup is None else require_count("warmup", warmup, maximum=n_req - 1)
+    warm = min(users, n_req - 1) if closed else 0
+    if warmup is not None:
+        warm = require_count("warmup", warmup, maximum=n_req - 1)
     rng = random.Random(f"{seed}:lengths")
     prompts = _lengths("prompt_tokens", prompt_tokens, n_req, rng)
     outputs = _lengths("output_tokens", output_tokens, n_req, rng)
@@ -394,6 +396,8 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     order = sorted(range(n_req), key=times.__getitem__) if closed else range(n_req)
     w_from = times[order[warm]] if warm else -math.inf
     w_to = times[order[-1]] if closed else math.inf
+    if not any(w_from <= times[i] and finish[i] <= w_to for i in range(n_req)):
+        w_from, w_to = -math.inf, math.inf    # too short for a steady window: every request is measured
     settings = dict(model=m.name, hardware=hw.name, max_batch=max_batch, token_budget=token_budget,
                     chunked_prefill=chunked_prefill, block_tokens=block_tokens, kv_memory_fraction=frac,
                     cached_prefix_tokens=k_prefix, seed=seed, users=users, think_time=think if closed else None,
@@ -403,7 +407,8 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
                          mean_in_system=area_sys / span if span else 0.0,
                          mean_queued=area_queue / span if span else 0.0, preemptions=preemptions,
                          kv_blocks=total_blocks, kv_blocks_free_at_end=free // n_layers, max_batch_seen=max_seen,
-                         settings=settings, window=(w_from, w_to), recomputed_tokens=recomputed,
+                         settings=settings, recomputed_tokens=recomputed,
+                         window=(None if w_from == -math.inf else w_from, None if w_to == math.inf else w_to),
                          token_gaps=TokenGaps(ends, itl_dt, itl_n, tuple(late)))
 
 

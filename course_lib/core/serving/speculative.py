@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.core import _generated as g
+from course_lib.core.numeric import raw as g
 from course_lib.core.serving.step import step_cost
 from course_lib.core.validation import require_count, require_fraction, require_nonnegative
 
 # --------------------------------------------------------------------------------------------------
 # Speculative decoding
 # --------------------------------------------------------------------------------------------------
-# The formula is core/formulas.py's speculative_tokens_per_step (generated into _generated).
+# The formula is core/formulas.py's speculative_tokens_per_step (numeric.raw: the generated function).
 def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
     """Expected tokens one verification step yields: ``(1 - a^(k+1)) / (1 - a)`` (``k + 1`` at ``a = 1``).
 

@@ -1,6 +1,6 @@
 """Lesson 07's measured sentences: one for each outcome of each claim (:mod:`course_lib.core.claims.caching`).
 
-Lessons: 07
+Lessons: 06, 07
 
 ``say(claim)`` returns the Markdown for the claim's outcome; ``cases_table(cases, roofline)`` the table of the
 calibrated model's cases. Rendering only: every relation and number comes from the claims.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import ADVICE, unreliable
+from course_lib.lessons.claims.gemv import settled_note, unreliable
 from course_lib.lessons.prose import table
 
 __all__ = ["say", "cases_table", "error_text", "value_text"]
@@ -32,7 +32,7 @@ def _prefix_cache(c: Claim) -> str:
         "cache_faster": f"The cache made the first token **{o['speedup']:.1f}× faster**.",
         "same": "The two are indistinguishable within their spread: on this run the cache saved nothing measurable.",
         "cache_slower": f"The cached pass was **slower** ({1 / o['speedup']:.1f}× the full prefill's time), which less "
-                        f"work cannot be: the machine's speed changed between the runs. {ADVICE}",
+                        "work cannot be: the machine's speed changed between the runs.",
     }.get(c.outcome, unreliable(c, "Whether the cache is faster"))
 
 
@@ -50,7 +50,7 @@ def _session_cache(c: Claim) -> str:
         "mixed": "From turn 2 on the cache was faster on the whole, but not by a clear margin on every turn.",
         "cache_slower": f"Yet turn{'s' if len(o['slower_turns']) > 1 else ''} "
                         f"{', '.join(str(t) for t in o['slower_turns'])} took longer with the cache, which less work "
-                        f"cannot: the machine's speed changed during the run. {ADVICE}",
+                        "cannot: the machine's speed changed during the run.",
         "one_turn": "A one-turn session has no later turn to compare.",
     }[c.outcome]
 
@@ -60,7 +60,7 @@ def _model_case(c: Claim, why: str = "") -> str:
     what = (f"*{o['case']}*: measured {value_text(o['measured'], o['kind'])}, calibrated "
             f"{value_text(o['predicted'], o['kind'])} ({error_text(o['error'])})")
     if c.verdict != "reliable":
-        return what + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'}."
+        return what + ". " + unreliable(c, f"Whether the model is within ±{o['tolerance']:.0%} here")
     if c.outcome == "within":
         return what + f": within ±{o['tolerance']:.0%}."
     side = "too long" if c.outcome == "over" else "too short"
@@ -79,7 +79,7 @@ def _calibrated_summary(c: Claim) -> str:
         which = "; ".join(f"*{k}*" for k in o["unreliable"])
         return (f"Within {tol}: {inside or 'no case'}; outside: {outside or 'no case'}. "
                 f"**Your timings are unreliable** for {which}, because {why}: on those rows the table cannot "
-                f"say how good the model is on this machine. {ADVICE}")
+                f"say how good the model is on this machine.")
     return {
         "all_within": f"The calibrated model is within {tol} on every case.",
         "some_within": f"The calibrated model is within {tol} on {inside}, and outside it on {outside}.",
@@ -91,11 +91,12 @@ def _calibrated_summary(c: Claim) -> str:
 def _roofline(c: Claim) -> str:
     o = c.operands
     if c.outcome == "below":
-        return (f"The roofline is {o['factor']:.1f}× below the measured {o['case']}: it is a floor, and it leaves out "
+        factor = f"{o['factor']:.2f}" if o["factor"] < 10 else f"{o['factor']:.1f}"
+        return (f"The roofline is {factor}× below the measured {o['case']}: it is a floor, and it leaves out "
                 "the costs the calibrated model adds.")
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
-                f"measured at the top of this section was too low (a busy moment). {ADVICE}")
+                f"measured at the top of this section was too low (a busy moment).")
     return unreliable(c, f"How far the roofline is below the measured {o['case']}")
 
 
@@ -107,6 +108,9 @@ def _largest_gap(c: Claim) -> str:
 
 def _profile_vs_measured(c: Claim) -> str:
     o = c.operands
+    if c.outcome in ("noisy", "contended"):
+        return (f"The profiled operator time and the measured median are {format_time(o['gap'])} apart. "
+                + unreliable(c, "Which of the two is longer"))
     if c.outcome == "measured_longer":
         return (f"The profile's operator time leaves out the Python between the operators: the measured median is "
                 f"{format_time(o['gap'])} longer.")
@@ -139,6 +143,12 @@ _SAY = {"prefix_cache": _prefix_cache, "session_cache": _session_cache, "model_c
         "profile_vs_measured": _profile_vs_measured, "module_positions": _module_positions}
 
 
+def _noted(text: str, claim: Claim) -> str:
+    """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
+    note = settled_note(claim)
+    return text if note in text else text + note
+
+
 def say(claim: Claim, **extra) -> str:
     """The Markdown for ``claim``'s outcome. ``why=`` (model cases only): where to look when the case is outside
     its tolerance, appended to that sentence only."""
@@ -148,7 +158,7 @@ def say(claim: Claim, **extra) -> str:
         raise ValueError(f"lesson 07 has no sentence for the claim {claim.name!r}")
     if extra and claim.name != "model_case":
         raise TypeError(f"say() takes extra arguments for model_case claims only, got {sorted(extra)}")
-    return _SAY[claim.name](claim, **extra)
+    return _noted(_SAY[claim.name](claim, **extra), claim)
 
 
 def cases_table(cases, roofline) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import ADVICE, decided
+from course_lib.core.claims.gemv import UNDECIDED
+from course_lib.lessons.claims import gemv as _gemv
+from course_lib.lessons.claims.gemv import beside, decided, settled_note, unreliable
 
 __all__ = ["say"]
 _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
@@ -18,9 +20,8 @@ _METRIC = {"tpot": "decode step", "ttft": "time to the first token"}
 def _efficiency(c: Claim) -> str:
     o = c.operands
     head = f"efficiency {o['efficiency']:.2f}"
-    if c.verdict != "reliable":
-        return (head + f": not decided, your timing is unreliable because {c.reason or 'its repeats disagree'} "
-                "(close other programs and rerun section 6 to settle it).")
+    if c.outcome in UNDECIDED:
+        return head + ". " + unreliable(c, "How far this case is from its floor")
     return head + ", " + {
         "above_floor": "faster than the floor, which is impossible for a true floor: a ceiling measured here was too "
                        "low (small matrices in `COURSE_FAST` mode, or a busy moment during the ceiling measurement); "
@@ -77,7 +78,7 @@ def _engine_vs_floor(c: Claim) -> str:
             "the floor")
     return decided(c, head, {
         "above_floor": "Faster than the floor, impossible for a true floor: a ceiling of section 6 was measured too "
-                       f"low. {ADVICE}",
+                       "low.",
         "close": "Close to the floor: the engine streams its bytes about as fast as the machine allows.",
         "within_2x": f"Within 2× of the floor ({o['slowdown']:.1f}×): most of the time is the bytes and FLOPs, "
                      "the rest the engine's own work.",
@@ -92,15 +93,55 @@ def _engine_split(c: Claim) -> str:
     return (f"Of the predicted {format_time(o['total'])} per step: {parts}. The largest share is **{c.relation}**.")
 
 
+def _engine_overhead(c: Claim) -> str:
+    o = c.operands
+    a, b = o["layers"]
+    ta, tb = o["copy_steps"]
+    head = (f"The per-step overhead comes from tiny copies of the engine's architecture with {a} and {b} layers, "
+            f"whose decode steps took {format_time(ta)} and {format_time(tb)}")
+    if c.relation == "clamped":
+        return (head + f". The copy with more layers was not slower per added layer, which more layers cannot be: the "
+                "machine's speed changed between the copies' runs, the split was clamped at 0 "
+                f"({c.reason}), and the overhead term below is not a measurement. "
+                + unreliable(c, "What this engine costs per step and per layer"))
+    arithmetic = (f": {format_time(o['fixed'])} per step plus {format_time(o['per_layer'])} per layer "
+                  f"(= ({format_time(tb)} − {format_time(ta)}) / {b - a}), so {format_time(o['fixed'])} + "
+                  f"{o['model_layers']} × {format_time(o['per_layer'])} = **{format_time(o['uncorrected'])}** for "
+                  f"this model's {o['model_layers']} layers.")
+    cold = (f" The tiny copies' weights stay in cache; this model streams one layer's weights between two runs of "
+            f"the same small operation, and the calibration's op probes measured such a *cold* operation at "
+            f"**{o['cold_factor']:.2f}×** the cost of a warm one (the cold factor), so the engine term is "
+            f"{format_time(o['uncorrected'])} × {o['cold_factor']:.2f} = **{format_time(o['engine'])}**; with "
+            f"the logits ({format_time(o['logits'])}) the table's per-step overhead is "
+            f"**{format_time(o['total'])}**.")
+    text = head + arithmetic + cold
+    if c.verdict != "reliable":
+        text += " " + unreliable(c, "How precise this split is")
+    return text
+
+
 _SAY = {"efficiency": _efficiency, "floor_beaten": _floor_beaten, "fixed_cost_reading": _fixed_cost,
         "engine_vs_prediction": _engine_vs_prediction, "engine_vs_floor": _engine_vs_floor,
-        "engine_time_split": _engine_split}
+        "engine_time_split": _engine_split, "engine_overhead": _engine_overhead}
 
 
-def say(claim: Claim) -> str:
-    """The Markdown for ``claim``'s outcome."""
+def _noted(text: str, claim: Claim) -> str:
+    """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
+    note = settled_note(claim)
+    return text if note in text else text + note
+
+
+def say(claim: Claim, ref: Claim | None = None) -> str:
+    """The Markdown for ``claim``'s outcome (lesson 05's claims, e.g. ``calibration``, included); ``ref``: the same
+    claim computed from the stored reference run, shown beside an undecided one (:func:`~.gemv.beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
+        if claim.name in _gemv_names():
+            return _gemv.say(claim, ref=ref)
         raise ValueError(f"lesson 08 has no sentence for the claim {claim.name!r}")
-    return _SAY[claim.name](claim)
+    return beside(_noted(_SAY[claim.name](claim), claim), claim, ref, lambda c: _noted(_SAY[c.name](c), c))
+
+
+def _gemv_names() -> tuple:
+    return tuple(_gemv._SAY)

@@ -1,17 +1,23 @@
 """Lesson 05's measured sentences: one written for each outcome of each claim (:mod:`course_lib.core.claims.gemv`).
 
-Lessons: 05
+Lessons: 05, 06, 07, 08
 
-``say(claim)`` returns the Markdown sentence(s) for the claim's ``outcome``; nothing is decided here.
+``say(claim)`` returns the Markdown sentence(s) for the claim's outcome; nothing is decided here.
 Every claim has a sentence for its "noisy" and "contended" outcomes (:func:`unreliable`), which says that
-the timings cannot carry the claim and what to do, instead of explaining the noise.
+the timings cannot carry the claim, instead of explaining the noise; what to do about it is said once per
+lesson (:func:`rerun_note`). A relation the timings settle despite their noise (``Claim.settled``) is stated
+with a note saying so (:func:`settled_note`). ``say(claim, ref=reference_claim)`` puts the same claim computed
+from the course's stored reference run (:mod:`course_lib.lessons.claims.reference`) beside an undecided one,
+labelled, so that a learner on a busy machine still sees the intended picture.
 """
 from __future__ import annotations
 
+from course_lib.core import quality
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_bandwidth, format_bytes, format_time
 
-__all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE"]
+__all__ = ["say", "unreliable", "decided", "RERUN_ADVICE", "ADVICE", "rerun_note", "settled_note", "beside", "paired",
+           "UNDECIDED_MARK", "this_run_note"]
 
 #: what a learner can do about unreliable timings
 RERUN_ADVICE = ("close other programs (or wait for the machine's other work to finish) and rerun the measuring "
@@ -20,22 +26,61 @@ RERUN_ADVICE = ("close other programs (or wait for the machine's other work to f
 
 #: :data:`RERUN_ADVICE` as a sentence of its own
 ADVICE = RERUN_ADVICE[0].upper() + RERUN_ADVICE[1:] + "."
+#: the words every undecided sentence carries (tests count them)
+UNDECIDED_MARK = "cannot be decided from this run"
 
+
+def rerun_note() -> str:
+    """The lesson's one paragraph of advice for unreliable timings (each lesson shows it once, before it measures)."""
+    return (f"**Noisy runs.** Timings are only as steady as the machine. Where a sentence below says it "
+            f"*{UNDECIDED_MARK}*, the repeats of the timings behind it disagreed by more than the effect: "
+            f"{RERUN_ADVICE}. A relation whose effect clears the spread by more than "
+            f"{quality.THRESHOLDS.decisive_margin:g}× is stated even from a noisy run, with a note saying so, and "
+            "where a sentence cannot be decided the same sentence from the course's stored **reference run** is "
+            "shown beside it, labelled, so you still see what a quiet machine shows.")
+
+
+def settled_note(claim: Claim) -> str:
+    """For a relation stated from timings that are not all reliable (``claim.settled``): the note saying why it
+    stands; empty otherwise."""
+    if claim.verdict == "reliable" or not claim.settled:
+        return ""
+    return (f" *(The timings are {claim.verdict}, but the effect exceeds their spread by more than "
+            f"{quality.THRESHOLDS.decisive_margin:g}×, so this run settles it.)*")
+
+
+def beside(text: str, claim: Claim, ref: Claim | None, render) -> str:
+    """``text`` (the sentence for ``claim``), followed by ``render(ref)`` labelled as the reference run when
+    ``claim``'s verdict is not reliable (undecided, or settled despite the noise) and ``ref`` is given."""
+    if ref is None:
+        return text
+    if not isinstance(ref, Claim):
+        raise TypeError(f"ref must be the same claim computed from the reference run, got {type(ref).__name__}")
+    if ref == claim:                       # this run is the reference run (the stored lesson): nothing to add
+        return text
+    if claim.verdict == "reliable" and not claim.operands.get("busy_run"):
+        return text                     # else: undecided, decided from noisy timings, or in a run shown to be busy
+    from course_lib.lessons.claims.reference import label
+    shown = render(ref) if ref.decided else (
+        f"this is undecided there too: its timings were {ref.verdict} ({ref.reason or 'the repeats disagree'})")
+    return text + "\n\n  > **Reference run** (" + label() + "): " + shown
 
 def decided(claim: Claim, head: str, sentences: dict, question: str) -> str:
     """``head``, then the sentence written for ``claim``'s outcome. A noisy or contended claim's outcome is its
     verdict, which has no sentence there: it gets :func:`unreliable` (``question``: what could not be decided)."""
-    return f"{head}. " + (sentences[claim.outcome] if claim.outcome in sentences else unreliable(claim, question))
+    if claim.outcome in sentences:
+        return f"{head}. " + sentences[claim.outcome] + settled_note(claim)
+    return f"{head}. " + unreliable(claim, question)
 
 
 def unreliable(claim: Claim, what: str) -> str:
-    """The sentence for a noisy or contended claim: what could not be decided, why, and what to do."""
+    """The sentence for a noisy or contended claim: what could not be decided, and why (what to do is said once
+    per lesson, :func:`rerun_note`)."""
     why = claim.reason or "the repeats disagree"
     if claim.verdict == "contended":
-        return (f"**{what} cannot be decided from this run: your timings are unreliable** because the hypervisor "
-                f"took CPU time away during the measurement ({why}). Rerun when the host is quieter.")
-    return (f"**{what} cannot be decided from this run: your timings are unreliable** because {why}. "
-            f"To settle it, {RERUN_ADVICE}.")
+        return (f"**{what} {UNDECIDED_MARK}: your timings are unreliable** because the hypervisor "
+                f"took CPU time away during the measurement ({why}).")
+    return f"**{what} {UNDECIDED_MARK}: your timings are unreliable** because {why}."
 
 
 def _gemv_vs_copy(c: Claim) -> str:
@@ -63,16 +108,17 @@ def _gemv_vs_copy(c: Claim) -> str:
 
 def _time_vs_size(c: Claim) -> str:
     o = c.operands
-    span = f"from {o['first']} to {o['last']} the bytes grew {o['bytes_ratio']:,.0f}×, the time {o['time_ratio']:,.3g}×"
+    tr = o["time_ratio"]
+    span = (f"from {o['first']} to {o['last']} the bytes grew {o['bytes_ratio']:,.0f}×, the time "
+            + (f"{tr:,.0f}×" if tr >= 100 else f"{tr:.3g}×"))
     if c.outcome == "grows":
         return f"The time per call grows with the bytes ({span}), as bytes / bandwidth says."
     if c.outcome == "flat":
         return (f"The time per call did **not** grow with the matrix ({span}). No memory system behaves like that: "
-                f"the calls waited for CPU time (other programs on the cores, or more threads than free cores). "
-                f"{ADVICE}")
+                f"the calls waited for CPU time (other programs on the cores, or more threads than free cores).")
     if c.outcome in ("falls", "mixed"):
         return (f"The time per call did not follow the bytes ({span}, with steps up and down): the machine's "
-                f"speed changed during the sweep. {ADVICE}")
+                f"speed changed during the sweep.")
     return f"Over the sweep {span}. " + unreliable(c, "How the time grows with the size")
 
 
@@ -121,7 +167,7 @@ def _beyond_cache(c: Claim) -> str:
         return head + ": the two curves meet, because a matrix larger than the cache cannot stay in it."
     if c.outcome == "apart":
         return (head + f", still {o['ratio']:.2f} times apart although neither can stay in the cache: the two "
-                "measurements saw different conditions. " + ADVICE)
+                "measurements saw different conditions (the machine's other work changed between them).")
     return head + ". " + unreliable(c, "Whether the curves meet beyond the cache")
 
 
@@ -135,17 +181,21 @@ def _small_matrix(c: Claim) -> str:
         return (head + ": faster than memory allows. A matrix this small is partly served from cache even with "
                 "rotation (hardware prefetch, a cache larger than reported), so it says nothing about memory.")
     if c.outcome == "overhead":
-        return (head + f": {format_time(o['excess_seconds'])} more, within the few microseconds a call costs "
-                "before any byte moves (Python, dispatch).")
+        return (head + f": {format_time(o['excess_seconds'])} more, within the "
+                f"{format_time(o['dispatch_seconds'])} a call can cost before any byte moves (Python, dispatch).")
     if c.outcome == "waited":
-        return (head + f": {format_time(o['excess_seconds'])} more per call, far more than the "
-                f"{format_time(o['dispatch_seconds'])} any per-call cost explains. The calls waited for CPU time; "
-                + RERUN_ADVICE + ".")
+        return (head + f": {format_time(o['excess_seconds'])} more per call, more than the "
+                f"{format_time(o['dispatch_seconds'])} any per-call cost explains: the calls waited for CPU time, "
+                "or the rotation did not keep this small matrix at the memory ceiling.")
     return head + ". " + unreliable(c, "What sets the smallest matrix's time")
 
 
 def _dtype_speed(c: Claim) -> str:
     o = c.operands
+    if c.relation == "disagree":
+        sizes = ", ".join(f"{r:.3g}× fp32's time at {shape}" for shape, r in o["ratios"].items())
+        return (f"**{o['dtype']}**: {sizes} (its bytes predict {o['predicted_ratio']:.2f}×). "
+                + unreliable(c, f"Whether {o['dtype']} is faster than fp32"))
     head = (f"**{o['dtype']}, {o['shape']}**: {o['ratio']:.3g}× fp32's time (its bytes predict "
             f"{o['predicted_ratio']:.2f}×)")
     text = {
@@ -170,7 +220,23 @@ def _decode_from_gemv(c: Claim) -> str:
             f"the {format_bandwidth(o['bandwidth'])} its {o['shape']} GEMV achieved")
     if c.reliable:
         return body + "."
-    return body + ". " + unreliable(c, "How precise this estimate is")
+    return (body + f". **This run's estimate, not this machine's**: the GEMV timings it rests on are not "
+            f"settled ({c.reason}), so the figure is only as good as they are.")
+
+
+def _calibration(c: Claim) -> str:
+    o = c.operands
+    head = f"Calibrated bandwidth **{format_bandwidth(o['bandwidth'])}**, from {o['source']}"
+    if o.get("fallback"):
+        head += (" (no rotated GEMV's buffers exceeded four times the last-level cache, so `this_machine` took the "
+                 "copy bandwidth instead)")
+    if c.relation == "settled":
+        u = f" (uncertainty {o['uncertainty']:.0%} of its median)" if o.get("uncertainty") is not None else ""
+        return head + u + ": every timing it was built from is reliable, so it stands for this machine."
+    return (head + f". **Not settled: this is this run's calibration, not this machine's**, because "
+            f"{' and '.join(o['unsettled'])} {'is' if len(o['unsettled']) == 1 else 'are'} {c.verdict} ({c.reason}). "
+            "The predictions below use it to show the method; their numbers say how this run went, not what the "
+            "machine can do.")
 
 
 def _model_vs_estimate(c: Claim) -> str:
@@ -179,9 +245,16 @@ def _model_vs_estimate(c: Claim) -> str:
             f"({format_time(o['predicted_seconds'])})")
     if c.outcome == "matches":
         return head + f": within ±{o['tolerance']:.0%}."
-    if c.outcome == "slower":
+    if c.outcome == "slower" and c.reliable and not o.get("busy_run"):
         return (head + ". Its matrices are small, so the fixed cost of each of eager PyTorch's dozens of operations "
                 "per layer is a large share of the step: a cost no byte count includes (lesson 06 §9 measures it).")
+    if c.outcome == "slower":
+        why = (f"slower by far more than the spread of its timings ({c.reason})" if c.reason else
+               f"slower, in a run whose other timings show the machine was busy ({o['busy_run']})")
+        return (head + f": {why}. On a quiet machine "
+                "the gap is the fixed cost of eager PyTorch's many small operations (lesson 06 §9 measures it); in "
+                "this run the machine's other work slowed those operations too, so the factor is this run's, not "
+                "the model's (the reference run shows a quiet machine's).")
     if c.outcome == "faster":
         return (head + ": faster than bytes / bandwidth allows, so the weights of this small model were partly "
                 "served from cache.")
@@ -190,13 +263,42 @@ def _model_vs_estimate(c: Claim) -> str:
 
 _SAY = {"gemv_vs_copy": _gemv_vs_copy, "time_vs_size": _time_vs_size, "cache_reuse": _cache_reuse,
         "beyond_cache": _beyond_cache, "small_matrix": _small_matrix, "dtype_speed": _dtype_speed,
-        "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate}
+        "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate,
+        "calibration": _calibration}
+def _render(claim: Claim) -> str:
+    return _SAY[claim.name](claim) + settled_note(claim)
 
 
-def say(claim: Claim) -> str:
-    """The Markdown sentence(s) for ``claim``'s outcome."""
+def say(claim: Claim, ref: Claim | None = None) -> str:
+    """The Markdown sentence(s) for ``claim``'s outcome; ``ref``: the same claim from the reference run, shown
+    beside an undecided one (:func:`beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
         raise ValueError(f"no sentences for a {claim.name!r} claim here; lesson 05's are {', '.join(_SAY)}")
-    return _SAY[claim.name](claim)
+    if isinstance(ref, Claim) and ref.name != claim.name:
+        raise ValueError(f"ref must be a {claim.name!r} claim (the same claim from the reference run), "
+                         f"got {ref.name!r}")
+    return beside(_render(claim), claim, ref, _render)
+
+
+def paired(claims: list, ref_claims: list) -> list:
+    """Each of ``claims`` with the claim of the reference run that says the same thing (same name, dtype and
+    shape), or None where the reference run has none: ``[(claim, ref or None), ...]`` for ``say(c, ref=r)``."""
+    def key(c: Claim):
+        return c.name, c.operands.get("dtype"), c.operands.get("shape")
+    refs = {key(r): r for r in ref_claims}
+    by_dtype = {}
+    for r in ref_claims:                  # a claim over several shapes: the reference's first of that dtype
+        by_dtype.setdefault((r.name, r.operands.get("dtype")), r)
+    return [(c, refs.get(key(c), by_dtype.get(key(c)[:2]))) for c in claims]
+
+
+def this_run_note(calibration: Claim) -> str:
+    """For a figure computed from a calibration (a critical batch, a ridge point): empty when the calibration is
+    settled, else the words that keep it from being read as the machine's."""
+    if not isinstance(calibration, Claim) or calibration.name != "calibration":
+        raise TypeError("calibration must be the calibration claim the figure was computed from")
+    if calibration.verdict == "reliable":
+        return ""
+    return " (from this run's calibration, which is not settled: this run's figure, not this machine's)"

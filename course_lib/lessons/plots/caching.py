@@ -2,7 +2,7 @@
 
 Lessons: 07
 
-Every function returns a ``matplotlib.figure.Figure`` whose plotted data are ``course_lib.caching``
+Every function returns a ``matplotlib.figure.Figure`` whose plotted data are ``course_lib.core.caching``
 values in the units of the axis labels (ms, tokens, GB, %):
 
 * :func:`plot_ttft_hit_vs_miss` -- TTFT on a miss and on a hit against the shared prefix length
@@ -12,7 +12,7 @@ values in the units of the axis labels (ms, tokens, GB, %):
 * :func:`plot_cache_memory` -- K/V bytes of ``n`` cached sessions (``cache_memory_bytes`` / 1e9)
   against ``n``, with the memory left beside the weights as a horizontal line;
 * :func:`plot_hit_rate_vs_budget` -- an LRU prefix cache's hit rate (%) against its byte budget (GB),
-  from :func:`course_lib.caching.hit_rate_vs_budget` rows;
+  from :func:`course_lib.core.caching.hit_rate_vs_budget` rows;
 * :func:`plot_measured_vs_predicted_ttft` -- grouped bars of measured and predicted TTFT (ms), one bar
   per series (measured, roofline, calibrated …).
 

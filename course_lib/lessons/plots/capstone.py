@@ -3,13 +3,13 @@
 Lessons: 09
 
 :func:`plot_latency_throughput` plots, for each batch size of
-:func:`course_lib.dashboard.latency_throughput_curve`, the time per output token one user sees (TPOT,
+:func:`course_lib.core.capstone.latency_throughput_curve`, the time per output token one user sees (TPOT,
 in ms) against the tokens per second the whole batch produces (aggregate tokens/s). Batches whose
 weights and KV cache fit in one GPU's memory form the line; batches that do not fit are drawn as
 crosses ("does not fit"), so the curve shows where memory, not latency, ends the batch. The current
 batch is ringed, and an optional TPOT budget is drawn as a horizontal line.
 
-Every plotted value is the dashboard's (``course_lib.dashboard.compute``); this module only draws.
+Every plotted value is the dashboard's (``course_lib.core.capstone.compute``); this module only draws.
 """
 from __future__ import annotations
 
@@ -30,11 +30,12 @@ YLABEL = "TPOT per user (ms)"
 
 
 def plot_latency_throughput(state: DashboardState | None = None, batches: Iterable[int] | None = None,
-                            tpot_budget: float | None = None) -> Figure:
+                            tpot_budget: float | None = None, plan=None) -> Figure:
     """TPOT (ms) against aggregate tokens/s, one point per batch size (see the module docstring).
 
     ``state`` defaults to ``DashboardState()``; ``batches`` to ``default_batches(state.batch)``;
-    ``tpot_budget`` (seconds) draws a horizontal budget line.
+    ``tpot_budget`` (seconds) draws a horizontal budget line. ``plan`` (a ``ContinuousPlan`` at ``state.batch``
+    sequences) marks its steady state too: the decode step with the newcomers' prefills, the TPOT users see.
     """
     state = DashboardState() if state is None else state
     if not isinstance(state, DashboardState):
@@ -61,9 +62,14 @@ def plot_latency_throughput(state: DashboardState | None = None, batches: Iterab
         ax.plot([p.tps_aggregate for p in over], [p.tpot * 1e3 for p in over], linestyle="none", marker="x",
                 color="tab:red", markersize=8, label="does not fit in memory")
     cur = compute(state)
+    what = "decode step alone" if plan is not None else "current"
     ax.plot([cur.tps_aggregate], [cur.tpot * 1e3], linestyle="none", marker="o", markersize=14,
             markerfacecolor="none", markeredgecolor="black",
-            label=f"current: batch {state.batch}, TPOT {format_time(cur.tpot)}")
+            label=f"{what}: batch {state.batch}, TPOT {format_time(cur.tpot)}")
+    if plan is not None:
+        ax.plot([plan.tokens_per_s_per_gpu * state.tensor_parallel], [plan.tpot * 1e3], linestyle="none",
+                marker="D", markersize=10, color="tab:purple",
+                label=f"steady state with prefills: {plan.sequences} in flight, TPOT {format_time(plan.tpot)}")
     if tpot_budget is not None:
         ax.axhline(tpot_budget * 1e3, color="tab:green", linestyle="--",
                    label=f"TPOT budget {format_time(tpot_budget)}")

@@ -1,4 +1,4 @@
-"""Lesson 08's figures: predicted floors against measured times (``course_lib.compare`` rows).
+"""Lesson 08's figures: predicted floors against measured times (``course_lib.core.compare`` rows).
 
 Lessons: 08
 
@@ -29,13 +29,13 @@ def _rows(rows) -> list[Comparison]:
     try:
         rows = list(rows)
     except TypeError:
-        raise TypeError(f"rows must be a list of course_lib.compare.Comparison rows, "
+        raise TypeError(f"rows must be a list of course_lib.core.compare.Comparison rows, "
                         f"got {type(rows).__name__}") from None
     if not rows:
-        raise ValueError("rows is empty: build cases with course_lib.compare (published_cases(), h200_cases() ...)")
+        raise ValueError("rows is empty: build cases with core.compare (published_cases(), h200_cases(), ...)")
     for i, r in enumerate(rows):
         if not isinstance(r, Comparison):
-            raise TypeError(f"rows[{i}] must be a course_lib.compare.Comparison, got {type(r).__name__}")
+            raise TypeError(f"rows[{i}] must be a course_lib.core.compare.Comparison, got {type(r).__name__}")
     return rows
 
 

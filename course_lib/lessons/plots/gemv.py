@@ -87,9 +87,14 @@ def plot_predicted_vs_measured(rows: Iterable, bandwidth: float,
     return fig
 
 
+#: the markers of the predicted times in :func:`plot_dtype_times`, one per dtype
+_PRED_MARKERS = ("D", "o", "s", "^")
+
+
 def plot_dtype_times(rows: Iterable, bandwidth: float,
                      title: str = "GEMV time by dtype: measured vs bytes / bandwidth") -> Figure:
-    """Grouped bars: for each shape, measured ms per call per dtype, with the predicted time as a tick."""
+    """Grouped bars: for each shape, measured ms per call per dtype, with the predicted time as a black-edged marker
+    (one shape per dtype) drawn over its bar."""
     rows = _rows(rows)
     bw = require_positive("bandwidth", bandwidth)
     shapes = sorted({(r.m, r.k) for r in rows}, key=lambda s: s[0] * s[1])
@@ -104,8 +109,10 @@ def plot_dtype_times(rows: Iterable, bandwidth: float,
                 xs.append(i + (j - (len(dtypes) - 1) / 2) * width)
                 meas.append(match[0].seconds * 1e3)
                 pred.append(match[0].bytes / bw * 1e3)
-        bars = ax.bar(xs, meas, width=width * 0.95, label=f"{d} measured")
-        ax.plot(xs, pred, "_", markersize=18, markeredgewidth=2, color=bars.patches[0].get_facecolor(),
+        ax.bar(xs, meas, width=width * 0.95, label=f"{d} measured", zorder=2)
+        # the prediction in black over the bar (a bar's own colour hid it): one marker shape per dtype
+        ax.plot(xs, pred, linestyle="none", marker=_PRED_MARKERS[j % len(_PRED_MARKERS)], markersize=9,
+                markerfacecolor="white", markeredgecolor="black", markeredgewidth=1.5, zorder=3,
                 label=f"{d} bytes / bandwidth")
     ax.set_xticks(range(len(shapes)), [f"{m} × {k}" for m, k in shapes])
     ax.set_yscale("log")
@@ -116,7 +123,7 @@ def plot_dtype_times(rows: Iterable, bandwidth: float,
 def h200_rows(h200: Mapping) -> list[dict]:
     """The H200's ``gemv_fp16_eager`` records with bytes and seconds (fp16: 2 bytes per element).
 
-    ``h200`` is :func:`course_lib.measurements.h200`'s dict. Bytes: ``course_lib.core.roofline.gemv_cost``
+    ``h200`` is :func:`course_lib.core.measurements.h200`'s dict. Bytes: ``course_lib.core.roofline.gemv_cost``
     (matrix + both vectors); seconds: the measured median in µs / 1e6.
     """
     out = []

@@ -10,7 +10,7 @@ Both functions return a ``matplotlib.figure.Figure`` (never shown here) whose pl
   colour. A sliding-window model (Mistral-7B v0.1) flattens at its window.
 * :func:`plot_kv_layout` -- a picture of the cache's layout: for K and for V, one slab per layer
   and KV head, each holding ``head_dim`` values for every cached token (MHA/GQA/MQA only).
-* :func:`plot_kv_crossover` -- :func:`course_lib.widgets.kv_cache.crossover_context` per model
+* :func:`plot_kv_crossover` -- :func:`course_lib.lessons.widgets.kv_cache.crossover_context` per model
   against the batch size (log-log), with the model's trained context length as a dotted line.
   Where a sliding window keeps the cache below the weights there is no crossover: NaN (no point).
 

@@ -122,7 +122,7 @@ def _timings(rows, x_attr):
         try:
             x, s = getattr(r, x_attr), r.seconds
         except AttributeError:
-            raise TypeError(f"measurements must have .{x_attr} and .seconds (course_lib.bench timings), "
+            raise TypeError(f"measurements must have .{x_attr} and .seconds (course_lib.measure.model_timing timings), "
                             f"got {type(r).__name__}") from None
         q1, q3 = getattr(r, "q1_seconds", s), getattr(r, "q3_seconds", s)
         out.append((x, s, q1, q3))

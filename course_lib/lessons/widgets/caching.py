@@ -9,7 +9,7 @@ Lessons: 07
 
 Each widget only wires controls to a plain function that computes the texts it shows
 (:func:`prefix_cache_reading`, :func:`session_cache_reading`, :func:`cache_budget_reading`), all from
-``course_lib.caching`` and formatted with ``course_lib.units``.
+``course_lib.core.caching`` and formatted with ``course_lib.core.units``.
 
 Stable CSS classes (``_dom_classes``): boxes ``course-prefix-cache-explorer``,
 ``course-session-cache-explorer``, ``course-cache-budget-explorer``; controls ``course-prefix-tokens``,

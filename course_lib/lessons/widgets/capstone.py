@@ -18,7 +18,7 @@ Each slider has a number box beside it: a value typed there beyond the slider's 
 nearest end and a notice says so (a slider's own readout would clamp it silently), as does the cached
 prefix when a shorter prompt pulls it down.
 
-*Serving a request rate* (issue 16): the request rate, the p99 targets of TTFT and TPOT and the
+*Serving a request rate*: the request rate, the p99 targets of TTFT and TPOT and the
 chunked-prefill switch feed :func:`course_lib.core.app.serving_reading`: the continuous-batching plan,
 the simulated p99 at that plan, and lesson 09's static plan as the naive baseline.
 
@@ -77,11 +77,11 @@ TPOT_TARGET_DEFAULT = "50 ms"
 def status_html(view, error: str | None = None) -> str:
     """The status line under the numbers: what is missing, the warnings, or an all-clear (green).
 
-    ``view`` is a :class:`course_lib.core.app.Reading` (or a ``capstone.DashboardView``, or None with
-    ``error``). Green only when the setting is priced and nothing is missing or wrong.
+    ``view`` is a :class:`course_lib.core.app.Reading` (or None with ``error``). Green only when the setting
+    is priced and nothing is missing or wrong.
     """
     if error is None and view is not None:
-        error = getattr(view, "problem", None) or getattr(view, "error", None)
+        error = view.problem
     if error is not None:
         return _html.error_box(error, "Cannot price this setting fully. ", cls="course-capstone-missing")
     if view.warnings:
@@ -114,15 +114,29 @@ def serving_html(s: ServingReading | None, error: str | None = None) -> str:
         strong=True, nowrap=True, cls="course-capstone-serving-gpus")]
     if sim is not None:
         verdict = "meets both targets" if s.meets_targets else "MISSES a target: add GPUs or relax the targets"
+        itl = "" if sim["itl_p99"] is None else (
+            f"; ITL p99 {format_time(sim['itl_p99'])} (every gap between two tokens, {sim['itl_samples']:,} of them; "
+            f"TPOT is each request's mean gap)")
         rows.append(_html.row(
             "Simulated p99", f"TTFT {format_time(sim['ttft_p99'])}, TPOT {format_time(sim['tpot_p99'])}",
             f"{verdict} (targets {format_time(s.ttft_target)} and {format_time(s.tpot_target)}); one GPU's share, "
             f"{num(sim['arrival_rate'])} requests/s, {s.requests:,} requests from an empty server, chunked prefill "
             f"{'on' if s.chunked_prefill else 'off'}; p50 TTFT {format_time(sim['ttft_p50'])}, mean batch "
-            f"{num(sim['mean_batch'])}", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
+            f"{num(sim['mean_batch'])}{itl}; the p99 rests on the {sim['p99_rests_on']} slowest of {sim['measured']:,} "
+            f"requests", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
     else:
         rows.append(_html.row("Simulated p99", "not simulated", html.escape(s.sim_note or ""),
                               cls="course-capstone-serving-p99"))
+    if s.cost is not None:
+        c = s.cost
+        energy = "" if c.joules_per_token is None else f", at most {c.joules_per_token:.3g} J per output token"
+        rows.append(_html.row(
+            "Cost per million tokens", f"{c.per_million_tokens:.3g} per M tokens",
+            f"{_gpus(c.gpus)} at {c.gpu_hour_price:g} per GPU-hour for {num(c.tokens_per_s)} output tokens/s{energy} "
+            f"({html.escape(s.price_note or '')})", nowrap=True, cls="course-capstone-serving-cost"))
+    elif s.price_note:
+        rows.append(_html.row("Cost per million tokens", "no price", html.escape(s.price_note),
+                              cls="course-capstone-serving-cost"))
     if s.static_gpus is None:
         rows.append(_html.row("Naive baseline (static)", "none", "no static batch meets the targets",
                               cls="course-capstone-serving-static"))
@@ -271,7 +285,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.measure = cls(widgets.Button(description="Measure this machine", layout=widgets.Layout(width="auto"),
                                           tooltip="time copy, matmul and GEMV here (torch), then select it"),
                            "course-capstone-measure")
-        # serving a request rate (issue 16)
+        # serving a request rate
         self.arrival_rate = cls(widgets.FloatText(value=RATE_DEFAULT, description="Requests/s", style=wide,
                                                   tooltip="requests arriving per second (Poisson)"),
                                 "course-capstone-rate")
@@ -281,6 +295,10 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.tpot_target = cls(widgets.Text(value=TPOT_TARGET_DEFAULT, description="p99 TPOT target", style=wide,
                                             continuous_update=False, placeholder="ms, e.g. 50 or '0.05 s'"),
                                "course-capstone-tpot-target")
+        self.gpu_hour_price = cls(widgets.Text(value="", description="GPU-hour price", style=wide,
+                                               placeholder="per GPU-hour (empty: the example price)",
+                                               continuous_update=False),
+                                  "course-capstone-price")
         self.chunked_prefill = cls(widgets.Checkbox(value=True, description="Chunked prefill", indent=False,
                                                     tooltip="split long prompts into chunks that ride along with "
                                                             "the decode steps (Sarathi-Serve)"),
@@ -323,6 +341,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
                          "baseline)"),
             row(self.arrival_rate, self.chunked_prefill),
             row(self.ttft_target, self.tpot_target),
+            row(self.gpu_hour_price),
             self.serving,
             self.plot,
         ])
@@ -344,7 +363,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
 
     @property
     def serving_controls(self) -> tuple:
-        return (self.arrival_rate, self.ttft_target, self.tpot_target, self.chunked_prefill)
+        return (self.arrival_rate, self.ttft_target, self.tpot_target, self.chunked_prefill, self.gpu_hour_price)
 
     def box(self, name: str) -> widgets.Widget:
         """The number box beside the slider of field ``name`` (e.g. ``"batch"``)."""
@@ -448,9 +467,16 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         try:
             ttft = parse_time_field(self.ttft_target.value, "s", "p99 TTFT target")
             tpot = parse_time_field(self.tpot_target.value, "ms", "p99 TPOT target")
-            s = serving_reading(r.state, self.arrival_rate.value, ttft, tpot, bool(self.chunked_prefill.value))
+            price_text = self.gpu_hour_price.value.strip().lstrip("$").replace(",", "")
+            try:
+                price = float(price_text) if price_text else None
+            except ValueError:
+                raise ValueError(f"'GPU-hour price' must be a number (per GPU-hour), got {self.gpu_hour_price.value!r}")
+            s = serving_reading(r.state, self.arrival_rate.value, ttft, tpot, bool(self.chunked_prefill.value),
+                                gpu_hour_price=price)
         except (ValueError, TypeError) as exc:
-            self.serving.value = serving_html(None, str(exc).replace("arrival_rate", "'Requests/s'"))
+            self.serving.value = serving_html(None, str(exc).replace("arrival_rate", "'Requests/s'")
+                                              .replace("gpu_hour_price", "'GPU-hour price'"))
             return
         self.serving_plan = s
         self.serving.value = serving_html(s)

@@ -56,7 +56,7 @@ def _difference_note(r: BytesPerToken) -> str:
 
 
 def render_bytes_per_token(r: BytesPerToken) -> str:
-    """The HTML the explorer shows for ``r`` (every value printed with ``course_lib.units``)."""
+    """The HTML the explorer shows for ``r`` (every value printed with ``course_lib.core.units``)."""
     esc = html.escape
     tied = ("tied to the embedding: one matrix stored, still read in full every step"
             if r.tied_embeddings else "its own V \u00d7 h matrix, read in full every step")

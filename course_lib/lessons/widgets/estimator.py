@@ -50,7 +50,7 @@ def estimate_summary(model: str, hardware: str, precision: str, prompt_tokens: i
     """The explorer's HTML for one setting: TTFT, TPOT, total and tokens/s, plus memory.
 
     Every number is ``course_lib.estimate(model, hardware, prompt_tokens, new_tokens,
-    precision=precision)`` printed with ``course_lib.units``: e.g. the TPOT cell holds exactly
+    precision=precision)`` printed with ``course_lib.core.units``: e.g. the TPOT cell holds exactly
     ``format_time(estimate(...).tpot)``. Bad arguments raise the estimator's ValueError/TypeError.
     """
     e = estimate(model, hardware, prompt_tokens, new_tokens, precision=precision)

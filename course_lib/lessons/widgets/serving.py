@@ -53,7 +53,10 @@ class ServingReading:
             return "undefined (every answer has one token)" if v is None else format_time(v)
 
         return [("TTFT p50 / p99", f"{t(s['ttft_p50'])} / {t(s['ttft_p99'])}"),
-                ("TPOT p50 / p99", f"{t(s['tpot_p50'])} / {t(s['tpot_p99'])}"),
+                ("TPOT p50 / p99", f"{t(s['tpot_p50'])} / {t(s['tpot_p99'])} (each request's mean gap)"),
+                ("ITL p50 / p99", f"{t(s['itl_p50'])} / {t(s['itl_p99'])} (every gap between two tokens, "
+                                  f"{s['itl_samples']:,} of them)"),
+                ("p99 rests on", f"the {s['p99_rests_on']} slowest of {s['measured']:,} requests"),
                 ("throughput", f"{s['throughput']:,.0f} tokens/s ({s['request_throughput']:.2f} requests/s)"),
                 ("mean batch", f"{s['mean_batch']:.1f} sequences (largest {s['max_batch']})"),
                 ("GPU busy", f"{s['utilisation']:.0%} of the time, {s['prefill_share']:.0%} of it in steps with "

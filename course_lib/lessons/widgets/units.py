@@ -11,7 +11,7 @@ different things in the two conventions, it also shows the other reading and how
 are -- the trap this lesson is about.
 
 ``convert(text, convention)`` computes everything the widget shows and is tested without a browser;
-``unit_converter()`` only wires it to the controls. All arithmetic is ``course_lib.units``'.
+``unit_converter()`` only wires it to the controls. All arithmetic is ``course_lib.core.units``'.
 
 Stable CSS classes (``_dom_classes``) for the browser tests: ``course-units-converter`` (the whole
 widget), ``course-units-text`` (text box), ``course-units-system`` (dropdown) and
@@ -36,7 +36,7 @@ __all__ = ["Readings", "convert", "render_readings", "UnitConverter", "unit_conv
 #: Significant digits of the readings: enough to tell 14 GB from 13.04 GiB.
 DIGITS = 4
 
-#: Dropdown label -> ``convention`` argument of ``course_lib.units.parse_*``.
+#: Dropdown label -> ``convention`` argument of ``course_lib.core.units.parse_*``.
 CONVENTION_OPTIONS: tuple[tuple[str, str], ...] = (
     ("SI: KB, MB, GB, TB are powers of 1000", "si"),
     ("Source: KB, MB, GB, TB are powers of 1024", "source"),
@@ -50,7 +50,7 @@ class Readings:
     """What the converter shows for one input.
 
     ``value`` is in bytes (``dimension == "bytes"``) or bytes per second (``"bandwidth"``);
-    ``si``, ``iec`` and ``source`` are that value printed with ``course_lib.units`` in each system.
+    ``si``, ``iec`` and ``source`` are that value printed with ``course_lib.core.units`` in each system.
     When the typed unit means different amounts in the two conventions (``GB``, ``MB/s``,
     ``gigabytes``; never ``GiB``, ``kB`` or bits), ``ambiguous_label`` is that unit,
     ``other_value``/``other_si`` the reading under the other convention and
@@ -100,7 +100,7 @@ def convert(text, convention: str = "si") -> Readings:
 
     ``text`` is a string such as ``"14 GB"``, ``"13.04 GiB"`` or ``"1008 GB/s"`` (a bare number is
     bytes); ``convention`` is ``"si"`` or ``"source"`` (``"jedec"`` is an alias), as in
-    ``course_lib.units.parse_bytes``. Raises ``ValueError``/``TypeError`` from ``course_lib.units``
+    ``course_lib.core.units.parse_bytes``. Raises ``ValueError``/``TypeError`` from ``course_lib.core.units``
     for text that is not a size or a bandwidth.
     """
     if not isinstance(text, str):
@@ -170,7 +170,7 @@ def render_readings(r: Readings) -> str:
     if r.dimension == "bytes" and _BARE_B.match(r.text):
         out += ('<p class="course-units-note">Note: a unit symbol B right after a number is a <b>byte</b>. '
                 'In a model name the same B counts <b>billions of parameters</b> (read those with '
-                '<code>course_lib.units.parse_params</code>).</p>')
+                '<code>course_lib.core.units.parse_params</code>).</p>')
     return out
 
 

@@ -561,8 +561,8 @@ def measure_gguf(path_or_llm, *, threads: int = 1, prompts: Sequence[int] = PROM
                  repeats: int = REPEATS, seed: int = 0, warmup: bool = True) -> list:
     """Time ``generate()`` of a GGUF file (or an open ``Llama``) at each prompt length, ``repeats`` times,
     interleaved; one :class:`course_lib.measure.engines.hf.EngineTiming` per prompt."""
-    from course_lib.measure.engines.hf import EngineTiming, _steal
-    from course_lib.measure.threads import proc_stat
+    from course_lib.measure.engines.hf import EngineTiming
+    from course_lib.measure.threads import proc_stat, steal_between
     prompts = require_counts("prompts", prompts)
     new_tokens = require_count("new_tokens", new_tokens, minimum=2, maximum=4096)
     repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
@@ -588,7 +588,7 @@ def measure_gguf(path_or_llm, *, threads: int = 1, prompts: Sequence[int] = PROM
                 t, gaps = generate_timed(llm, _prompt(vocab, p, rng), new_tokens)
                 ttft[p].append(t)
                 steps[p].extend(gaps)
-        steal = _steal(before, proc_stat())
+        steal = steal_between(before, proc_stat())
     finally:
         if own:
             llm.close()
@@ -704,9 +704,9 @@ def lesson_measurement(config, fmt: str = "q4_k_m", threads: int | None = None, 
                        new_tokens: int = NEW_TOKENS, repeats: int = REPEATS, progress: bool = True) -> tuple:
     """(GGUFBytes, EngineTiming) of ``config`` in ``fmt`` at ``threads`` (default all usable): the file built
     (cached), its bytes read back, ``generate()`` timed. What lesson 08's "your engine" section measures."""
-    from course_lib.measure.threads import host_thread_policy
+    from course_lib.measure.timing import thread_policy_for
     from course_lib.measure.timing import progress_bar
-    threads = host_thread_policy(None).threads if threads is None else require_count("threads", threads)
+    threads = thread_policy_for(None, "cpu").threads if threads is None else require_count("threads", threads)
     shape = config if isinstance(config, GGUFShape) else shape_of(config)
     with progress_bar(total=2, desc=f"llama.cpp {shape.name} {fmt}", unit="step", enabled=progress) as bar:
         path = _built(shape, require_choice("fmt", fmt, FORMATS), None, 0, bar.set_postfix_str)
@@ -722,8 +722,8 @@ def q4_row(config="llama-3.2-1b", *, layers: int | None = None, threads: int | N
     """The row exercise set 08's q10 asks a function of: the q4_k_m file's ``decode_bytes`` (read back from the
     file where llama.cpp is installed; else the course's nominal count, ``bytes_from`` says which), the read
     ``bandwidth`` at ``threads`` (default all usable), and the model's ``params``."""
-    from course_lib.measure.threads import host_thread_policy
-    threads = host_thread_policy(None).threads if threads is None else require_count("threads", threads)
+    from course_lib.measure.timing import thread_policy_for
+    threads = thread_policy_for(None, "cpu").threads if threads is None else require_count("threads", threads)
     shape = shape_of(config, layers=layers)
     if llamacpp_available():
         decode, source = gguf_bytes(build_gguf(shape, "q4_k_m")).decode_bytes, "the q4_k_m file"
@@ -922,18 +922,18 @@ def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = Non
         layers: int | None = None, progress: bool = True) -> LlamaReport:
     """Build the GGUFs (cached), probe, predict, then measure every configuration x format x thread count.
 
-    ``threads``: default 1 and all usable threads (:func:`course_lib.measure.threads.host_thread_policy`).
+    ``threads``: default 1 and all usable threads (:func:`course_lib.measure.timing.thread_policy_for`).
     ``layers``: cut every configuration to that many layers (``fast``: 2). The engine probes run before and
     after each model's measurements; each point is predicted from their mean, and probes that moved by more
     than the noisy spread make the model's points noisy.
     """
-    from course_lib.measure.threads import host_thread_policy
+    from course_lib.measure.timing import thread_policy_for
     from course_lib.measure.timing import progress_bar
     require_llamacpp()
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
     t0 = time.perf_counter()
-    policy = host_thread_policy(None)
+    policy = thread_policy_for(None, "cpu")
     if threads is None:
         threads = tuple(dict.fromkeys([1, policy.threads]))
     threads = tuple(require_counts("threads", threads))

@@ -1,0 +1,668 @@
+"""Engine-aware forecasts: the floor, then an engine's profile fitted to published measurements.
+
+Lessons: 08
+
+The floor (:func:`course_lib.estimate`) is what the hardware allows: bytes over bandwidth, FLOPs over the peak.
+A real engine adds costs of its own, and this module models them with five explainable terms
+(``formulas.engine_profile_time``)::
+
+    t = n_step · t_step + n_req · t_req + t_mem / η_m + t_gemm / η_c + t_attn / η_a
+
+* ``t_step``: a fixed cost per forward step (kernel launches, the scheduler, sampling);
+* ``t_req``: a fixed cost per request (tokenisation, admission, detokenisation), apart from the prefill itself;
+* ``η_m``: the share of the memory bandwidth the weight reads reach, one per device class (HBM, GDDR, unified
+  LPDDR, CPU DDR); with ``t_step`` it makes the achieved efficiency grow with the bytes a step streams
+  (``formulas.effective_step_efficiency``);
+* ``η_c``: the share of the peak FLOP/s the matrix products reach, per device class; weight reads and arithmetic
+  add up, so the achieved GEMM efficiency grows with the tokens in the step (``formulas.effective_gemm_efficiency``);
+* ``η_a``: attention's efficiency (its K/V reads and score products), which carries the cost of long contexts.
+
+``t_mem``, ``t_gemm`` and ``t_attn`` are the floor's own parts (the estimator's operators at efficiency 1).
+Every parameter is fitted (:func:`fit_profiles`) to the published measurements the course ships
+(``course_lib/data/published_validation.json``) by least squares on relative error, each engine shrunk towards the
+pooled fit of all engines (so an engine or device class with few points borrows from the rest), and stored with
+its provenance in ``course_lib/data/engine_profiles.json``; ``python -m course_lib.core.forecast --refit`` rewrites
+it. :func:`held_out` refits with each source left out and predicts that source (``python -m course_lib.measure.validate
+--published``). Nothing here times anything.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+from course_lib.core.numeric import raw as g
+from course_lib.core import data
+from course_lib.core.hardware import get_hardware
+from course_lib.core.models import get_model
+from course_lib.core.precision import get_layout, get_precision
+from course_lib.core.validation import require_choice
+
+__all__ = ["ENGINES", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
+           "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
+           "published_report"]
+
+#: the engines the course profiles, with the names people type for them
+ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
+_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp", "ollama": "llama.cpp",
+            "vllm": "vLLM", "sglang": "SGLang", "trt-llm": "TensorRT-LLM", "trtllm": "TensorRT-LLM",
+            "tensorrt-llm": "TensorRT-LLM", "tensorrt_llm": "TensorRT-LLM", "hf": "transformers",
+            "huggingface": "transformers", "hugging face transformers": "transformers", "transformers": "transformers",
+            "llama.cpp": "llama.cpp"}
+CLASSES = ("hbm", "gddr", "unified", "cpu")
+PARAMS = (("t_step", "t_layer", "t_req") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
+          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf"))
+# the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
+_FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
+_SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "kappa_q": 1.0,
+          **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
+# no engine streams weights faster than the memory's peak (η_m <= 1); the GEMM and attention rates may beat the
+# floor's (the Apple and CPU rates are effective ones; the floor adds attention's reads and products)
+_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "kappa_q": 0.0,
+          **{p: (1.0 if p.startswith("inv_eta_m") else 0.25) for p in PARAMS if p.startswith("inv_")}}
+#: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error)
+SHRINK_GLOBAL = 0.05
+SHRINK_ENGINE = 1.0
+METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "tpot_ms", "prefill_ms_per_token",
+           "generation_tokens_per_s", "total_tokens_per_s", "output_throughput_tokens_per_s")
+_UNITS = {"decode_tokens_per_s": "tokens/s", "prefill_tokens_per_s": "tokens/s", "tpot_ms": "ms/token",
+          "prefill_ms_per_token": "ms/token", "generation_tokens_per_s": "tokens/s", "total_tokens_per_s": "tokens/s",
+          "output_throughput_tokens_per_s": "tokens/s"}
+_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def canonical_engine(name) -> str:
+    """The engine's canonical name ('llama.cpp', 'vLLM', 'SGLang', 'TensorRT-LLM', 'transformers')."""
+    if not isinstance(name, str):
+        raise TypeError(f"engine must be a string such as 'llama.cpp' or 'vLLM', got {type(name).__name__}")
+    key = _ALIASES.get(name.strip().lower())
+    if key is None:
+        require_choice("engine", name, ENGINES)      # raises with the list of engines
+    return key
+
+
+def list_engines() -> list[str]:
+    return list(ENGINES)
+
+
+def device_class(hardware) -> str:
+    """'hbm', 'gddr', 'unified' (Apple, DGX Spark) or 'cpu', from the device's memory type."""
+    mt = get_hardware(hardware).memory_type.lower()
+    if "hbm" in mt:
+        return "hbm"
+    if "gddr" in mt:
+        return "gddr"
+    if "unified" in mt:
+        return "unified"
+    return "cpu"
+
+
+# --- the published measurements --------------------------------------------------------------------------------
+_REQUIRED = {"id": str, "engine": str, "engine_version": str, "model": str, "device": str, "precision": str,
+             "prompt_tokens": int, "output_tokens": int, "metric": str, "value": (int, float), "unit": str,
+             "source": dict, "note": str}
+
+
+def check_record(r: dict) -> None:
+    """Raise ValueError naming the first problem of one published-measurement record (the schema the test checks)."""
+    if not isinstance(r, dict):
+        raise TypeError(f"a record must be a dict, got {type(r).__name__}")
+    rid = r.get("id", "?")
+    for k, t in _REQUIRED.items():
+        if k not in r:
+            raise ValueError(f"record {rid!r}: missing field {k!r}")
+        if not isinstance(r[k], t) or isinstance(r[k], bool):
+            raise ValueError(f"record {rid!r}: field {k!r} must be {t}, got {r[k]!r}")
+    if canonical_engine(r["engine"]) != r["engine"]:
+        raise ValueError(f"record {rid!r}: engine must be spelled {canonical_engine(r['engine'])!r}")
+    get_model(r["model"])
+    get_hardware(r["device"])
+    get_layout(r["precision"])
+    if r.get("kv_precision") is not None:
+        get_precision(r["kv_precision"])
+    if r["metric"] not in METRICS:
+        raise ValueError(f"record {rid!r}: metric must be one of {METRICS}, got {r['metric']!r}")
+    if r["unit"] != _UNITS[r["metric"]]:
+        raise ValueError(f"record {rid!r}: unit of {r['metric']} must be {_UNITS[r['metric']]!r}, got {r['unit']!r}")
+    if not (r["value"] > 0 and math.isfinite(r["value"])):
+        raise ValueError(f"record {rid!r}: value must be a finite number > 0, got {r['value']!r}")
+    b = r.get("batch")
+    if r["metric"] == "output_throughput_tokens_per_s":
+        if b is not None:
+            raise ValueError(f"record {rid!r}: a maximum-load throughput has batch null (the engine picks it)")
+    elif not (isinstance(b, int) and b >= 1):
+        raise ValueError(f"record {rid!r}: batch must be an integer >= 1, got {b!r}")
+    needs_prompt = r["metric"] not in ("decode_tokens_per_s", "tpot_ms")
+    needs_output = r["metric"] not in ("prefill_tokens_per_s", "prefill_ms_per_token")
+    if needs_prompt and r["prompt_tokens"] < 1 or needs_output and r["output_tokens"] < 1:
+        raise ValueError(f"record {rid!r}: {r['metric']} needs prompt_tokens/output_tokens >= 1")
+    src = r["source"]
+    for k in ("url", "table", "date"):
+        if not (isinstance(src.get(k), str) and src[k].strip()):
+            raise ValueError(f"record {rid!r}: source.{k} must be a non-empty string")
+    for k in r.get("assumed", []):
+        if k not in r:
+            raise ValueError(f"record {rid!r}: assumed field {k!r} is not a field")
+
+
+@lru_cache(maxsize=None)
+def _published() -> tuple:
+    recs = data.load_catalog("published_validation")["records"]
+    for r in recs:
+        check_record(r)
+    return tuple(recs)
+
+
+def load_published(engine: str | None = None) -> list[dict]:
+    """The published measurements (copies), all or one engine's."""
+    recs = [dict(r) for r in _published()]
+    if engine is not None:
+        e = canonical_engine(engine)
+        recs = [r for r in recs if r["engine"] == e]
+    return recs
+
+
+def source_of(r: dict, by: str = "document") -> str:
+    """The source a record belongs to for leave-one-source-out: its document (URL), or with ``by='table'`` the
+    table within it (the cited table up to its row)."""
+    if by == "table":
+        return r["source"]["url"] + " | " + r["source"]["table"].split(", row")[0]
+    return r["source"]["url"]
+
+
+# --- features: the floor's parts for the unit of work a metric describes ---------------------------------------
+@dataclass(frozen=True)
+class _Work:
+    """The floor's parts of a unit of work (seconds at efficiency 1) and the counts of steps and requests."""
+
+    steps: float
+    requests: float
+    mem: float
+    gemm: float
+    attn: float               # decode attention (K/V reads and score products)
+    attn_pf: float            # prefill attention (score products over the prompt, K/V writes)
+    cls: str
+    quantised: bool           # block-quantised weights, dequantised inside the matrix-product kernels
+    layers: int
+    floor: float              # the floor's own time for the same work (max per operator)
+
+    def __add__(self, o):
+        return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
+                     self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.quantised, self.layers,
+                     self.floor + o.floor)
+
+    def scaled(self, k):
+        return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
+                     self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k)
+
+    def vector(self) -> dict:
+        x = dict.fromkeys(PARAMS, 0.0)
+        x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * self.layers, self.requests
+        x[f"inv_eta_m:{self.cls}"] = self.mem
+        x[f"inv_eta_c:{self.cls}"] = self.gemm
+        x["kappa_q"] = self.gemm if self.quantised else 0.0
+        x["inv_eta_a"] = self.attn
+        x["inv_eta_a_pf"] = self.attn_pf
+        return x
+
+
+#: weight formats whose matrix products dequantise blocks inside the kernel (float formats run natively)
+_NATIVE = ("fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4", "w8a8")
+
+
+def _gemm_speedup(hw, consts) -> float:
+    """How much faster than the catalog's fp16 rate an engine's matrix products can run on ``hw``: 2 on GeForce
+    cards for an engine that accumulates in fp16 (their fp32-accumulate rate is half the fp16-accumulate one)."""
+    e = data.load_catalog("hardware")["hardware"].get(getattr(hw, "name", ""), {})
+    fast = e.get("fp16_accumulate_TFLOPs")
+    if consts.get("fp16_accumulate") and fast and "fp16" in e.get("peak_TFLOPs", {}):
+        return fast / e["peak_TFLOPs"]["fp16"]
+    return 1.0
+
+
+def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precision="fp16", layers=1,
+           gemm_speedup=1.0) -> _Work:
+    mem = gemm = attn = 0.0
+    for o in phase.operators:
+        if o.name == "attention":
+            attn += o.memory_time + o.compute_time
+        else:
+            mem += o.memory_time * weight_reads
+            gemm += o.compute_time / gemm_speedup
+    quant = get_precision(get_layout(precision).compute_format).name not in _NATIVE
+    return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
+                 layers, phase.time)
+
+
+def _prefill_work(e, cls, chunk, requests, speedup=1.0) -> _Work:
+    tokens = e.batch * (e.prompt_tokens - e.cached_prefix_tokens)
+    chunks = max(1, math.ceil(tokens / chunk)) if chunk else 1
+    return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
+                  layers=e.model.layers, gemm_speedup=speedup)
+
+
+def _decode_work(e, cls, speedup=1.0) -> _Work:
+    """The mean decode step of ``e`` (its per-step costs are linear in the context: the mean of the first and last)."""
+    a, b = (_parts(p, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup)
+            for p in (e.decode_first, e.decode_last))
+    mean = (a + b).scaled(0.5)
+    return replace(mean, floor=e.tpot)
+
+
+_prefill_work_ = _prefill_work
+_decode_work_ = _decode_work
+
+
+def _kv_for(r):
+    return r.get("kv_precision")
+
+
+def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap):
+    """Sequences in flight at maximum load: as many as the KV cache holds in 90 % of the memory the weights leave
+    (the engines' default KV fraction), at most ``cap``."""
+    from course_lib.core.estimator import kv_cache_bytes
+    free = 0.9 * (hw.capacity - m.weight_bytes(precision))
+    per_seq = kv_cache_bytes(m, isl + osl, kv_precision or "fp16", 1)
+    return max(1, min(cap, int(free // per_seq)))
+
+
+def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
+    """(measured seconds of the unit of work, its _Work, k) for record ``r``: the metric's value is k / seconds for a
+    rate or seconds · 1000 / k for a ms figure."""
+    from course_lib.core.estimator import estimate
+    m, hw = get_model(r["model"]), get_hardware(r["device"])
+    cls = device_class(hw)
+    prec, kv = r["precision"], _kv_for(r)
+    P, n, metric, v = r["prompt_tokens"], r["output_tokens"], r["metric"], float(r["value"])
+    chunk = profile_consts.get("prefill_chunk_tokens")
+    sp = _gemm_speedup(hw, profile_consts)
+
+    def _prefill_work(e, cls, chunk, requests):
+        return _prefill_work_(e, cls, chunk, requests, sp)
+
+    def _decode_work(e, cls):
+        return _decode_work_(e, cls, sp)
+
+    if metric == "decode_tokens_per_s":
+        e = estimate(m, hw, max(P, 1), n + 1, precision=prec, kv_precision=kv, batch=r["batch"])
+        return n / v, _decode_work(e, cls).scaled(n)
+    if metric == "tpot_ms":
+        e = estimate(m, hw, max(P, 1), max(n, 2), precision=prec, kv_precision=kv, batch=r["batch"])
+        return v / 1000, _decode_work(e, cls)
+    if metric in ("prefill_tokens_per_s", "prefill_ms_per_token"):
+        e = estimate(m, hw, P, 1, precision=prec, kv_precision=kv, batch=r["batch"])
+        y = P / v if metric == "prefill_tokens_per_s" else v * P / 1000
+        return y, _prefill_work(e, cls, chunk, 0)
+    if metric in ("generation_tokens_per_s", "total_tokens_per_s"):
+        e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=r["batch"])
+        w = _prefill_work(e, cls, chunk, 1) + _decode_work(e, cls).scaled(n - 1)
+        k = n if metric == "generation_tokens_per_s" else P + n
+        return k / v, w
+    # output_throughput_tokens_per_s: B sequences in flight, each wave a prefill of B prompts and n-1 decode steps
+    B = _max_load_batch(m, hw, prec, kv, P, n, profile_consts.get("max_batch") or 2048)
+    e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
+    w = _prefill_work(e, cls, chunk, B) + _decode_work(e, cls).scaled(n - 1)
+    return B * n / v, w
+
+
+def _to_metric(r: dict, seconds: float, measured_seconds: float) -> float:
+    """The metric's value for a predicted time of the same unit of work."""
+    return float(r["value"]) * measured_seconds / seconds if not r["metric"].endswith("_ms") and \
+        r["metric"] != "prefill_ms_per_token" else float(r["value"]) * seconds / measured_seconds
+
+
+# --- profiles --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine's fitted parameters (``params``: PARAMS -> value) and constants with their sources."""
+
+    engine: str
+    params: dict
+    prefill_chunk_tokens: int | None
+    max_batch: int | None
+    constants_source: str
+    points: int
+    sources: tuple
+
+    def time(self, w: _Work) -> float:
+        p = self.params
+        return g.engine_profile_time(w.steps, p["t_step"], w.layers, p["t_layer"], w.requests, p["t_req"], w.mem,
+                                     1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
+                                     p["kappa_q"] if w.quantised else 0.0, w.attn, 1 / p["inv_eta_a"], w.attn_pf,
+                                     1 / p["inv_eta_a_pf"])
+
+    def efficiency(self, kind: str, cls: str) -> float:
+        """η_m ('memory'), η_c ('compute') for a device class, η_a ('attention', decode) or η_a,pf
+        ('prefill_attention')."""
+        key = {"memory": f"inv_eta_m:{cls}", "compute": f"inv_eta_c:{cls}", "attention": "inv_eta_a",
+               "prefill_attention": "inv_eta_a_pf"}[kind]
+        return 1 / self.params[key]
+
+    def describe(self) -> str:
+        p = self.params
+        cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
+        return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
+                f"t_req={p['t_req'] * 1e3:.1f} ms, "
+                f"κ_q={p['kappa_q']:.2f}, η_a={1 / p['inv_eta_a']:.2f}, η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
+                f"(fitted to {self.points} points from {len(self.sources)} sources)")
+
+
+_CONSTS = {
+    "llama.cpp": {"prefill_chunk_tokens": 512, "max_batch": None, "fp16_accumulate": True,
+                  "constants_source": "llama-bench's default micro-batch (n_ubatch 512): a prompt is processed 512 "
+                                      "tokens per step, each step reading the weights again; its CUDA F16 matrix "
+                                      "products accumulate in fp16 (cuBLAS compute type 16F), which GeForce cards run "
+                                      "at twice their fp32-accumulate rate (hardware.json fp16_accumulate_TFLOPs)"},
+    "vLLM": {"prefill_chunk_tokens": None, "max_batch": 256,
+             "constants_source": "vLLM 0.6 defaults: the whole prompt in one step at max_model_len 32768 (chunked "
+                                 "prefill off), max_num_seqs 256"},
+    "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None,
+               "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB)"},
+    "TensorRT-LLM": {"prefill_chunk_tokens": 8192, "max_batch": 2048,
+                     "constants_source": "trtllm-bench defaults: max_num_tokens 8192 per step, max_batch_size 2048"},
+    "transformers": {"prefill_chunk_tokens": None, "max_batch": None,
+                     "constants_source": "generate(): the whole prompt in one forward pass"},
+}
+
+
+@lru_cache(maxsize=None)
+def _stored() -> dict:
+    return data.load_catalog("engine_profiles")
+
+
+def get_profile(engine) -> EngineProfile:
+    """The fitted profile of ``engine`` ('llama.cpp', 'vLLM', 'SGLang', 'TensorRT-LLM', 'transformers')."""
+    name = canonical_engine(engine)
+    e = _stored()["engines"][name]
+    return EngineProfile(name, dict(e["params"]), e["prefill_chunk_tokens"], e["max_batch"], e["constants_source"],
+                         e["points"], tuple(e["sources"]))
+
+
+def _profile_from(name, params, points=0, sources=()) -> EngineProfile:
+    c = _CONSTS[name]
+    return EngineProfile(name, dict(params), c["prefill_chunk_tokens"], c["max_batch"], c["constants_source"],
+                         points, tuple(sources))
+
+
+# --- fitting: least squares on relative error, each engine shrunk towards the pooled fit -------------------------
+#: Huber threshold of the robust fit: a point whose relative time error exceeds it counts with weight HUBER / |error|
+HUBER = 0.3
+ROBUST_ROUNDS = 6
+
+
+def _solve(rows, prior, weight):
+    """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
+    a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
+    dropped, each keeps a weight of at least HUBER / |its error|."""
+    w = [1.0] * len(rows)
+    theta = _solve_once(rows, prior, weight, w)
+    for _ in range(ROBUST_ROUNDS):
+        res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
+        w = [1.0 if e <= HUBER else HUBER / e for e in res]
+        theta = _solve_once(rows, prior, weight, w)
+    return theta
+
+
+def _solve_once(rows, prior, weight, w):
+    """argmin Σ w_i ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
+    and refitted when the free solution crosses it)."""
+    import numpy as np
+    fixed: dict[str, float] = {}
+    for _ in range(len(PARAMS)):
+        free = [p for p in PARAMS if p not in fixed]
+        A, b = [], []
+        for (x, y), wi in zip(rows, w):
+            s_ = math.sqrt(wi) / y
+            A.append([x[p] * s_ for p in free])
+            b.append(math.sqrt(wi) * (1.0 - sum(x[p] * fixed[p] for p in fixed) / y))
+        for p in free:
+            s = math.sqrt(weight) / _SCALE[p]
+            A.append([s if q == p else 0.0 for q in free])
+            b.append(s * prior[p])
+        theta = np.linalg.lstsq(np.asarray(A), np.asarray(b), rcond=None)[0]
+        sol = dict(zip(free, theta.tolist()))
+        low = [p for p in free if sol[p] < _LOWER[p]]
+        if not low:
+            return {**fixed, **sol}
+        worst = min(low, key=lambda p: (sol[p] - _LOWER[p]) / _SCALE[p])
+        fixed[worst] = _LOWER[worst]
+    return {**fixed, **dict.fromkeys([p for p in PARAMS if p not in fixed], 0.0)}
+
+
+_WORK_CACHE: dict = {}
+
+
+def _cached_work(r, name):
+    """_work(r) for engine ``name``'s constants, cached on the record's content (a fit never changes it)."""
+    key = (name, json.dumps(r, sort_keys=True))
+    if key not in _WORK_CACHE:
+        _WORK_CACHE[key] = _work(r, _CONSTS[name])
+    return _WORK_CACHE[key]
+
+
+def _rows(records, name):
+    out = []
+    for r in records:
+        y, w = _cached_work(r, name)
+        out.append((w.vector(), y))
+    return out
+
+
+def fit_profiles(records=None) -> dict:
+    """Fit every engine's profile to ``records`` (default: all shipped). Returns {engine: EngineProfile}; the
+    pooled fit of all engines is under the key None (the prior an engine with no points of its own gets)."""
+    records = _published() if records is None else records
+    by_engine = {name: [r for r in records if r["engine"] == name] for name in ENGINES}
+    rows = {name: _rows(by_engine[name], name) for name in ENGINES}
+    pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL)
+    out = {None: _profile_from("transformers", pooled, sum(len(v) for v in rows.values()))}
+    out[None] = replace(out[None], engine="pooled")
+    for name in ENGINES:
+        params = _solve(rows[name], pooled, SHRINK_ENGINE) if rows[name] else dict(pooled)
+        out[name] = _profile_from(name, params, len(rows[name]), sorted({source_of(r) for r in by_engine[name]}))
+    return out
+
+
+def predict_record(r: dict, profile: EngineProfile | None = None) -> dict:
+    """{'measured', 'floor', 'predicted'} in the record's metric and unit (``predicted`` with ``profile``, default
+    the stored profile of the record's engine)."""
+    profile = get_profile(r["engine"]) if profile is None else profile
+    y, w = _cached_work(r, profile.engine if profile.engine in _CONSTS else r["engine"])
+    return {"measured": float(r["value"]), "floor": _to_metric(r, w.floor, y),
+            "predicted": _to_metric(r, profile.time(w), y)}
+
+
+# --- held out: leave one source out ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeldOutReport:
+    """Every record predicted by profiles fitted without its source: rows of (record, floor, predicted)."""
+
+    rows: tuple
+
+    @staticmethod
+    def _err(pred, meas, rate):
+        return pred / meas - 1
+
+    def stats(self, engine: str | None = None) -> dict:
+        rows = [x for x in self.rows if engine is None or x[0]["engine"] == engine]
+        out = {"points": len(rows)}
+        for key in ("floor", "predicted"):
+            logs = [abs(math.log(x[1 if key == "floor" else 2] / x[0]["value"])) for x in rows]
+            within = [abs(x[1 if key == "floor" else 2] / x[0]["value"] - 1) <= 0.30 for x in rows]
+            out[key] = {"geomean_abs_error": math.expm1(sum(logs) / len(logs)) if logs else math.nan,
+                        "within_30": sum(within) / len(within) if within else math.nan}
+        return out
+
+    def worst(self, k: int = 10) -> list:
+        return sorted(self.rows, key=lambda x: -abs(math.log(x[2] / x[0]["value"])))[:k]
+
+
+def held_out(records=None, progress=False, by: str = "document") -> HeldOutReport:
+    """Refit with each source left out and predict that source's records: ``by='document'`` (a whole publication:
+    the strict test) or ``'table'`` (one table of a publication: the rest of the campaign stays in)."""
+    require_choice("by", by, ("document", "table"))
+    records = list(_published() if records is None else records)
+    sources = sorted({source_of(r, by) for r in records})
+    rows = []
+    for i, s in enumerate(sources):
+        if progress:
+            print(f"  [{i + 1}/{len(sources)}] leaving out {s[:90]}", file=sys.stderr)
+        fitted = fit_profiles([r for r in records if source_of(r, by) != s])
+        for r in records:
+            if source_of(r, by) == s:
+                p = predict_record(r, fitted[r["engine"]])
+                rows.append((r, p["floor"], p["predicted"]))
+    return HeldOutReport(tuple(rows))
+
+
+_REASONS = (
+    (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
+     "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
+    (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
+     "the same engines elsewhere (a device or setup effect no other source shows)"),
+    (lambda r: r["metric"] == "output_throughput_tokens_per_s",
+     "maximum-load throughput: the batch the engine reached is not published (the model assumes the KV cache "
+     "fills 90 % of free memory, capped)"),
+    (lambda r: r["device"] == "a100-80gb" and r["precision"] == "fp16" and r["metric"] == "prefill_tokens_per_s"
+     and r["model"] == "llama-3-8b", "the A100 SXM F16 prefill row is ~10x below every other GPU's (a run problem "
+     "in the source)"),
+    (lambda r: r["device"] == "l40s" and r["precision"] == "fp16" and r["metric"] == "prefill_tokens_per_s",
+     "the L40S F16 prefill row is 2-3x below its Q4_K_M row and rises with the prompt (a run problem in the "
+     "source)"),
+    (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "a 13.5 GB f16 model on a 16 GB Mac: it swaps"),
+    (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
+     "the source states no prompt length (the record assumes one): prefill speed depends on it"),
+    (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,
+     "very long prompts: prefill attention dominates and the engines' kernels differ most there"),
+    (lambda r: r["engine"] in ("SGLang", "vLLM", "TensorRT-LLM") and len({source_of(x) for x in _published()
+                                                                           if x["engine"] == r["engine"]}) == 1,
+     "the only source for this engine: held out, the engine gets the pooled profile of the others"),
+)
+
+
+def reason(r: dict) -> str:
+    for test, why in _REASONS:
+        if test(r):
+            return why
+    return "no known cause"
+
+
+def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
+    """The held-out benchmark: (report, text) with per-engine and overall tables and the worst points."""
+    rep = held_out(progress=progress, by=by)
+    lines = [f"Held-out forecasts of published measurements (leave one {by} out; geomean |error| = "
+             "exp(mean |ln(predicted/measured)|) - 1)", "",
+             f"{'engine':<14}{'points':>7}{'sources':>8}   {'floor: geomean':>15}{'within 30%':>11}   "
+             f"{'profile: geomean':>17}{'within 30%':>11}"]
+    for name in list(ENGINES) + [None]:
+        st = rep.stats(name)
+        if not st["points"]:
+            continue
+        nsrc = len({source_of(x[0], by) for x in rep.rows if name is None or x[0]["engine"] == name})
+        lines.append(f"{name or 'overall':<14}{st['points']:>7}{nsrc:>8}   "
+                     f"{st['floor']['geomean_abs_error']:>14.0%}{st['floor']['within_30']:>11.0%}   "
+                     f"{st['predicted']['geomean_abs_error']:>16.0%}{st['predicted']['within_30']:>11.0%}")
+    lines += ["", "Worst held-out points (predicted / measured):"]
+    for r, fl, pr in rep.worst(12):
+        lines.append(f"  {pr / r['value']:6.2f}x  {r['id']:<46} — {reason(r)}")
+    st = rep.stats()
+    lines += ["", f"overall ({by}s held out): {st['points']} points, held-out geomean |error| "
+              f"{st['predicted']['geomean_abs_error']:.0%}"
+              f" (floor {st['floor']['geomean_abs_error']:.0%}), {st['predicted']['within_30']:.0%} within ±30 % "
+              f"(floor {st['floor']['within_30']:.0%}); target <= 15 % and >= 90 %: "
+              + ("met" if st['predicted']['geomean_abs_error'] <= 0.15 and st['predicted']['within_30'] >= 0.9
+                 else "NOT met")]
+    return rep, "\n".join(lines)
+
+
+def published_main(progress: bool = True) -> int:
+    """``python -m course_lib.measure.validate --published``: the held-out tables by document and by table."""
+    _, text = published_report(progress=progress)
+    _, by_table = published_report(progress=progress, by="table")
+    print(text)
+    print("")
+    print("The same, leaving out one TABLE at a time (the rest of its publication stays in the fit):")
+    print("\n".join(by_table.splitlines()[2:]))
+    return 0
+
+
+# --- estimate(..., engine=...) -----------------------------------------------------------------------------------
+def with_engine(est, engine):
+    """``est`` (a floor :class:`Estimate` at efficiency 1) with the engine's times: TTFT = its prefill under the
+    profile plus one request's fixed cost, each decode step the profile's time at that context. ``engine``: a name
+    (the stored profile) or an :class:`EngineProfile` (e.g. one of :func:`fit_profiles`' held-out fits)."""
+    prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
+    cls = device_class(est.hardware)
+    sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])
+    pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1, sp)
+    first, last = (_parts(p, cls, 1, 0, precision=est.precision, layers=est.model.layers, gemm_speedup=sp)
+                   for p in (est.decode_first, est.decode_last))
+    t_first, t_last = prof.time(first), prof.time(last)
+    steps = est.new_tokens - 1
+    # per-step costs are linear in the context (the estimator sums them in closed form): the profile's mean step is
+    # the mean of its first and last steps, exactly, for a model without a window
+    t_sum = (t_first + t_last) / 2 * steps
+    return replace(est, engine=prof.engine, engine_ttft=prof.time(pf), engine_tpot_sum=t_sum,
+                   engine_tpot_first=t_first, engine_tpot_last=t_last)
+
+
+# --- storing the fit ----------------------------------------------------------------------------------------------
+def _digest() -> str:
+    """sha256 of the published set's canonical JSON (sorted keys): changes whenever a record does."""
+    canon = json.dumps(data.load_catalog("published_validation"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def profiles_document(fitted=None) -> dict:
+    fitted = fit_profiles() if fitted is None else fitted
+    engines = {}
+    for name in ENGINES:
+        p = fitted[name]
+        engines[name] = {"params": {k: round(v, 9) for k, v in p.params.items()}, "points": p.points,
+                         "sources": list(p.sources), "prefill_chunk_tokens": p.prefill_chunk_tokens,
+                         "max_batch": p.max_batch, "constants_source": p.constants_source}
+    return {
+        "_about": ("Engine profiles (course_lib.core.forecast) FITTED by `python -m course_lib.core.forecast --refit` "
+                   "(fit_profiles) to every record of the published_validation catalog: least squares on "
+                   "relative time error, each engine shrunk towards the pooled fit of all engines. Parameters: t_step "
+                   "(s per forward step), t_req (s per request), inv_eta_m:<class> and inv_eta_c:<class> (1 / the "
+                   "bandwidth and GEMM efficiency per device class: hbm, gddr, unified, cpu), inv_eta_a "
+                   "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
+                   "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
+        "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
+                        "records": fitted[None].points, "code": "course_lib.core.forecast.fit_profiles",
+                        "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_towards_pooled": SHRINK_ENGINE},
+                        "lower_bounds": _LOWER},
+        "pooled": {k: round(v, 9) for k, v in fitted[None].params.items()},
+        "engines": engines,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_lib.core.forecast", description=__doc__.splitlines()[0])
+    ap.add_argument("--refit", action="store_true", help="refit the profiles and rewrite engine_profiles.json")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the stored profiles differ from a refit")
+    ns = ap.parse_args(argv)
+    doc = profiles_document()
+    path = _DATA / "engine_profiles.json"
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    if ns.check:
+        ok = path.exists() and path.read_text() == text
+        print("engine_profiles.json is up to date" if ok else "engine_profiles.json is out of date: --refit")
+        return 0 if ok else 1
+    if ns.refit:
+        path.write_text(text)
+        print(f"wrote {path}")
+    for name in ENGINES:
+        p = doc["engines"][name]
+        print(_profile_from(name, p["params"], p["points"], p["sources"]).describe())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""Engine-aware forecasts (issue 27): the published-measurement set, engine profiles, estimate(engine=...), and the
+held-out benchmark `python -m course_lib.measure.validate --published`."""
+import copy
+import math
+
+import pytest
+
+from course_lib import estimate, get_hardware, get_model
+from course_lib.core.numeric import raw as g
+from course_lib.core import forecast
+from course_lib.core.data import load_catalog
+
+
+@pytest.fixture(scope="module")
+def records():
+    return load_catalog("published_validation")["records"]
+
+
+def test_every_published_record_passes_the_schema(records):
+    for r in records:
+        forecast.check_record(r)
+    assert len({r["id"] for r in records}) == len(records)
+    for r in records:                         # every record cites a table (with its row/column) and a date
+        assert r["source"]["url"].startswith("https://") and "row" in r["source"]["table"] or \
+            "column" in r["source"]["table"], r["id"]
+        assert all(k in r for k in r.get("assumed", [])) and (not r.get("assumed") or r["note"])
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda r: r["source"].pop("url"), "source.url"),
+    (lambda r: r.update(metric="tokens"), "metric"),
+    (lambda r: r.update(unit="ms"), "unit"),
+    (lambda r: r.update(value=-3.0), "value"),
+    (lambda r: r.update(engine="vllm"), "spelled"),
+    (lambda r: r.pop("engine_version"), "engine_version"),
+    (lambda r: r.update(batch=0), "batch"),
+])
+def test_a_bad_record_is_named(records, change, match):
+    r = copy.deepcopy(records[0])
+    change(r)
+    with pytest.raises(ValueError, match=match):
+        forecast.check_record(r)
+
+
+def test_the_set_covers_engines_devices_vendors_and_moe(records):
+    assert len(records) >= 100
+    assert {r["engine"] for r in records} == set(forecast.ENGINES)
+    devices = {r["device"] for r in records}
+    assert len(devices) >= 10
+    classes = {forecast.device_class(d) for d in devices}
+    assert classes == {"hbm", "gddr", "unified", "cpu"}                  # datacenter, consumer, Apple, a CPU
+    names = " ".join(get_hardware(d).display for d in devices)
+    for part in ("A100", "H100", "B200", "RTX 3090", "RTX 4090", "Apple M", "Xeon"):   # Ampere..Blackwell, Apple, CPU
+        assert part in names, part
+    assert any(get_model(r["model"]).is_moe for r in records) and any(not get_model(r["model"]).is_moe
+                                                                       for r in records)
+
+
+def test_no_engine_keeps_the_floor_and_an_engine_adds_its_costs():
+    floor = estimate("llama-3.1-8b", "h100-sxm", 512, 128)
+    same = estimate("llama-3.1-8b", "h100-sxm", 512, 128, engine=None)
+    assert same == floor and floor.engine is None and floor.tpot == floor.floor_tpot
+    hf = estimate("llama-3.1-8b", "h100-sxm", 512, 128, engine="transformers")
+    assert hf.engine == "transformers" and hf.floor_tpot == floor.tpot and hf.floor_ttft == floor.ttft
+    assert hf.tpot > 2 * floor.tpot                       # Python's per-layer dispatch: several floors per token
+    assert hf.total == pytest.approx(hf.ttft + 127 * hf.tpot)
+    assert hf.tpot_first <= hf.tpot <= hf.tpot_last
+    assert estimate("llama-3.1-8b", "h100-sxm", 512, 128, engine="hf").tpot == hf.tpot      # an alias
+    for name in forecast.ENGINES:
+        e = estimate("qwen3-30b-a3b", "m3-max", 256, 32, precision="q4_k_m", engine=name)
+        assert 0 < e.ttft < 1e3 and 0 < e.tpot < 1 and e.as_dict()["engine"] == name
+
+
+def test_engine_arguments_are_checked():
+    with pytest.raises(ValueError, match="engine"):
+        estimate("llama-3-8b", "rtx-4090", 16, 4, engine="exllama")
+    with pytest.raises(TypeError, match="engine"):
+        estimate("llama-3-8b", "rtx-4090", 16, 4, engine=3)
+    with pytest.raises(ValueError, match="engine.*not both"):
+        estimate("llama-3-8b", "rtx-4090", 16, 4, engine="vLLM", compute_efficiency=0.5)
+
+
+def test_stored_profiles_are_what_the_fitting_code_gives(capsys):
+    assert forecast.main(["--check"]) == 0
+    doc = load_catalog("engine_profiles")
+    assert doc["fitted_from"]["records"] == len(load_catalog("published_validation")["records"])
+    for name in forecast.ENGINES:
+        p = forecast.get_profile(name)
+        assert p.points > 0 and p.sources and p.constants_source
+        assert set(p.params) == set(forecast.PARAMS)
+        assert all(v >= 0 for v in p.params.values())
+    capsys.readouterr()
+
+
+def test_the_effective_efficiencies_grow_as_the_profile_says():
+    # a memory-bound step: the fixed cost matters less as the bytes grow
+    small, big = (g.effective_step_efficiency(t, 2e-3, 0.8) for t in (1e-3, 30e-3))
+    assert small < big < 0.8
+    # matrix products: more tokens per weight byte -> closer to eta_c
+    few, many = (g.effective_gemm_efficiency(c, 0.6, 1e-3, 0.8) for c in (1e-4, 1e-1))
+    assert few < many < 0.6
+
+
+def test_held_out_predictions_never_see_their_source(records):
+    recs = [r for r in records if r["engine"] in ("vLLM", "transformers")]
+    base = forecast.held_out(recs)
+    src = forecast.source_of(recs[0])
+    poisoned = [dict(r, value=r["value"] * 50) if forecast.source_of(r) == src else r for r in recs]
+    again = forecast.held_out(poisoned)
+    for (r0, f0, p0), (r1, f1, p1) in zip(base.rows, again.rows):
+        assert r0["id"] == r1["id"]
+        if forecast.source_of(r0) == src:                 # its own (poisoned) values were not in its fit
+            assert p1 == pytest.approx(p0, rel=1e-9) and f1 == pytest.approx(f0)
+    st = base.stats()
+    assert st["points"] == len(recs) and 0 <= st["predicted"]["within_30"] <= 1
+    assert math.isfinite(st["predicted"]["geomean_abs_error"])
+
+
+def test_validate_published_prints_the_held_out_tables(capsys):
+    from course_lib.measure.validate import main
+    assert main(["--published", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for name in list(forecast.ENGINES) + ["overall", "floor: geomean", "profile: geomean", "Worst held-out",
+                                          "leave one document out", "TABLE"]:
+        assert name in out, name
+    assert out.strip().splitlines()[-1].startswith("overall (tables held out)")
+    # docs/FORECAST.md quotes both tables: they must be what the command prints today
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FORECAST.md").read_text()
+    lines = out.splitlines()
+    table_lines = [ln for ln in lines if ln.startswith(("llama.cpp ", "vLLM ", "SGLang ", "TensorRT-LLM ",
+                                                          "transformers ", "overall  "))]
+    assert len(table_lines) == 12
+    for ln in table_lines:
+        assert ln in doc, f"docs/FORECAST.md is out of date: {ln!r}"
+
+
+# --- per-tensor-group precision -------------------------------------------------------------------------------
+def test_gpt_oss_published_layout_streams_more_than_all_mxfp4():
+    from course_lib.core.precision import LAYOUTS, get_layout
+    entry = load_catalog("models")["models"]["gpt-oss-20b"]
+    lay = get_layout(entry["published_layout"])
+    assert lay is LAYOUTS["gpt-oss-mxfp4"] and lay.format("experts").name == "mxfp4"
+    assert {lay.format(grp).name for grp in ("attention", "mlp", "embedding", "lm_head")} == {"bf16"}
+    for model in ("gpt-oss-20b", "gpt-oss-120b"):
+        flat = estimate(model, "h100-sxm", 128, 8, precision="mxfp4")
+        pub = estimate(model, "h100-sxm", 128, 8, precision="gpt-oss-mxfp4")
+        ratio = pub.decode_first.bytes / flat.decode_first.bytes
+        assert 1.3 < ratio < 2.2, (model, ratio)               # priced all-MXFP4, batch-1 decode bytes are too small
+        assert pub.weights_bytes > flat.weights_bytes and pub.kv_precision == "bf16"
+    # the checkpoint's size: 20.9B parameters, 19.1B of them in MXFP4 experts -> ~13.8 GB (HF lists 13.8 GB)
+    assert 13.0e9 < estimate("gpt-oss-20b", "h100-sxm", 8, 2, precision="gpt-oss-mxfp4").weights_bytes < 14.5e9
+
+
+def test_gguf_layouts_keep_the_output_matrix_in_q6_k_and_plain_formats_still_work():
+    q4 = estimate("llama-3-8b", "rtx-4090", 64, 8, precision="q4_0")
+    gg = estimate("llama-3-8b", "rtx-4090", 64, 8, precision="gguf-q4_0")
+    m = get_model("llama-3-8b")
+    extra = m.vocab * m.hidden * (6.5625 - 4.5) / 8                   # the lm_head in Q6_K instead of Q4_0
+    assert gg.weights_bytes - q4.weights_bytes == pytest.approx(extra)
+    assert gg.decode_first.bytes - q4.decode_first.bytes == pytest.approx(extra)
+    tied = get_model("llama-3.2-3b")                                   # a tied embedding is the Q6_K matrix too
+    t = estimate(tied, "rtx-4090", 64, 8, precision="gguf-q4_0").weights_bytes
+    assert t - estimate(tied, "rtx-4090", 64, 8, precision="q4_0").weights_bytes == pytest.approx(
+        tied.vocab * tied.hidden * (6.5625 - 4.5) / 8)
+    # a dict names groups; the rest take 'default'
+    d = estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"default": "q4_0", "lm_head": "q6_k"})
+    assert d.weights_bytes == pytest.approx(gg.weights_bytes) and "lm_head:q6_k" in d.precision
+    assert estimate("llama-3-8b", "rtx-4090", 64, 8, precision="fp16").precision == "fp16"
+    with pytest.raises(ValueError, match="precision.*groups"):
+        estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"ffn": "q4_0"})
+    with pytest.raises(ValueError, match="precision"):
+        estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"default": "q3_x"})
