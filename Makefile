@@ -27,7 +27,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: help install lab lab-instructor app test tour site notebooks exercises codegen clean
+.PHONY: help install llamacpp lab lab-instructor app test tour site notebooks exercises codegen clean
 
 help:
 	@echo "make lab         install (if needed), copy exercises/ into work/, start JupyterLab"
@@ -38,6 +38,7 @@ help:
 	@echo "                 a JupyterHub classroom (tests/test_hub.py), the Binder environment (tests/test_binder.py)"
 	@echo "make site        the course as a static HTML book in build/site/html (lessons, exercises, glossary, guide)"
 	@echo "make install     create $(VENV) and install the course with its test, classroom and engines extras"
+	@echo "make llamacpp    add llama.cpp (llama-cpp-python, compiled once: about 11 min; lesson 08's engine)"
 	@echo "make notebooks   re-execute notebooks/ and solutions/ and save them canonically"
 	@echo "                 (or only some: make notebooks NOTEBOOKS='notebooks/03_kv_cache.ipynb')"
 	@echo "make exercises   regenerate exercises/ from solutions/"
@@ -56,6 +57,28 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	@touch $@
 
 install: $(STAMP)
+
+# llama.cpp (lesson 08's "your engine", `python -m course_lib.measure.validate --engine llama.cpp`): llama-cpp-python
+# compiles llama.cpp from source (about 11 minutes on 2 cores), so `make lab` leaves it out. `make llamacpp`
+# builds its wheel once into LLAMACPP_WHEELS and installs the `llamacpp` extra from there afterwards. The build
+# is for any x86-64 CPU with AVX2 (GGML_NATIVE=OFF: not tuned to the building machine, so the wheel runs on
+# another); on other CPUs llama.cpp's CMake ignores the x86 options.
+LLAMACPP_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' constraints.txt)
+LLAMACPP_WHEELS ?= $(HOME)/.cache/course_lib/wheels
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF
+
+llamacpp: install
+	@mkdir -p "$(LLAMACPP_WHEELS)"
+	@if ls "$(LLAMACPP_WHEELS)"/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "llama-cpp-python $(LLAMACPP_VERSION): cached wheel in $(LLAMACPP_WHEELS)"; \
+	else \
+	  echo "building llama-cpp-python $(LLAMACPP_VERSION) from source (about 11 minutes on 2 cores)"; \
+	  CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(PIP) wheel --no-deps -w "$(LLAMACPP_WHEELS)" \
+	    llama-cpp-python==$(LLAMACPP_VERSION); \
+	fi
+	$(PIP) install -c constraints.txt --find-links "$(LLAMACPP_WHEELS)" -e '.[llamacpp]'
 
 # --- learner ------------------------------------------------------------------------------
 

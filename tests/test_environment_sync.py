@@ -29,7 +29,7 @@ CONDA_TO_PYPI = {"pytorch": "torch", "pytorch-cpu": "torch", "pytorch-gpu": "tor
 #: conda entries that are tools of the environment, not dependencies of the course
 CONDA_ONLY = {"python", "pip"}
 #: extras of pyproject that environment.yml must cover
-EXTRAS = ("test", "classroom", "engines", "site")
+EXTRAS = ("test", "classroom", "engines", "site", "llamacpp")
 
 
 def normalise(name: str) -> str:

@@ -36,7 +36,7 @@ from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 
 __all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "geomean_efficiency_reference",
-           "ENGINE_ROWS", "EngineRowQuestion", "read_engine_row"]
+           "ENGINE_ROWS", "EngineRowQuestion", "read_engine_row", "q11", "Q4_ROWS", "read_q4_row"]
 
 SET = "ex08"
 
@@ -354,15 +354,16 @@ class EngineRowQuestion(FunctionQuestion):
     ``check(answer, row=row)`` passes one, on that row too: right on any machine, so the grader can evaluate it
     on its own row."""
 
-    def __init__(self, *, value, **kw):
+    def __init__(self, *, value, rows=ENGINE_ROWS, read=read_engine_row, **kw):
         self._value = value
         self._kw = kw
-        super().__init__(expected=value, cases=[((r,), value(r)) for r in ENGINE_ROWS], **kw)
+        self._rows, self._read = tuple(rows), read      # reference rows, and the reader of the learner's row
+        super().__init__(expected=value, cases=[((r,), value(r)) for r in self._rows], **kw)
 
     def bind(self, row) -> FunctionQuestion:
         """The same question with ``row`` added to its cases."""
-        r = read_engine_row(row)
-        return FunctionQuestion(expected=self._value, cases=[((x,), self._value(x)) for x in (*ENGINE_ROWS, r)],
+        r = self._read(row)
+        return FunctionQuestion(expected=self._value, cases=[((x,), self._value(x)) for x in (*self._rows, r)],
                                 **self._kw)
 
     def evaluate(self, answer, *, strict: bool = False, row=None):
@@ -448,4 +449,63 @@ q10 = NumericQuestion(
               "other publications' runs (the LLaMA 2 table's Macs among them), not from this one."),
 )
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10]
+# --------------------------------------------------------------------------------------------------
+# q11: the learner's own q4 decode speed, predicted from the bandwidth they measured
+# --------------------------------------------------------------------------------------------------
+_Q4_KEYS = ("params", "decode_bytes", "bandwidth")
+
+
+def read_q4_row(row) -> dict:
+    """``row`` as the dict a q11 function receives (lesson 08 §7's ``q4_row``): checked for its keys."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"row must be the dict of your q4 file and bandwidth, got {type(row).__name__}")
+    missing = [k for k in _Q4_KEYS if k not in row]
+    if missing:
+        raise ValueError(f"row lacks {', '.join(missing)}")
+    for k in _Q4_KEYS:
+        v = row[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"row[{k!r}] must be a positive number, got {v!r}")
+    return dict(row)
+
+
+def _q4_row(params, decode_bytes, bandwidth) -> dict:
+    return {"model": "llama-3.2-1b", "format": "q4_k_m", "params": params, "decode_bytes": decode_bytes,
+            "bandwidth": bandwidth}
+
+
+#: rows every q11 function is run on besides the learner's own (illustrative inputs, not measurements)
+Q4_ROWS = (_q4_row(1_235_814_400, 0.80e9, 20e9), _q4_row(3_212_749_824, 2.0e9, 60e9),
+           _q4_row(1_235_814_400, 0.80e9, 120e9))
+
+
+def _q4_tokens_per_s(row):
+    return row["bandwidth"] / row["decode_bytes"]
+
+
+q11 = EngineRowQuestion(
+    id="q11", set=SET, points=2, rows=Q4_ROWS, read=read_q4_row,
+    objective="O5 predict your own machine's decode speed from its measured bandwidth",
+    prompt=("Write q4_tokens_per_s(row) -> the decode speed, in tokens per second, that your measured read "
+            "bandwidth (row['bandwidth'], bytes/s, all threads) predicts for the q4_k_m file whose decode step "
+            "streams row['decode_bytes'] bytes (read back from the file, tensor by tensor)."),
+    value=_q4_tokens_per_s, rel_tol=1e-3,
+    mistakes=[
+        Mistake(lambda row: row["decode_bytes"] / row["bandwidth"] * 1e3,
+                "That is milliseconds per token; the question asks for tokens per second, its inverse."),
+        Mistake(lambda row: row["decode_bytes"] / row["bandwidth"],
+                "That is seconds per token; the question asks for tokens per second, its inverse."),
+        Mistake(lambda row: row["bandwidth"] / (row["params"] * 0.5),
+                "That counts 4 bits per weight. The file holds more: block scales, Q6_K for half of the ffn_down "
+                "and attn_v tensors and for the output matrix. Use the bytes the file holds, row['decode_bytes']."),
+        Mistake(lambda row: row["bandwidth"] / row["decode_bytes"] / 1e9,
+                "Both numbers are already in bytes and bytes/s: no unit conversion is needed."),
+    ],
+    hints=["Decode is memory-bound: each token streams the file's weights once.",
+           "Seconds per token = bytes per token / bytes per second; tokens per second is its inverse."],
+    solution=("```python\nreturn row['bandwidth'] / row['decode_bytes']\n```\n"
+              "A floor: the engine's fixed cost per token and a bandwidth below the probe's make the measured "
+              "speed lower; lesson 08 §7 puts the two side by side."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11]

@@ -46,13 +46,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--clock", default="wall", help="wall (default) or process: CPU seconds of this process, "
                                                     "for a busy shared machine; needs --threads 1 --device cpu")
-    ap.add_argument("--engine", choices=("hf",), default=None,
+    ap.add_argument("--engine", choices=("hf", "llama.cpp"), default=None,
                     help="hf: predict and measure Hugging Face transformers generate() instead of TinyLM "
                          "(last line: engine_tpot_geomean_abs_error=... engine_tpot_max_abs_error=... "
                          "engine_ttft_max_abs_error=...; exit status 3 when a point was not reliable)")
     ap.add_argument("--config", action="append", default=None, metavar="PATH",
                     help="with --engine hf: a config.json (or a name of course_lib/data/engine_configs.json); "
-                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B)")
+                         "repeat to add more (default: GPT-2, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B); with --engine "
+                         "llama.cpp the same, default Llama-3.2-1B and Llama-3.2-3B")
     ap.add_argument("--published", action="store_true", help="held-out forecasts of published measurements, "
                     "floor and engine profiles (course_lib.core.forecast; times nothing)")
     a = ap.parse_args(argv)
@@ -81,6 +82,9 @@ def _engine_main(a) -> int:
         print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
               file=sys.stderr)
         return 2
+    if a.engine == "llama.cpp":     # GGUF files of four formats at 1 and all threads (engines/llamacpp.py)
+        from course_lib.measure.engines import llamacpp
+        return llamacpp.main(a=a)
     try:
         from course_lib.measure.benchmarks import engine_hf
         rep = engine_hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)

@@ -507,8 +507,10 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.status.value = "<p>Measuring this machine (copy, matmul and GEMV timings)...</p>"
         try:
             from course_lib.measure import machine  # torch: imported only when asked for
+            from course_lib.measure.engines.llamacpp import cpu_fast_compute
 
-            self.machine = machine.this_machine(machine.measure_machine(progress=False))
+            # on a CPU: fp16 and the quantized formats at the rate the CPU runs fast (fp32/bf16), not torch's fp16
+            self.machine = cpu_fast_compute(machine.this_machine(machine.measure_machine(progress=False)))
         except Exception as exc:
             self.status.value = status_html(None, f"The measurement failed: {exc}")
             return
