@@ -41,10 +41,12 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 **The prediction** uses probes only, never the model it predicts (:func:`predict_gguf_tpot`,
 :func:`predict_gguf_ttft`):
 
-* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe
-  files of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 2 and 5 layers, every matrix of the
-  one type (``pure`` quantization); bytes per second = the two files' decode bytes apart / their step times
-  apart, FLOP/s of a prefill likewise. The per-layer cost of the engine rides in the rate;
+* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): a probe file
+  of a generic shape (hidden 2048, MLP 8192, vocabulary 512, 5 layers), every matrix of the one type (``pure``
+  quantization); bytes per second = its decode bytes / its step time, FLOP/s of a prefill likewise. The
+  engine's per-layer cost and the probe's own small fixed cost ride in the rate. (A first version took the
+  difference of a 2- and a 5-layer file: on a busy machine that difference of two noisy times came out near
+  zero or negative, and the rates absurd.)
 * at every thread count the benchmark measures (1 and all usable threads): a memory-bound decode scales
   with threads as far as the memory system lets it, and so do the probes;
 * the engine's fixed cost per step and per prefill (graph building, sampling over the vocabulary, the
@@ -106,9 +108,9 @@ PROMPTS = (64,)
 NEW_TOKENS = 16
 REPEATS = 3
 FAST_NEW_TOKENS = 8
-#: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the two layer counts
+#: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the layer count
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
-PROBE_LAYERS = (2, 5)
+PROBE_LAYERS = 5
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
 #: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
@@ -652,8 +654,8 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
                        new_tokens: int = 8, repeats: int = REPEATS, files: Mapping | None = None,
                        progress: bool = False) -> EngineRates:
     """Measure llama.cpp's decode bytes/s and prefill FLOP/s for each ggml type in ``types`` on probe files
-    (never the model): for each type two files of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
-    matrix that type; rate = their decode bytes (prefill FLOP) apart / their times apart. The fixed cost: a
+    (never the model): for each type a file of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
+    matrix that type; rate = its decode bytes (prefill FLOP) / its step (prefill) time. The fixed cost: a
     tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
     threads = require_count("threads", threads)
     prompt = require_count("prompt", prompt, minimum=2)
@@ -671,14 +673,12 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
     kw = dict(threads=threads, prompts=[prompt], new_tokens=new_tokens, repeats=repeats)
     for t in types:
         bar.set_postfix_str(f"{t}, {threads} thread(s)")
-        a, b = files[t]
-        ba, bb = gguf_bytes(a), gguf_bytes(b)
-        [ta], [tb] = measure_gguf(a, **kw), measure_gguf(b, **kw)
-        verdicts += [ta.tpot_verdict, tb.tpot_verdict, ta.ttft_verdict, tb.ttft_verdict]
-        (sa, pa), (sb, pb) = _median_pair(ta), _median_pair(tb)
-        decode[t] = (bb.decode_bytes - ba.decode_bytes) / max(sb - sa, 1e-9)
-        flops = 2 * prompt * (sum(bb.prefill_params_by_type().values()) - sum(ba.prefill_params_by_type().values()))
-        prefill[t] = flops / max(pb - pa, 1e-9)
+        held = gguf_bytes(files[t])
+        [tm] = measure_gguf(files[t], **kw)
+        verdicts += [tm.tpot_verdict, tm.ttft_verdict]
+        step, pre = _median_pair(tm)
+        decode[t] = held.decode_bytes / step
+        prefill[t] = 2 * prompt * sum(held.prefill_params_by_type().values()) / pre
         bar.update()
     tiny = gguf_bytes(files["tiny"])
     [tt] = measure_gguf(files["tiny"], **kw)
@@ -692,10 +692,10 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
 
 
 def probe_files(types: Sequence[str], vocab: int, note=None) -> dict:
-    """{type: (path with PROBE_LAYERS[0] layers, path with PROBE_LAYERS[1]), "tiny": path}, built and cached."""
+    """{type: path of the probe file of that type, "tiny": path of the tiny file of ``vocab``}, built and cached."""
     out: dict[str, Any] = {}
     for t in dict.fromkeys(["F16", *types]):
-        out[t] = tuple(_built(_probe_shape(n), None, t, 1, note) for n in PROBE_LAYERS)
+        out[t] = _built(_probe_shape(PROBE_LAYERS), None, t, 1, note)
     out["tiny"] = _built(_tiny_shape(vocab), "f16", None, 1, note)
     return out
 
