@@ -288,3 +288,21 @@ def test_the_reference_run_ships_with_the_course_and_is_quiet():
     assert "stored run" in label() and "quiet" in label()
     with pytest.raises(ValueError, match="lesson must be"):
         reference("04")
+
+
+def test_the_reference_and_busy_runs_decode_with_the_current_classes():
+    """A class renamed or moved under course_lib.measure must take the shipped reference run and the busy recordings
+    with it (course_lib/data/reference_runs.json, tests/fixtures/recordings/busy)."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.lessons.claims.reference import reference
+    from course_lib.measure.record import decode
+    for n in ("05", "06", "07", "08"):
+        assert reference(n)
+    for path in sorted((RECORDINGS / "busy").glob("*.json")):
+        data = json.loads(path.read_text())
+        assert data["about"] and not data["fast"]
+        for runs in data["results"].values():
+            [decode(x) for x in runs]

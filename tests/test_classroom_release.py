@@ -24,7 +24,8 @@ from course_lib.authoring import exgen
 from repo import ROOT
 
 ALLOWED = {"kind", "id", "set", "objective", "points", "prompt", "hints", "dimension", "unit", "accept_strings",
-           "measure", "symbols", "options"}
+           "measure", "symbols", "options",
+           "whole"}  # the answer's form ("a whole number, rounded down"), as public as its unit; never its value
 SETS = checks.available_sets()
 
 

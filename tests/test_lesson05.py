@@ -89,6 +89,12 @@ def test_dtype_times_bars_are_measured_and_ticks_are_predicted():
     ticks = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines()}
     for r in rows:
         assert ticks[f"{r.dtype} bytes / bandwidth"] == pytest.approx(r.bytes / 10e9 * 1e3)
+    # the predictions stay visible over their bars: black edges, drawn above, one marker shape per dtype
+    from matplotlib.colors import to_rgba
+    marks = [ln for ln in ax.get_lines() if ln.get_label().endswith("bytes / bandwidth")]
+    assert all(to_rgba(ln.get_markeredgecolor()) == to_rgba("black") for ln in marks)
+    assert all(ln.get_zorder() > max(p.get_zorder() for p in ax.patches) for ln in marks)
+    assert len({ln.get_marker() for ln in marks}) == len(marks)
 
 
 def test_machines_plot_uses_the_h200_measurements():

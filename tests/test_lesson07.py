@@ -88,8 +88,10 @@ def test_budget_explorer_shows_caching_values(budget):
     w.budget.value = budget
     m = get_model("mistral-7b")
     per = caching.cache_memory_bytes(m, 8192)
-    assert w.sessions.value.startswith(f"{int(budget * 1e9 // per):,} sessions")
+    n = int(budget * 1e9 // per)
+    assert w.sessions.value.startswith(f"{n:,} session{'' if n == 1 else 's'} of 8,192 tokens")
     assert format_bytes(per) in w.sessions.value
+    assert f"last {m.sliding_window:,} tokens" in w.sessions.value  # the window's cap is said, not silent
     reqs = caching.shared_prefix_workload(vocab=m.vocab, **BUDGET_WORKLOAD)
     (row,) = caching.hit_rate_vs_budget(reqs, [budget * 1e9], kv_cache_bytes(m, 1), 16)
     assert w.hit_rate.value == f"{row['hit_rate']:.1%} of requests hit"

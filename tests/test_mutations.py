@@ -4,12 +4,21 @@ Three families of mutations, each with its rule:
 
 * **bank** -- every entry of a question's own bank (explicit mistakes and detectors): rejected, with exactly
   that entry's feedback (so each known mistake is named as itself).
-* **generic** -- made from the expected answer by rule: a value just outside the tolerance, the
-  neighbouring integer, the other unit convention written *with* its unit (bare numbers are read in the
-  question's unit), a factor of 2, a missing or extra term and n against n - 1 in formulas, every other
-  option of a choice question by its letter.  Rejected; the feedback may be an honest "not recognised,
-  re-check ..." but must not name a cause the mutation does not have (here: "avoid rounding" is only for a
-  value just outside the tolerance).
+* **generic** -- made from the expected answer by rule, for every question of its kind: a value just
+  outside the tolerance, the neighbouring integer, the other unit convention written *with* its unit (bare
+  numbers are read in the question's unit), the nominal parameter count of the model a prompt names
+  (``Qwen3-0.6B`` read as 0.6e9: the answer scaled by nominal / real), two of the question's own mistakes
+  made at once (their errors nearly cancel), a factor of 2, a missing or extra term and n against n - 1 in
+  formulas; for functions n against n - 1 (and n + 1) in every whole-number argument, an argument ignored
+  (the first test case's value used whatever is passed: a constant carried over from another question) and
+  a context capped at a 4,096-token window; every other option of a choice question by its letter.
+  Rejected, with the feedback of the bank entry the value is, or an honest "not one of the mistakes this
+  question knows" -- never a cause the mutation does not have ("avoid rounding" is only for a value just
+  outside the tolerance).
+* **form** -- answers that must be refused whatever their value: a choice answered by *negating* an option
+  ("it is NOT 'GiB = 2^30 bytes'"), a function that returns its number as text, a count that is not whole
+  where a whole one is asked ("round down", "a whole batch"). Rejected in both modes (where a classroom
+  check can see it), with feedback naming the problem.
 * **specific** -- the near misses a learner tried (issue 17): n - 1 tokens, TTFT + n x TPOT, the matrix
   alone, forgetting to round down, both link directions, ... Rejected, with feedback naming that mistake
   (a word it must contain).
@@ -26,7 +35,9 @@ dimension or unit only, never with a bank entry's feedback or a verdict on its v
 """
 from __future__ import annotations
 
+import inspect
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +54,28 @@ MODES = ["self-study", "classroom"]
 _VERDICT_WORDS = ("too high", "too low", "close", "avoid rounding", "off by", "factor of")
 
 SETS = [s for s in available_sets() if s != "_demo"]
+#: Known failures in question banks this harness does not own, each with its owner and the date it was listed
+#: (2026-12-04, issue 31: the serving session fixes ex09 and ex10). Not a skip: each entry must still fail as
+#: described, so that it leaves this list the day it is fixed; nothing else may fail.
+KNOWN_FAILURES = {
+    "ex09.q3 [form: not a whole count (+0.5)]":
+        "2026-12-04, serving (issue 31, ex09.q3): 'round down' accepts 104.5 (abs_tol 0.5)",
+    "ex09.q3 [form: not a whole count (-0.3)]":
+        "2026-12-04, serving (issue 31, ex09.q3): 'round down' accepts 103.7 (abs_tol 0.5)",
+    "ex09.q3 [generic: two mistakes at once (x 0.9904 and x 1.0075)]":
+        "2026-12-04, serving (issue 31, ex09.q3): accepts a count that is not whole (abs_tol 0.5); needs whole='down'",
+    "ex09.q3 [generic: the nominal parameter count (x 0.9962)]":
+        "2026-12-04, serving (issue 31, ex09.q3): the same abs_tol 0.5 accepts 8e9 x 2 bytes' count before rounding",
+    "ex09.q2 [generic: the nominal parameter count (x 0.9962)]":
+        "2026-12-04, serving (issue 31): 8e9 x 2 bytes for Llama-3-8B's weights is inside the 0.5 % tolerance",
+}
+#: Questions whose prompt asks for a whole count but that do not yet refuse a count that is not whole
+#: (2026-12-04, issue 31; owner: the serving session).
+KNOWN_NOT_WHOLE = {"ex09.q3": "2026-12-04, serving (issue 31: 'round down' accepts 104.5 chats, abs_tol 0.5)"}
+_WHOLE_RE = re.compile(r"round (down|up)|whole (number|batch|count)|largest whole|how many whole|whole chats|"
+                       r"whole sessions|whole blocks", re.IGNORECASE)
 _ROUNDING = "avoid rounding"
+_UNKNOWN = "not one of the mistakes this question knows"
 
 
 @dataclass
@@ -51,8 +83,9 @@ class Mutation:
     q: Question
     label: str
     answer: Any
-    kind: str  # bank | generic | specific | right
-    names: str = ""  # specific: a word the feedback must contain; bank: the exact feedback
+    kind: str  # bank | generic | specific | right | form
+    names: str = ""  # specific and form: a word the feedback must contain; bank: the exact feedback
+    keyless_sees: bool = True  # form: a classroom check (no key, no test cases) can refuse it too
 
     @property
     def where(self) -> str:
@@ -74,10 +107,22 @@ def _numeric(q) -> list[Mutation]:
     if q.rel_tol > 0:
         for sign, word in ((1, "above"), (-1, "below")):
             out.append(Mutation(q, f"just {word} the tolerance", e * (1 + sign * 1.5 * q.rel_tol), "generic"))
-    integer = q.rel_tol == 0 or (isinstance(e, int) and abs(e) * q.rel_tol < 1)
+    integer = q.rel_tol == 0 or (isinstance(e, int) and abs(e) * q.rel_tol < 1) or getattr(q, "whole", None)
     if integer:
         for step in (1, -1):
             out.append(Mutation(q, f"neighbouring integer {step:+d}", round(e) + step, "generic"))
+    if getattr(q, "whole", None) or _WHOLE_RE.search(q.prompt):  # a whole count is asked: others are refused
+        for frac in (0.5, -0.3):
+            out.append(Mutation(q, f"not a whole count ({frac:+})", e + frac, "form", "whole",
+                                bool(getattr(q, "whole", None))))
+    ratio = _nominal_ratio(q)
+    if ratio is not None and abs(ratio - 1) > q.rel_tol / 3:
+        value = e * ratio
+        if getattr(q, "whole", None):
+            value = math.floor(value) if q.whole == "down" else math.ceil(value)
+        if value != e:
+            out.append(Mutation(q, f"the nominal parameter count (x {ratio:.4f})", value, "generic"))
+    out += _two_mistakes(q)
     other = {"GB": "GiB", "MB": "MiB", "kB": "KiB", "TB": "TiB", "GB/s": "GiB/s",
              "GiB": "GB", "MiB": "MB", "KiB": "kB"}
     if q.unit in other:
@@ -85,6 +130,76 @@ def _numeric(q) -> list[Mutation]:
     elif q.dimension == "bytes" and q.unit is None:
         out.append(Mutation(q, "the other unit convention", f"{e / 1e9:.6g} GiB", "generic"))
     return out
+
+
+_NOMINAL_RE = re.compile(r"-(\d+(?:\.\d+)?)b$", re.IGNORECASE)
+
+
+def _nominal_ratio(q) -> float | None:
+    """nominal / real parameters of the one catalogue model q's prompt names by its name (``Qwen3-0.6B``), where
+    the prompt is about its weights or parameters (a KV-cache question does not use the count); else None (no
+    model, several, a name without a size)."""
+    from course_lib.core.models import get_model, list_models
+
+    if not re.search(r"\bweights?\b|param", q.prompt, re.IGNORECASE):
+        return None
+    named = []
+    for mid in list_models():
+        m = get_model(mid)
+        size = _NOMINAL_RE.search(m.name)
+        if size and re.search(rf"(?<![\w.-]){re.escape(m.name)}(?![\w.-])", q.prompt, re.IGNORECASE):
+            named.append(float(size.group(1)) * 1e9 / m.params)
+    return named[0] if len(set(named)) == 1 else None
+
+
+def _two_mistakes(q) -> list[Mutation]:
+    """Two of the bank's mistakes made at once, where their errors nearly cancel (the product of their ratios to
+    the answer lies within 10 % of 1, but further from it than a third of the tolerance): the question must
+    tell it apart from the answer."""
+    e = q._expected_base
+    if not e:
+        return []
+    known = [(p / e, m.alters) for p, m in q._matchers if p and p / e > 0]
+    out, seen = [], set()
+    for i, (a, part_a) in enumerate(known):
+        for b, part_b in known[i + 1:]:
+            if part_a and part_a == part_b:  # alternatives for the same part of the computation
+                continue
+            if (a - 1) * (b - 1) < 0 and q.rel_tol / 3 < abs(a * b - 1) < 0.1:
+                value = e * a * b / q._scale
+                if getattr(q, "whole", None):  # the learner rounds as asked
+                    value = math.floor(value) if q.whole == "down" else math.ceil(value)
+                # a whole count rounded back onto the answer is the answer: the errors cancel in full
+                landed = getattr(q, "whole", None) and q._close(value * q._scale, e)
+                if round(value, 9) not in seen and not landed:
+                    seen.add(round(value, 9))
+                    out.append(Mutation(q, f"two mistakes at once (x {a:.4f} and x {b:.4f})", value, "generic"))
+    return out
+
+
+def _with_arg(fn, pos, key, change):
+    """``fn`` called with argument ``pos`` (or field ``key`` of a dict argument) changed by ``change``."""
+    def mutated(*a, **k):
+        a = list(a)
+        if key is None:
+            a[pos] = change(a[pos])
+        else:
+            a[pos] = {**a[pos], key: change(a[pos][key])}
+        return fn(*a, **k)
+    return mutated
+
+
+def _arguments(q):
+    """(position, dict key or None, name, values over the cases) of every numeric argument of q's cases."""
+    first = q.cases[0][0][0][:min(len(c[0][0]) for c in q.cases)]
+    names = list(inspect.signature(q.expected).parameters) if not hasattr(q.expected, "_cases") else []
+    for pos, value in enumerate(first):
+        if isinstance(value, dict):
+            for key, v in value.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    yield pos, key, key, [c[0][0][pos][key] for c in q.cases]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield pos, None, names[pos] if pos < len(names) else f"argument {pos + 1}", [c[0][0][pos] for c in q.cases]
 
 
 def _function(q) -> list[Mutation]:
@@ -98,8 +213,28 @@ def _function(q) -> list[Mutation]:
     else:
         out.append(Mutation(q, "off by one", lambda *a, **k: ref(*a, **k) + 1, "generic"))
     out.append(Mutation(q, "twice the answer", lambda *a, **k: ref(*a, **k) * 2, "generic"))
-    if not q.accept_strings:  # where text is accepted, "14 GB" is an answer and "14" is in base units
-        out.append(Mutation(q, "the number as text", lambda *a, **k: str(ref(*a, **k)), "generic"))
+    out.append(Mutation(q, "the number as text", lambda *a, **k: str(ref(*a, **k)), "form", "text", False))
+    out.append(Mutation(q, "the number with its unit as text",
+                        lambda *a, **k: f"{ref(*a, **k)} s", "form", "text", False))
+    if getattr(q, "whole", False):
+        out.append(Mutation(q, "a count that is not whole", lambda *a, **k: ref(*a, **k) + 0.5, "form", "whole",
+                            False))
+    outputs = [e for _, e in q.cases]
+    for pos, key, name, values in _arguments(q):
+        label = name if key is None else f"row[{key!r}]"
+        if all(float(v).is_integer() for v in values) and min(values) > 1:
+            for shift, word in ((-1, "n - 1"), (1, "n + 1")):
+                m = _with_arg(ref, pos, key, lambda v, s=shift: v + s)
+                if q._outputs(m) and not all(q._close(o, e) for o, e in zip(q._outputs(m), outputs)):
+                    out.append(Mutation(q, f"{label} against {word.replace('n', label)}", m, "generic"))
+        if len(set(values)) > 1:
+            fixed = values[0]
+            m = _with_arg(ref, pos, key, lambda v, f=fixed: f)
+            if q._outputs(m) and not all(q._close(o, e) for o, e in zip(q._outputs(m), outputs)):
+                out.append(Mutation(q, f"{label} ignored (the first case's {fixed!r} carried over)", m, "generic"))
+        if "context" in name.lower():  # the cases must include a context beyond the window to tell it apart
+            m = _with_arg(ref, pos, key, lambda v: min(v, 4096))
+            out.append(Mutation(q, f"{label} capped at a 4,096-token window", m, "generic"))
     return out
 
 
@@ -125,6 +260,10 @@ def _letter(i: int) -> str:
 def _choice(q) -> list[Mutation]:
     out = []
     right = q.options.index(q.expected)
+    if isinstance(q.expected, str):
+        for text in (f"it is NOT '{q.expected}'", f"not {q.expected}", f"{q.expected} is wrong",
+                     f"anything except {q.expected}"):
+            out.append(Mutation(q, f"the right option negated: {text[:30]}", text, "form", "negat"))
     for i, opt in enumerate(q.options):
         if i == right:
             out += [Mutation(q, "its letter", _letter(i), "right"),
@@ -151,8 +290,7 @@ def _q8_at(link: float) -> float:
 
 
 def _specific() -> list[Mutation]:
-    from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex07, ex08, ex09
-    from course_lib.core import compare
+    from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09
     from course_lib.core.caching import kv_cache_bytes
     from course_lib.core.estimator import estimate
     from course_lib.core.hardware import get_hardware
@@ -160,10 +298,10 @@ def _specific() -> list[Mutation]:
 
     l3 = get_model("llama-3-8b")
     mistral = get_model("mistral-7b")
-    h100, h200 = get_hardware("h100-sxm"), get_hardware("h200")
-    hf = next(r for r in compare.h200_cases("datasheet") if r.case == "h200/hf/tpot-c2048")
-    w_h200 = mistral.decode_weight_bytes("fp16") / h200.bandwidth
-    kv_h200 = estimate("mistral-7b", "h200", 2048, 2).tpot_first - w_h200
+    h100 = get_hardware("h100-sxm")
+    from course_lib.core import measurements
+
+    step = next(r for r in measurements.h200()["weights_only_decode_step_cuda_graph"]["by_batch"] if r["batch"] == 1)
     e4 = estimate("llama-3-8b", "h100-sxm", 2048, 300, batch=32)
     direct = estimate("llama-2-7b", "rtx-4090", 1000, 250)
     out = [
@@ -193,10 +331,18 @@ def _specific() -> list[Mutation]:
                  "nominal"),
         Mutation(ex04.q4, "K (or V) only", (mistral.decode_weight_bytes("fp16") + kv_cache_bytes(mistral, 4096) / 2)
                  / h100.bandwidth * 1e3, "specific", "only the keys"),
-        Mutation(ex08.q3, "a floor with K (or V) only", (hf.measured_s - w_h200 - kv_h200 / 2) * 1e3, "specific",
-                 "only the keys"),
-        Mutation(ex08.q3, "a floor with the nominal 7B parameters",
-                 (hf.measured_s - 7e9 * 2 / h200.bandwidth - kv_h200) * 1e3, "specific", "nominal"),
+        Mutation(ex08.q3, "the ratio eager / graph", step["ms_eager_python_loop"] / step["ms"], "specific", "ratio"),
+        Mutation(ex08.q1, "a floor from the whole checkpoint without the K/V (two errors that cancel)",
+                 get_model("llama-2-7b").weight_bytes("fp16") / get_hardware("rtx-4090").bandwidth
+                 * ex08._F16["decode_tokens_per_s"], "specific", "cancel"),
+        Mutation(ex02.q3, "the nominal 0.6B x 2 bytes", 1.2e9, "specific", "nominal"),
+        Mutation(ex06.q6, "the neighbouring whole batch below", ex06.q6.expected - 1, "specific", "round"),
+        Mutation(ex06.q1, "the answer in seconds", ex06.q1.expected / 1e3, "specific", "seconds"),
+        Mutation(ex07.q6, "the quotient rounded up", ex07.q6.expected + 1, "specific", "floor"),
+        Mutation(ex07.q1, "the lesson's figure at two digits", "3.2 ms", "right"),
+        Mutation(ex08.q8, "lesson 07's '20x'", 20, "right"),
+        Mutation(ex04.q4, "with its unit per token", f"{ex04.q4.expected:.4g} ms/token", "right"),
+        Mutation(ex03.q1, "the calculation in quotes", "'2*32*8*128*2'", "specific", "quotes"),
     ]
     return out
 
@@ -217,6 +363,8 @@ def _keyless(q: Question) -> KeylessQuestion:
 
 def _judge_classroom(m: Mutation) -> str | None:
     r = _keyless(m.q).evaluate(m.answer)
+    if m.kind == "form" and m.keyless_sees and r.status != INCORRECT:
+        return f"classroom: a wrong form not refused ({r.status})"
     if m.kind == "right":
         return None if r.status == RECEIVED else f"classroom: a right answer refused: {r.feedback[:90]}"
     if r.status not in (RECEIVED, INCORRECT):
@@ -241,11 +389,26 @@ def _judge(m: Mutation, mode: str) -> str | None:
         return f"not rejected ({r.status})"
     if m.kind == "bank":
         return None if r.feedback == m.names else f"names another mistake: {r.feedback[:90]}"
-    if m.kind == "specific":
+    if m.kind in ("specific", "form"):
         return None if m.names.lower() in r.feedback.lower() else f"feedback lacks {m.names!r}: {r.feedback[:90]}"
-    if _ROUNDING in r.feedback and not m.label.startswith("just"):
+    near = _near(m)  # within twice the tolerance the checker cannot tell rounding from a small slip: it says "if"
+    if _ROUNDING in r.feedback and not near:
         return f"blames rounding: {r.feedback[:90]}"
+    known = {b.feedback for b in m.q.bank}
+    if not (r.feedback in known or any(r.feedback.endswith(b) for b in known) or _UNKNOWN in r.feedback
+            or (near and _ROUNDING in r.feedback) or "can't read" in r.feedback.lower()):
+        return f"a generic miss neither named as a known mistake nor called unknown: {r.feedback[:90]}"
     return None
+
+
+def _near(m: Mutation) -> bool:
+    """A numeric mutation within twice its question's tolerance of the answer."""
+    if m.label.startswith("just"):
+        return True
+    if m.q.kind != "numeric" or not isinstance(m.answer, (int, float)):
+        return False
+    e = m.q._expected_base
+    return bool(e) and abs(m.answer * m.q._scale / e - 1) <= 2 * m.q.rel_tol
 
 
 def _mutations() -> list[Mutation]:
@@ -261,7 +424,10 @@ def _mutations() -> list[Mutation]:
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mutation_is_treated_as_it_should(mode):
     mutations = _mutations()
-    failures = [f"{m.where}: {why}" for m in mutations if (why := _judge(m, mode))]
+    judged = {m.where: why for m in mutations if (why := _judge(m, mode))}
+    fixed = [k for k in KNOWN_FAILURES if k not in judged and mode == "self-study"]
+    assert not fixed, f"listed as known failures but now treated right: drop them from KNOWN_FAILURES: {fixed}"
+    failures = [f"{where}: {why}" for where, why in judged.items() if where not in KNOWN_FAILURES]
     n_questions = len(_questions())
     for q in _questions():  # each of the bank's own mistakes has its own feedback
         texts = [m.feedback for m in q.mistakes]
@@ -269,6 +435,23 @@ def test_every_mutation_is_treated_as_it_should(mode):
     assert not failures, (f"{len(failures)} of {len(mutations)} mutations over {n_questions} questions:\n"
                           + "\n".join(failures))
     assert n_questions >= 70 and len(mutations) > 5 * n_questions
+
+
+def test_a_prompt_that_asks_for_a_whole_count_refuses_one_that_is_not():
+    """"round down", "a whole batch", "how many whole sessions": the question has ``whole`` set, so that 64.5
+    sessions is refused for its form in both modes (the generic mutations above then try it)."""
+    def refuses_parts(q) -> bool:
+        if getattr(q, "whole", None):
+            return True
+        if q.kind != "numeric":
+            return False
+        e = q._expected_base / q._scale
+        return all(q.evaluate(e + f).status == INCORRECT for f in (0.5, -0.3))
+
+    missing = sorted(f"{q.set}.{q.id}" for q in _questions() if _WHOLE_RE.search(q.prompt) and not refuses_parts(q))
+    assert missing == sorted(KNOWN_NOT_WHOLE), (
+        f"asks for a whole count without refusing other counts: {sorted(set(missing) - set(KNOWN_NOT_WHOLE))}; "
+        f"listed but fixed (drop them from KNOWN_NOT_WHOLE): {sorted(set(KNOWN_NOT_WHOLE) - set(missing))}")
 
 
 def test_choice_answers_by_letter_number_or_a_distinctive_part():
@@ -305,3 +488,17 @@ def test_the_harness_can_fail():
     assert _judge(Mutation(q, "bank entry 0", q.bank[0].value, "bank", "other"), "self-study")
     assert _judge(Mutation(q, "right", q.expected, "generic"), "self-study") == "not rejected (correct)"
     assert math.isfinite(q.expected)
+    # every named kind is generated, and one the check let through would be reported
+    from course_lib.checks import ex01, ex04, ex07, ex08
+
+    kinds = {m.label.split(":")[0].split(" (")[0] for m in _mutations()}
+    for kind in ("the right option negated", "the number as text", "not a whole count", "a count that is not whole",
+                 "neighbouring integer +1", "the nominal parameter count", "two mistakes at once"):
+        assert any(k.startswith(kind) for k in kinds), kind
+    assert any("against" in m.label for m in _function(ex08.q9)), "n against n - 1 in a row's field"
+    assert any("capped at a 4,096-token window" in m.label for m in _function(ex04.q7))
+    assert any("ignored" in m.label for m in _function(ex07.q3))
+    assert _judge(Mutation(ex01.q9, "negated", ex01.q9.expected, "form", "negat"), "self-study")
+    assert _judge(Mutation(ex07.q6, "not whole", ex07.q6.expected, "form", "whole"), "classroom")
+    vague = Mutation(ex07.q6, "generic", 1, "generic")
+    assert _judge(vague, "self-study") is None and _UNKNOWN in ex07.q6.evaluate(1).feedback

@@ -532,3 +532,18 @@ def test_streaming_the_kv_layer_by_layer_hides_all_but_the_last_layer_and_pools_
     assert hi.prefill_utilisation <= 0.8 and hi.decode_tpot <= 0.05
     assert hi.in_flight == pytest.approx(60 * 299 * hi.decode_tpot, rel=1e-12)
     assert hi.decode_gpus == -(-hi.in_flight // hi.decode_sequences)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(arrival_rate=5.0, users=4), "users"),
+    (dict(users=0), "users"),
+    (dict(users=8, requests=4), "requests"),
+    (dict(users=4, think_time=-1.0), "think_time"),
+    (dict(users=4, warmup=100), "warmup"),
+    (dict(users=4, requests=None), "requests"),
+])
+def test_closed_loop_bad_input_names_the_argument(kwargs, match):
+    args = dict(arrival_rate=None, requests=50)
+    args.update(kwargs)
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate(M, H, args.pop("arrival_rate"), 512, 32, **args)

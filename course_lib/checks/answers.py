@@ -114,6 +114,8 @@ _NUMBER_RE = re.compile(
     (?P<exp>[eE][+\-]?\d+)?""",
     re.VERBOSE | re.ASCII,
 )
+_CALCULATION_RE = re.compile(r"[\d\s.,_*/+\-()^x×eE]+")
+_PER_TOKEN_RE = re.compile(r"\s*(?:/|\bper\s+)\s*(?:output\s+)?(?:token|tok|step)s?\s*$", re.IGNORECASE)
 _AMBIGUOUS_RE = re.compile(rf"^[{_SEPARATORS}.]\d", re.ASCII)
 
 
@@ -345,6 +347,10 @@ def _read_text(x: str, *, scale: float, dimension: str | None, accept_strings: b
                          f"{LIMITS.max_number_text}")
     if s.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         raise Unreadable(f"{what} ({short(x)}) is not a finite number")
+    bare = s.strip("'\"` ")
+    if _CALCULATION_RE.fullmatch(bare) and re.search(r"\d\s*[*/+^x×-]\s*[\d(]", bare):
+        raise Unreadable(f"{what} is text holding a calculation ({short(x)}); remove the quotes so that Python "
+                         "computes it, and give the number")
     split = split_number(s, what)
     if split is not None and not split[1]:
         value = float(split[0])
@@ -354,6 +360,8 @@ def _read_text(x: str, *, scale: float, dimension: str | None, accept_strings: b
     if not accept_strings:
         raise Unreadable(f"{what} is text ({short(x)}); this question wants a plain number (no units, no quotes)")
     text = s if split is None else f"{split[0]} {split[1]}"
+    if dimension == "time":  # "4.405 ms/token", "4.4 ms per token": a time per token is a time per step
+        text = _PER_TOKEN_RE.sub("", text)
     try:
         value, dim = parse_quantity(text, dimension)
     except Exception as exc:

@@ -26,6 +26,9 @@ __all__ = ["ChoiceQuestion", "MIN_PART"]
 MIN_PART = 3
 
 _LETTER_RE = re.compile(r"^\(?([a-z])[).:]?$")
+#: words that, outside the option an answer quotes, turn it into "not that option"
+_NEGATION_RE = re.compile(r"\b(not|no|never|none|neither|nor|false|wrong|except|incorrect|isn't|aren't|"
+                          r"doesn't|isnt|n't)\b|n't\b")
 
 
 def _text(value: str) -> str:
@@ -114,6 +117,10 @@ class ChoiceQuestion(Question):
             fits = [i for i, t in enumerate(texts) if t is not None and len(text) >= MIN_PART and text in t]
             if not fits:
                 fits = [i for i, t in enumerate(texts) if t is not None and len(t) >= MIN_PART and t in text]
+                if len(fits) == 1 and _NEGATION_RE.search(text.replace(texts[fits[0]], " ")):
+                    raise Unreadable(f"your answer {short(answer)} names option ({_letter(fits[0])}) with a word "
+                                     "that negates it; answer with the option you think is right (its text or "
+                                     "its letter), not with one you rule out")
             if len(fits) == 1:
                 return fits[0]
             if len(fits) > 1:
@@ -131,4 +138,5 @@ class ChoiceQuestion(Question):
         for prepared, m in self._matchers:
             if prepared == key:
                 return INCORRECT, m.feedback
-        return INCORRECT, "Not this one. Re-read the options and think about which quantity limits the time."
+        return INCORRECT, ("Not this one, and not one of the mistakes this question knows. Re-read the options "
+                           "and the lesson section they come from.")

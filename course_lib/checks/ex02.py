@@ -27,10 +27,10 @@ from course_lib.checks.numeric import NumericQuestion
 from course_lib.core.numeric import raw as g
 from course_lib.core import units
 from course_lib.core.hardware import get_hardware
-from course_lib.core.models import get_model
+from course_lib.core.models import catalog_entry, get_model
 from course_lib.core.precision import get_precision
 
-__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "streamed_bytes"]
+__all__ = ["QUESTIONS", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "streamed_bytes"]
 
 SET = "ex02"
 
@@ -110,9 +110,13 @@ q3 = NumericQuestion(
     objective="O3 compute the weight bytes one decode step streams",
     prompt=("Qwen3-0.6B ties its lm_head to its token embedding: one V x h matrix serves both. In fp16 at "
             "batch 1, how many weight bytes does one decode step stream?"),
-    expected=_QW_STREAM, dimension="bytes", rel_tol=0.01,
+    # 0.3 %: the nominal 0.6B x 2 bytes (0.66 % above) is a mistake, not the answer
+    expected=_QW_STREAM, dimension="bytes", rel_tol=0.003,
     detect=[d.bits_vs_bytes(), d.gb_vs_gib()],
     mistakes=[
+        Mistake(0.6e9 * _FP16,
+                "That is the nominal 0.6B from the name x 2 bytes. Count what a step streams from the real shapes: "
+                "`block_params`, `vocab` and `hidden` of `get_model('qwen3-0.6b')`.", rel_tol=0.001),
         Mistake(g.weight_bytes(_QW.block_params + _QW.hidden, _FP16),
                 "That leaves out the lm_head. Tied or not, the output projection multiplies the hidden state "
                 "by all V x h weights every step; tying saves memory, not reads."),
@@ -164,7 +168,9 @@ q5 = NumericQuestion(
             "(`get_hardware('rtx-4090').bandwidth`). (a) bytes of the matrix; (b) time to read them at the full "
             "bandwidth (ignore the two small vectors). Answer in microseconds (a bare number is read as µs)."),
     expected=_GEMV_T / _US, unit="us", dimension="time", rel_tol=0.01,
-    detect=[d.ms_vs_s(), d.bits_vs_bytes(),
+    detect=[d.ms_vs_s(feedback=(
+                "That is a factor of 1000 off: a time-unit slip (ns, µs, ms and s are each 1000 apart). A bare "
+                "number is read as microseconds; or write the unit, e.g. '0.5 ms'.")), d.bits_vs_bytes(),
             d.compute_instead_of_memory(g.compute_time(_GEMV_FLOPS, _RTX4090.flops("fp16"), 1.0) / _US)],
     mistakes=[
         Mistake(g.memory_time(g.weight_bytes(_GEMV_ELEMENTS, _FP32), _RTX4090.bandwidth, 1.0) / _US,
@@ -195,8 +201,9 @@ q6 = NumericQuestion(
     mistakes=[
         Mistake(_GEMV_AI / _RIDGE, "Upside down: divide the ridge point by the GEMV's intensity."),
         Mistake(_H100.sparse_flops["fp16"] / _H100.bandwidth / _GEMV_AI,
-                "That uses the datasheet's 2:4 structured-sparsity figure, twice the dense peak. Dense "
-                "matrix products get the dense peak."),
+                "That is twice the answer. Three slips give it: the datasheet's 2:4 structured-sparsity peak "
+                "(twice the dense one; dense matrix products get the dense peak), the fp8 peak (the GEMV is fp16), "
+                "or a GEMV intensity of 0.5 FLOP/byte (one FLOP per 2-byte weight; a multiply-add is 2 FLOPs)."),
         Mistake(_RIDGE / (2 * _GEMV_AI),
                 "That gives the GEMV 2 FLOP/byte. In fp16 each weight is 2 bytes and yields 2 FLOPs: 1 FLOP/byte."),
         Mistake(0.5, "That looks like an intensity (1 FLOP per 2-byte weight), not the factor. The GEMV's "
@@ -224,13 +231,13 @@ q7 = NumericQuestion(
     mistakes=[
         Mistake(_MI.weight_bytes("fp16") / _CACHE,
                 "That uses the whole checkpoint. A decode step streams the blocks, the lm_head and one "
-                "embedding row, not the whole embedding table."),
+                "embedding row, not the whole embedding table.", alters="weights"),
         Mistake(_MI.streamed_params(1) / _CACHE,
                 "That compares a parameter count with bytes: each fp16 weight takes 2 bytes."),
         Mistake(_CACHE / _MI_STREAM, "Upside down: the question asks how many caches the weights fill."),
         Mistake(7e9 * 2 / _CACHE,
                 "That uses the nominal 7B parameters from the name; take the bytes one step streams from "
-                "`decode_weight_bytes('fp16')`.", rel_tol=0.003),
+                "`decode_weight_bytes('fp16')`.", rel_tol=0.003, alters="weights"),
     ],
     hints=["`get_model('mistral-7b').decode_weight_bytes('fp16')` gives the bytes of one step.",
            "Both numbers in bytes, then divide."],
@@ -309,4 +316,45 @@ q9 = ChoiceQuestion(
               "prefix. Batching other requests raises total throughput, not this response's speed."),
 )
 
-QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9]
+# --- O6: a config.json, layer by layer ---------------------------------------------------------------
+_CFG = catalog_entry("llama-3-8b")["config"]
+_H, _HQ, _HKV = _CFG["hidden_size"], _CFG["num_attention_heads"], _CFG["num_key_value_heads"]
+_D, _I = _H // _HQ, _CFG["intermediate_size"]
+_ATTN = _H * _HQ * _D + 2 * _H * _HKV * _D + _HQ * _D * _H
+_MLP = 3 * _H * _I
+_Q10 = _L3.attention_params_per_layer + _L3.dense_mlp_params + _L3.norm_params_per_layer
+assert _Q10 == _ATTN + _MLP + 2 * _H  # the catalog's count is the config's, read layer by layer
+q10 = NumericQuestion(
+    id="q10", set=SET, points=2,
+    objective="O6 read a model's config.json and count its parameters layer by layer",
+    prompt=("Multi-step: `catalog_entry('llama-3-8b')['config']` is Llama-3-8B's `config.json` (the fields that "
+            "fix its shape). Count the parameters of ONE transformer block: (a) attention: the Q and O projections "
+            "(h x H_q·d each) and the K and V projections (h x H_kv·d each), with d = hidden_size / "
+            "num_attention_heads; (b) the gated MLP: gate, up and down (h x intermediate_size each); (c) its two "
+            "RMSNorm weight vectors (h each). No biases. How many parameters has one block?"),
+    expected=_Q10, rel_tol=0,
+    mistakes=[
+        Mistake(_H * _HQ * _D * 4 + _MLP + 2 * _H,
+                "That gives K and V as many heads as Q (multi-head attention). Llama-3-8B uses grouped-query "
+                "attention: `num_key_value_heads` K/V heads, fewer than `num_attention_heads`."),
+        Mistake(_ATTN + 2 * _H * _I + 2 * _H,
+                "That counts two MLP matrices. Llama's MLP is gated: gate, up AND down, three h x I matrices."),
+        Mistake(_ATTN + _MLP,
+                "That leaves out the block's two RMSNorm weight vectors (h values each): small, but part of the "
+                "count."),
+        Mistake(_H * _HQ * _D + _H * _HKV * _D + _HQ * _D * _H + _MLP + 2 * _H,
+                "That counts one of K and V: a block has a K projection AND a V projection."),
+        Mistake(_ATTN + _MLP + 2 * _H + _CFG["vocab_size"] * _H,
+                "That adds the embedding table: it belongs to the model, not to each block."),
+        Mistake(_L3.params / _CFG["num_hidden_layers"],
+                "That divides the whole model by the number of layers: it spreads the embedding table and the "
+                "lm_head over the blocks. Count one block from its shapes."),
+    ],
+    hints=["d = 4096 / 32 = 128; the K and V projections have num_key_value_heads x d outputs each.",
+           "Attention h·H_q·d + 2·h·H_kv·d + H_q·d·h; MLP 3·h·I; norms 2·h."],
+    solution=(f"d = {_H} / {_HQ} = {_D}. Attention: {_H:,} x {_HQ * _D:,} x 2 + {_H:,} x {_HKV * _D:,} x 2 = "
+              f"{_ATTN:,}; MLP: 3 x {_H:,} x {_I:,} = {_MLP:,}; norms: 2 x {_H:,}. One block: **{_Q10:,}**. "
+              f"`get_model('llama-3-8b').block_params` is {_CFG['num_hidden_layers']} of them plus the final norm."),
+)
+
+QUESTIONS = [q1, q2, q3, q4, q5, q6, q7, q8, q9, q10]

@@ -185,13 +185,13 @@ q4 = NumericQuestion(
                 "cached and read."),
         Mistake((weight_bytes(_MISTRAL, "fp16") + _WINDOW * _KTOK) / _H100.bandwidth * 1e3,
                 "That streams the whole embedding table too; a decode step reads one row of it "
-                "(use `decode_weight_bytes`).", rel_tol=0.005),
+                "(use `decode_weight_bytes`).", rel_tol=0.005, alters="weights"),
         Mistake((_WS + _WINDOW * _KTOK / 2) / _H100.bandwidth * 1e3,
                 "That reads only the keys (or only the values) of the window: a step reads both K and V of "
                 "every token it attends to (`kv_cache_bytes` counts both).", rel_tol=0.001),
         Mistake((7e9 * 2 + _WINDOW * _KTOK) / _H100.bandwidth * 1e3,
                 "That uses the nominal 7B parameters from the name; take the weight bytes of a step from "
-                "`decode_weight_bytes('fp16')`.", rel_tol=0.001),
+                "`decode_weight_bytes('fp16')`.", rel_tol=0.001, alters="weights"),
     ],
     hints=["`get_model('mistral-7b').attended_tokens(20001)` tells how many tokens' K/V the step reads.",
            "TPOT = (weight bytes + K/V bytes) / bandwidth; x 1000 for ms."],
@@ -270,6 +270,8 @@ _Q7_CASES = [
     (_LLAMA2.decode_weight_bytes("fp16"), _LLAMA2.kv_bytes_per_token("fp16"), 1, get_hardware("a100-80gb").bandwidth),
     (weight_bytes(_SOURCE_7B, "fp16"), get_model("source-7b").kv_bytes_per_token("fp16"), 0, _H100.bandwidth),
     (_GPT2.decode_weight_bytes("fp32"), _GPT2.kv_bytes_per_token("fp32"), 1024, get_hardware("l4").bandwidth),
+    # a context beyond Mistral's 4,096-token window: a function that carries q4's window over is wrong here
+    (_LLAMA2.decode_weight_bytes("fp16"), _LLAMA2.kv_bytes_per_token("fp16"), 20001, _H100.bandwidth),
 ]
 q7 = FunctionQuestion(
     id="q7", set=SET, points=2,

@@ -92,7 +92,8 @@ q1 = NumericQuestion(
     detect=[d.bits_vs_bytes(), d.gb_vs_gib(2)],
     mistakes=[
         Mistake(_N * _N, "That counts elements. Each fp16 element takes 2 bytes."),
-        Mistake(_N * _N * 4, "That is fp32 (4 bytes per element); the matrix is fp16."),
+        Mistake(_N * _N * 4, "That is twice the matrix: either fp32 (4 bytes per element; the matrix is fp16) or the "
+                             "matrix counted twice, read and written. Only y is written; W is only read."),
         Mistake(2 * _N * _FP16, "That is only the two vectors; the matrix is what dominates."),
     ],
     hints=["Elements read: the m × k matrix plus the k-vector; written: the m-vector.",

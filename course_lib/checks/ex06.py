@@ -17,6 +17,8 @@ Lessons: 06
 """
 from __future__ import annotations
 
+import math
+
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake
@@ -53,13 +55,17 @@ q1 = NumericQuestion(
         "uses each weight for all 1000 prompt tokens: its FLOPs take far longer than its bytes. Prefill is "
         "compute-bound: FLOPs / peak FLOP/s.", name="memory_instead_of_compute")],
     mistakes=[
-        Mistake(_Q1_MS / 2, "That counts N·P FLOPs: each weight does a multiply AND an add per token (2·N·P)."),
+        Mistake(_Q1_MS / 2, "That is half the answer. Two slips give it: N·P FLOPs (each weight does a multiply AND "
+                            "an add per token: 2·N·P), or the 2:4 structured-sparsity peak (twice the dense one; a "
+                            "dense prefill gets the dense peak)."),
         Mistake(g.compute_time(_Q1_FLOPS, _A100.flops("fp16"), 0.6) * 1e3,
                 "That applies the source's 60 % utilisation; the question asks for the floor at 100 %."),
         Mistake(g.compute_time(_Q1_FLOPS, _A100.flops("fp32"), 1.0) * 1e3,
                 "That uses the fp32 peak (no tensor cores); the model runs in fp16."),
         Mistake(g.compute_time(2 * _SOURCE_7B, _A100.flops("fp16"), 1.0) * 1e3,
-                "That is one token's FLOPs (2·N); the prompt has 1000 tokens, all processed in the prefill pass."),
+                "That is 1/1000 of the answer. Two slips give it: the time in seconds where milliseconds are asked "
+                "(a bare number is read as ms), or one token's FLOPs (2·N) where the prompt has 1000 tokens, all "
+                "processed in the prefill pass."),
     ],
     hints=["Prefill FLOPs ≈ 2 × parameters × prompt tokens.",
            "TTFT floor = FLOPs / peak FLOP/s; convert seconds to milliseconds."],
@@ -175,26 +181,34 @@ q5 = NumericQuestion(
 )
 
 # --- q6: the critical batch --------------------------------------------------------------------------------
-_Q6 = g.critical_batch(_H100.flops("fp16"), 1, _H100.bandwidth)
+_Q6_RATIO = g.critical_batch(_H100.flops("fp16"), 1, _H100.bandwidth)
+_Q6 = math.ceil(_Q6_RATIO)  # a batch is whole: the first one at or above the quotient
 q6 = NumericQuestion(
-    id="q6", set=SET, points=2, rel_tol=0.01,
+    id="q6", set=SET, points=2, rel_tol=0, whole="up",
+    whole_feedback=("A batch is a whole number of sequences: the first whole batch at or above "
+                    "peak · b_w / (2 · bandwidth), so round the quotient up."),
     objective="O5 predict the critical batch where decode turns compute-bound",
     prompt=("An H100 SXM decodes a model whose weights are stored in int8 (1 byte each) and computed in fp16 "
             "(`get_hardware('h100-sxm')`: fp16 peak and bandwidth). Ignoring the KV cache, from which batch size "
-            "on are the weight GEMMs of a decode step compute-bound?"),
+            "on are the weight GEMMs of a decode step compute-bound? Give a whole batch."),
     expected=_Q6,
     mistakes=[
         Mistake(_H100.ridge_point("fp16"),
-                "That is the ridge point in FLOP per byte (or the batch for 2-byte weights). A batch of B does 2·B "
-                "FLOPs per weight of b_w bytes: B = peak · b_w / (2 · bandwidth)."),
-        Mistake(2 * _Q6 * 2, "Multiplied by 2 instead of dividing: each weight gives 2 FLOPs per sequence."),
-        Mistake(1 / _Q6, "Upside down: peak FLOP/s × bytes per weight / (2 × bandwidth)."),
+                "That is twice the answer. Three slips give it: the ridge point in FLOP per byte taken as the batch, "
+                "2-byte weights (these are int8, 1 byte), or the fp8 peak (the weights are computed in fp16). "
+                "A batch of B does 2·B FLOPs per weight of b_w bytes: B = peak · b_w / (2 · bandwidth).",
+                rel_tol=0.005),
+        Mistake(math.floor(_Q6_RATIO), "That rounds the quotient down: at that batch the intensity is still just below "
+                                       "the ridge point. The first compute-bound batch is the quotient rounded up."),
+        Mistake(4 * _Q6_RATIO, "Multiplied by 2 instead of dividing: each weight gives 2 FLOPs per sequence.",
+                rel_tol=0.005),
+        Mistake(1 / _Q6_RATIO, "Upside down: peak FLOP/s × bytes per weight / (2 × bandwidth).", rel_tol=0.01),
     ],
     hints=["Intensity at batch B with b_w bytes per weight: 2·B / b_w FLOP per byte.",
            "Set it equal to the ridge point peak / bandwidth and solve for B."],
     solution=(f"B = Π · b_w / (2 β) = {units.format_flop_rate(_H100.flops('fp16'))} × 1 / (2 × "
-              f"{units.format_bandwidth(_H100.bandwidth)}) = **{_Q6:.0f}** sequences. Below it a step costs about the "
-              f"same at any batch, so aggregate tokens/s grows with the batch."),
+              f"{units.format_bandwidth(_H100.bandwidth)}) = {_Q6_RATIO:.1f}, so from batch **{_Q6}** on. "
+              f"Below it a step costs about the same at any batch, so aggregate tokens/s grows with the batch."),
 )
 
 # --- q7: where attention overtakes the weights (expression) -------------------------------------------------

@@ -18,6 +18,8 @@ Lessons: 07
 """
 from __future__ import annotations
 
+import math
+
 from course_lib.checks.choice import ChoiceQuestion
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
@@ -82,7 +84,9 @@ q1 = NumericQuestion(
     prompt=(f"Mistral-7B in fp16 on an H200: a request brings a {_P:,}-token shared prefix and {_N} tokens of its "
             f"own. On a cache **hit** the prefix's K/V are already cached. Predict the TTFT of the hit with "
             f"`estimate('mistral-7b', 'h200', {_P + _N}, 1, cached_prefix_tokens={_P}).ttft`. Answer in ms."),
-    expected=_R.ttft_hit * 1e3, unit="ms", dimension="time", rel_tol=0.005,
+    # 2 %: lesson 07 prints this TTFT to three digits and learners round it to two ("3.2 ms"); the nearest known
+    # mistake is 6.7 % away
+    expected=_R.ttft_hit * 1e3, unit="ms", dimension="time", rel_tol=0.02,
     detect=[d.ms_vs_s()],
     mistakes=[
         Mistake(_R.ttft_miss * 1e3, "That is the TTFT of a miss (the whole prompt prefilled). On a hit only the "
@@ -138,7 +142,7 @@ q3 = FunctionQuestion(
     prompt=("Write `reusable(prefix_tokens, block_tokens, min_tokens)` returning how many tokens of a shared prefix a "
             "block cache reuses: only whole blocks of `block_tokens` count, and prefixes shorter than `min_tokens` "
             "are not cached at all (OpenAI: blocks of 128 from 1,024 tokens)."),
-    expected=reusable_reference,
+    expected=reusable_reference, rel_tol=0, whole=True,
     cases=[(args, reusable_reference(*args)) for args in _Q3_CASES],
     mistakes=[
         Mistake(lambda prefix_tokens, block_tokens, min_tokens: prefix_tokens if prefix_tokens >= min_tokens else 0,
@@ -226,22 +230,27 @@ q6 = NumericQuestion(
             f"(`get_hardware('h100-sxm').capacity`). (a) How many bytes does one token's K/V take "
             f"(`kv_cache_bytes('llama-3-8b', 1)`)? (b) How many bytes are left beside the weights? (c) How many whole "
             f"sessions of {_ST:,} cached tokens fit there? Give a whole number."),
-    expected=_Q6, rel_tol=0, abs_tol=0.5,
+    expected=_Q6, rel_tol=0, whole="down",
+    whole_feedback=("Round down: only whole sessions fit (a part of a session cannot be served), so take the floor "
+                    "of the quotient."),
     mistakes=[
         Mistake(int(_free // (_ktok / 2 * _ST)), "That is twice the answer: one token's cache holds a key AND a value "
                                                  "vector per layer and KV head."),
         Mistake(int(_free // (_ktok * _L3.heads / _L3.kv_heads * _ST)),
                 "That caches one K/V per query head; with grouped-query attention only the KV heads are cached."),
         Mistake(int(_H100.capacity // (_ktok * _ST)), "The weights need memory too: subtract them first."),
-        Mistake(_free / (_ktok * _ST), "Round down: only whole sessions fit (a part of a session cannot be "
-                                       "served), so take the floor of the quotient."),
+        Mistake(math.ceil(_free / (_ktok * _ST)),
+                "One session too many: was the quotient rounded up or to the nearest whole number? Only whole "
+                "sessions fit, so take the floor. (If you did, one of your sizes is slightly too small.)"),
         Mistake(int((_H100.capacity / 1.024 ** 3 - _L3.weight_bytes("fp16")) // (_ktok * _ST)),
-                "That mixes GB and GiB in the capacity (its GB figure converted to GiB, then used as 10^9 bytes); "
-                "keep bytes throughout."),
+                "That starts from about 80e9 bytes: the '80 GB' printed on the box, or the capacity converted to "
+                "GiB and then used as bytes. `capacity` is already in bytes: the "
+                f"{_H100.capacity / 1e9:.2f}e9 bytes ({_H100.capacity / 2**30:.2f} GiB) the driver reports for a "
+                "card sold as '80 GB'. Use it as given.", alters="capacity"),
         Mistake(int((_H100.capacity * 1.024 ** 3 - _L3.weight_bytes("fp16")) // (_ktok * _ST)),
-                "That reads the capacity as GiB (2^30 bytes). The catalog gives the vendor's figure in GB (10^9 "
-                "bytes): keep it in bytes as given. (The chips are binary, so a few more sessions may physically "
-                "fit; the vendor figure is the conservative one.)"),
+                f"That multiplies the capacity by 1.024^3, as if its {_H100.capacity / 1e9:.2f} were GiB. `capacity` "
+                "is already in bytes (the driver's figure for a card sold as '80 GB'): use it as given.",
+                alters="capacity"),
     ],
     hints=["K/V bytes per token = 2 x layers x KV heads x head_dim x 2 bytes.",
            "floor((capacity - weight bytes) / (bytes per token x session tokens)): "

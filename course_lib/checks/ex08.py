@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 
 from course_lib.checks.choice import ChoiceQuestion
-from course_lib.checks.display import INCORRECT
+from course_lib.checks.display import INCORRECT, graded_outcome
 from course_lib.checks.expression import ExpressionQuestion
 from course_lib.checks.function import FunctionQuestion
 from course_lib.checks.mistakes import Mistake, numbers_only
@@ -67,9 +67,20 @@ q1 = NumericQuestion(
             f"at that context: `estimate('llama-2-7b', 'rtx-4090', {_C}, 2, precision='fp16').tpot_first` "
             "(seconds per token). What is the efficiency, predicted time per token / measured time per token? "
             "A fraction."),
-    expected=_Q1, rel_tol=0.005,
+    # 0.3 %: the printed efficiency (3 digits) is inside it; a floor from the whole checkpoint without the K/V
+    # (two errors that cancel to +0.45 %) is not
+    expected=_Q1, rel_tol=0.003,
     detect=[d.gb_vs_gib()],
     mistakes=[
+        Mistake(get_model("llama-2-7b").weight_bytes("fp16") / get_hardware("rtx-4090").bandwidth
+                * _F16["decode_tokens_per_s"],
+                "Two errors that nearly cancel: that floor reads the whole checkpoint (with every row of the "
+                "embedding table, where a step reads one) and leaves out the K/V cache (which a step reads). Use "
+                "`estimate(...).tpot_first`: the streamed weights plus the cached tokens' K and V.", rel_tol=2e-4),
+        Mistake(estimate("llama-2-7b", "rtx-4090", compare.LLAMACPP_CONTEXT_WINDOW, 2, precision="fp16").tpot_first
+                * _F16["decode_tokens_per_s"],
+                f"That floor holds the whole {compare.LLAMACPP_CONTEXT_WINDOW}-token window in the cache; the mean "
+                f"step of these runs had {_C} tokens cached.", rel_tol=2e-4),
         Mistake(1 / _Q1, "Upside down: that is measured / predicted, how many times the floor the measurement "
                          "took. Efficiency is predicted / measured, at most about 1."),
         Mistake(_Q1 * 100, "That is a percentage; give the efficiency as a fraction (0 to 1)."),
@@ -123,45 +134,42 @@ q2 = NumericQuestion(
               "larger share of its time to it."),
 )
 
-# --- O3: framework overhead ----------------------------------------------------------------------------
-_HF = _H200["h200/hf/tpot-c2048"]
-_Q3 = _HF.excess_s * 1e3
-_H200_HW = get_hardware("h200")
-_Q3_WEIGHTS = get_model("mistral-7b").decode_weight_bytes("fp16") / _H200_HW.bandwidth   # s, the floor's two parts
-_Q3_KV = _HF.predicted_s - _Q3_WEIGHTS
+# --- O3: launch overhead, isolated by one program run two ways -------------------------------------------
+# (not the eager transformers figures: lesson 08 section 5.1 builds no claim on them, since one of its decode steps
+# costs more than its whole prefill; the plain PyTorch program below ran the same step as one CUDA graph and
+# from a Python loop, the one comparison in the set that isolates launch overhead)
+_STEP = _H["weights_only_decode_step_cuda_graph"]
+_STEP_B1 = next(r for r in _STEP["by_batch"] if r["batch"] == 1)
+_STEP_B4 = next(r for r in _STEP["by_batch"] if r["batch"] == 4)
+_Q3 = _STEP_B1["ms_eager_python_loop"] - _STEP_B1["ms"]
 q3 = NumericQuestion(
     id="q3", set=SET, points=1,
-    objective="O3 explain the H200's gaps: framework overhead",
-    prompt=("Hugging Face transformers (eager PyTorch) took `measurements.h200()['hf_transformers_eager']['tpot']` "
-            "per token at context 2048 on the H200. Its floor on the datasheet: "
-            "`estimate('mistral-7b', 'h200', 2048, 2).tpot_first`. How many milliseconds per token does the "
-            "eager run spend beyond the floor (measured - predicted)? Answer in ms."),
-    # the floor is 3 % of the answer: a floor 1 % off moves it 0.03 %, so the tolerance is tight enough to tell
-    # the floor's own mistakes apart (the solution's figure, to 2 decimals, is well inside it)
-    expected=_Q3, unit="ms", dimension="time", rel_tol=1e-4,
+    objective="O3 explain the H200's gaps: framework (launch) overhead, isolated by one program run two ways",
+    prompt=("The plain PyTorch program of lesson 08 section 5.1 ran Mistral-7B's weights-only decode step at batch 1 "
+            "twice on the H200: replayed as one CUDA graph (`'ms'`) and with its projections launched one by one "
+            "from a Python loop (`'ms_eager_python_loop'`), in the batch-1 row of "
+            "`measurements.h200()['weights_only_decode_step_cuda_graph']['by_batch']`. Same kernels, same bytes: "
+            "how many milliseconds per step does launching from Python add? Answer in ms."),
+    # the measurements have 4 significant digits: 1 % accepts the difference of the printed figures however
+    # it is rounded, and stays far from the batch-4 row (5 % off) and the ratio
+    expected=_Q3, unit="ms", dimension="time", rel_tol=0.01,
     detect=[d.ms_vs_s()],
     mistakes=[
-        Mistake(_HF.slowdown, "That is the ratio measured / predicted; the question asks for the difference in ms."),
-        Mistake(_HF.measured_s * 1e3, "That is the whole measured time; subtract the floor."),
-        Mistake(_H200_MEASURED["h200/hf/tpot-c2048"].excess_s * 1e3,
-                "That floor uses the measured copy bandwidth; the question asks for the datasheet floor "
-                "(`get_hardware('h200')`).", rel_tol=0.0005),
-        Mistake((_HF.measured_s - _Q3_WEIGHTS - _Q3_KV / 2) * 1e3,
-                "Your floor reads only the keys (or only the values) of the 2048 cached tokens: a step reads "
-                "both K and V.", rel_tol=4e-5),
-        Mistake((_HF.measured_s - 7e9 * 2 / _H200_HW.bandwidth - _Q3_KV) * 1e3,
-                "Your floor uses the nominal 7B parameters from the name; the floor of "
-                "`estimate(...).tpot_first` counts the weight bytes a step really streams.", rel_tol=4e-5),
-        Mistake((_HF.measured_s - _Q3_WEIGHTS) * 1e3,
-                "Your floor leaves out the K/V of the 2048 cached tokens, which the step reads too.", rel_tol=4e-5),
+        Mistake(_STEP_B1["ms_eager_python_loop"] / _STEP_B1["ms"],
+                "That is the ratio eager / graph; the question asks for the difference in ms.", rel_tol=0.002),
+        Mistake(_STEP_B1["ms_eager_python_loop"], "That is the whole eager step; subtract the graph's time.",
+                rel_tol=0.002),
+        Mistake(_STEP_B1["ms"], "That is the graph's step alone; the question asks for what the loop adds.",
+                rel_tol=0.002),
+        Mistake(_STEP_B4["ms_eager_python_loop"] - _STEP_B4["ms"],
+                "That is the batch-4 row; the question asks for batch 1.", rel_tol=0.002),
     ],
-    hints=["Take the row with context 2048 from ['tpot'] (its 'ms').",
-           "Subtract estimate(...).tpot_first converted to ms."],
-    solution=(f"{_HF.measured_s * 1e3:.2f} ms - {_HF.predicted_s * 1e3:.3f} ms = {_Q3:.2f} ms per token: "
-              f"{_HF.slowdown:.0f} times the floor. A CUDA-graph replay of a whole step on the same GPU took "
-              f"{_H200['h200/full-step/b1-c1024'].measured_s * 1e3:.2f} ms (batch 1, context 1024), but that is a "
-              "different program (plain PyTorch, static cache, fused projections) without transformers' host-side "
-              "overhead: the generate loop, its DynamicCache and the Python work of every step, not memory."),
+    hints=["Take the row whose 'batch' is 1.", "eager - graph, both already in ms."],
+    solution=(f"{_STEP_B1['ms_eager_python_loop']} ms - {_STEP_B1['ms']} ms = **{_Q3:.3f} ms** per step, "
+              f"{_Q3 / _STEP_B1['ms']:.0%} on top of the graph. The kernels and the bytes are the same; what differs "
+              "is the host: one graph launch against a Python loop that launches every projection itself. That is "
+              "launch overhead, one part of a framework's overhead; lesson 08 section 7 measures a real engine's "
+              "on your machine, with prefill and decode from the same run."),
 )
 
 # --- O3 multi-step: the K/V reads at long context -------------------------------------------------------
@@ -286,7 +294,8 @@ q8 = NumericQuestion(
             "(a) The TTFT floor with nothing cached: `estimate('mistral-7b', 'h200', prefix + suffix, 1).ttft`. "
             "(b) The floor with the prefix cached (`cached_prefix_tokens=prefix`). "
             "(c) The predicted speedup (a) / (b). Answer (c)."),
-    expected=_Q8, rel_tol=0.005,
+    # 2 %: lesson 07 prints this speed-up as "20x"; the nearest known mistake is 14 % away
+    expected=_Q8, rel_tol=0.02,
     mistakes=[
         Mistake(_PC["full_ms"] / _PC["cached_ms"], "That is the measured speedup; the question asks for the "
                                                    "predicted one, from the two floors."),
@@ -369,9 +378,7 @@ class EngineRowQuestion(FunctionQuestion):
     def check(self, answer, strict: bool = False, row=None):
         result = self.evaluate(answer, strict=strict, row=row)
         result._show()
-        if strict and not result.correct:
-            raise AssertionError(str(result))
-        return result
+        return graded_outcome(result) if strict else result
 
 
 q9 = EngineRowQuestion(

@@ -77,4 +77,5 @@ class ExpressionQuestion(Question):
         for prepared, m in self._matchers:
             if self._equivalent(expr, prepared):
                 return INCORRECT, m.feedback
-        return INCORRECT, "Not equivalent to the expected formula. Re-check each factor and its exponent."
+        return INCORRECT, ("Not equivalent to the expected formula, and not one of the mistakes this question knows. "
+                           "Re-check each factor and its exponent.")

@@ -46,8 +46,13 @@ class FunctionQuestion(Question):
 
     kind = "function"
 
-    def __init__(self, *, cases=None, **common):
+    def __init__(self, *, cases=None, whole: bool = False, whole_feedback: str = "", **common):
+        """``whole``: the function returns a whole count (tokens, sessions); a result that is not a whole number
+        is refused with ``whole_feedback``."""
         super().__init__(**common)
+        self.whole = bool(whole)
+        self.whole_feedback = whole_feedback or ("returns a number that is not whole; it counts whole things: "
+                                                 "round down (floor) where a part cannot be used.")
         if not cases:
             raise self._definition_error("function questions need cases=[((args...), expected), ...]")
         if self.unit is not None:
@@ -113,6 +118,7 @@ class FunctionQuestion(Question):
         """(status, feedback, outputs-or-None) for calling ``fn`` on every case."""
         outputs: list[float] = []
         failures = []
+        not_whole = None  # the first call whose result is not a whole number (when whole counts are asked)
         for (a, k), expected in self.cases:
             call = _call_repr(name, a, k)
             try:
@@ -126,6 +132,9 @@ class FunctionQuestion(Question):
                 return INCORRECT, f"{call} raised {type(exc).__name__}" + (f": {msg}" if msg else "") + ".", None
             if is_placeholder(got):
                 return NOT_ATTEMPTED, self._not_attempted_text(), None
+            if isinstance(got, str):
+                return INCORRECT, (f"{call} returned text ({short(got, 40)}); return the number itself "
+                                   "(a float or an int), not a string."), None
             try:
                 value, dim = self._read_number(got, what=f"the result of {call}")
             except NotAttempted:
@@ -135,15 +144,20 @@ class FunctionQuestion(Question):
             if dim is not None and dim != self.dimension:
                 return INCORRECT, (f"{call} returned {short(got)}, which is {noun(dim)}; "
                                    f"the function should return {noun(self.dimension)}."), None
+            if self.whole and not_whole is None and abs(value - round(value)) > 1e-9:
+                not_whole = call
             outputs.append(value)
             if not self._close(value, expected):
                 failures.append((call, got))
+        if not_whole is not None:  # a known mistake (matched by _check on the outputs) first, else this
+            return INCORRECT, f"{not_whole} {self.whole_feedback}", outputs
         if not failures:
             return CORRECT, "", outputs
         call, got = failures[0]
         passed = len(self.cases) - len(failures)
         return INCORRECT, (f"{call} returned {short(got, 40)}, which is not right "
-                           f"({passed} of {len(self.cases)} test cases pass)."), outputs
+                           f"({passed} of {len(self.cases)} test cases pass), and not one of the mistakes this "
+                           "question knows."), outputs
 
     def _check(self, answer):
         if is_placeholder(answer):

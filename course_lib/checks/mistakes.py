@@ -32,6 +32,10 @@ class Mistake:
     value: Any
     feedback: str
     rel_tol: float | None = None
+    #: the part of the computation the mistake replaces ("weights", "capacity"), where two mistakes of a question
+    #: are alternatives for that part (the nominal 7B and the whole checkpoint both replace the streamed weights):
+    #: such a pair cannot be made at once, and the mutation harness does not combine them
+    alters: str = ""
 
     def __post_init__(self):
         if not isinstance(self.feedback, str) or not self.feedback.strip():

@@ -254,6 +254,8 @@ class Question:
             spec["symbols"] = [s.name for s in self.symbols]
         if self.options:
             spec["options"] = [to_plain(o) for o in self.options]
+        if getattr(self, "whole", None):
+            spec["whole"] = self.whole
         return spec
 
 
@@ -309,6 +311,7 @@ class KeylessQuestion(Question):
         self.rel_tol, self.abs_tol = 1e-2, 0.0
         self.expected = None
         self.measure = spec.get("measure")
+        self.whole = spec.get("whole")
         self._scale = 1.0
         if self.unit is not None and self.kind == "numeric":
             self._scale = parse_quantity(f"1 {self.unit}", self.dimension)[0]
@@ -343,6 +346,9 @@ class KeylessQuestion(Question):
             if dim is not None and dim != self.dimension:
                 return INCORRECT, (f"{short(answer)} is {noun(dim)}, but this question asks for "
                                    f"{noun(self.dimension)}. Check the dimension of your result.")
+            if self.whole and abs(value - round(value)) > 1e-9:
+                return INCORRECT, "This question asks for a whole number: " + (
+                    "round down." if self.whole == "down" else "round up.")
             return self._received(f"Your answer reads as {fmt(value / self._scale)}"
                                   + (f" {self.unit}" if self.unit else "") + f", {noun(self.dimension)}")
         if self.kind == "expression":
@@ -376,6 +382,9 @@ class KeylessQuestion(Question):
                 return INCORRECT, f"Your function raised {type(exc).__name__}" + (f": {msg}" if msg else "") + "."
             if is_placeholder(got):
                 raise NotAttempted
+            if isinstance(got, str):
+                return INCORRECT, (f"Your function returned text ({short(got, 40)}); return the number itself "
+                                   "(a float or an int), not a string.")
             _, dim = self._read_number(got, what="what your function returned")
             if dim is not None and dim != self.dimension:
                 return INCORRECT, f"Your function returned {noun(dim)}; it should return {noun(self.dimension)}."

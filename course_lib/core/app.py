@@ -57,7 +57,8 @@ from course_lib.core.validation import MAX_QUANTITY, require_count, require_posi
 
 __all__ = ["NOT_AVAILABLE", "tpot_text", "ttft_text", "tps_text", "memory_text",
            "LINK_UNIT", "UNPRICED", "FLOOR_PEAK", "CONTROL_LABELS", "SIM_MAX_REQUESTS", "SIM_MAX_WORK",
-           "SIM_TOKEN_BUDGET", "parse_link_bandwidth", "parse_time_field", "link_hint",
+           "SIM_TOKEN_BUDGET", "SIM_STEADY_FACTOR", "device_word", "parse_link_bandwidth", "parse_time_field",
+           "link_hint",
            "is_gpu", "memory_words", "Reading", "reading", "state_reading", "machine_text", "ServingReading",
            "serving_reading"]
 
@@ -157,6 +158,8 @@ FLOOR_PEAK = MAX_QUANTITY / 1e6
 #: The most requests, and sequence-steps (one per output token or prompt chunk), one app simulation runs.
 SIM_MAX_REQUESTS = 300
 SIM_MAX_WORK = 50_000
+#: How many times the requests in flight per copy (at steady state) a simulation must run to be representative.
+SIM_STEADY_FACTOR = 5
 #: The simulated scheduler's token budget per step (``serving.simulate``'s default, Sarathi-Serve's order).
 SIM_TOKEN_BUDGET = 2048
 
@@ -195,11 +198,15 @@ def parse_link_bandwidth(text) -> float | None:
     parsed, shown = _field_text(s, LINK_UNIT)
     try:
         value = parse_bandwidth(parsed)
-        return require_positive("link bandwidth", value)
     except ValueError:
         raise ValueError(f"Link bandwidth: could not read {shown!r}. Type the bandwidth of each GPU's link in one "
                          f"direction, as a number of {LINK_UNIT} (e.g. 450) or with its unit (e.g. '450 GB/s', "
                          f"'3.6 Tbit/s').") from None
+    try:  # read, but not a bandwidth a link can have: say so, not "could not read"
+        return require_positive("link bandwidth", value)
+    except ValueError:
+        raise ValueError(f"Link bandwidth: {shown!r} reads as {format_bandwidth(value)}; a link needs a bandwidth "
+                         f"above zero (e.g. 450, read as {LINK_UNIT}).") from None
 
 
 def parse_time_field(text, unit: str, label: str) -> float:
@@ -212,10 +219,15 @@ def parse_time_field(text, unit: str, label: str) -> float:
     s = text.strip()
     parsed, shown = _field_text(s, unit)
     try:
-        return require_positive(label, parse_time(parsed))
+        value = parse_time(parsed)
     except ValueError:
         raise ValueError(f"{label}: could not read {shown!r}. Type a time above zero, as a number of {unit} or with "
                          f"its unit (e.g. '50 ms', '1 s').") from None
+    try:  # read, but not a target a time can have
+        return require_positive(label, value)
+    except ValueError:
+        raise ValueError(f"{label}: {shown!r} reads as {format_time(value) if value else '0 s'}; type a time "
+                         f"above zero (a bare number is {unit}).") from None
 
 
 def link_hint(hardware, machine: HardwareSpec | None = None) -> str:
@@ -251,6 +263,11 @@ def is_gpu(hw: HardwareSpec) -> bool:
     """False for a CPU's DRAM or unified (LPDDR) memory; True otherwise (a GPU's HBM/GDDR, or unknown)."""
     mt = hw.memory_type.lower()
     return not ("dram" in mt or "unified" in mt or "lpddr" in mt)
+
+
+def device_word(hw: HardwareSpec) -> str:
+    """``"GPU"`` on a GPU, ``"device"`` on a CPU or a unified-memory chip (a CPU is no GPU)."""
+    return "GPU" if is_gpu(hw) else "device"
 
 
 def memory_words(hw: HardwareSpec) -> str:
@@ -319,11 +336,16 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
     if not isinstance(values, dict):
         raise TypeError(f"values must be a dict of the controls' values, got {type(values).__name__}")
     values = dict(values)
+    tp = values.get("tensor_parallel", 1)
+    link_note = []
     try:
         values["interconnect_bandwidth"] = parse_link_bandwidth(values.get("interconnect_bandwidth"))
     except ValueError as exc:
-        return _unpriced(None, str(exc))
-    tp = values.get("tensor_parallel", 1)
+        if isinstance(tp, int) and tp > 1:
+            return _unpriced(None, str(exc))
+        # one GPU uses no link: price the setting, and say the field's text was set aside
+        values["interconnect_bandwidth"] = None
+        link_note.append(f"{exc} It is not used with one GPU (TP = 1), so the readings above ignore it.")
     if values.get("interconnect_bandwidth") is None and isinstance(tp, int) and tp > 1:
         return _unpriced(None, (
             f"Missing: the link bandwidth. Splitting the model over {tp} GPUs adds two all-reduces per layer, "
@@ -337,7 +359,8 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
         state = DashboardState(machine=machine, **values)
     except (ValueError, TypeError) as exc:
         return _unpriced(None, _in_words(str(exc)))
-    return state_reading(state)
+    out = state_reading(state)
+    return replace(out, warnings=out.warnings + tuple(link_note)) if link_note else out
 
 
 def state_reading(state: DashboardState) -> Reading:
@@ -352,11 +375,22 @@ def state_reading(state: DashboardState) -> Reading:
         warnings = _warnings(state, r)
         link_bound = r.allreduce_decode > r.estimate.tpot or r.allreduce_prefill > r.estimate.ttft
         if state.tensor_parallel > 1 and link_bound:
-            warnings.append(
-                f"The link dominates: the all-reduces take {format_time(r.allreduce_decode)} per decode step against "
-                f"{format_time(r.estimate.tpot)} of the GPUs' own work (and {format_time(r.allreduce_prefill)} of the "
-                f"TTFT). Check the link bandwidth ({format_bandwidth(state.interconnect_bandwidth)} per GPU and "
-                f"direction): a bare number is read as {LINK_UNIT}.")
+            # the all-reduces' fixed latency: their time with a link too fast to matter
+            fixed = compute(state.replace(interconnect_bandwidth=FLOOR_PEAK)).allreduce_decode
+            share = (f"the all-reduces take {format_time(r.allreduce_decode)} per decode step against "
+                     f"{format_time(r.estimate.tpot)} of the GPUs' own work (and {format_time(r.allreduce_prefill)} "
+                     f"of the TTFT)")
+            if fixed >= r.allreduce_decode / 2:
+                warnings.append(
+                    f"The all-reduces dominate: {share}. Their fixed latency binds ({format_time(fixed)} of each "
+                    f"step at any link bandwidth), not the link's {format_bandwidth(state.interconnect_bandwidth)}: "
+                    "a faster link would not help; fewer GPUs (TP) would, and a larger batch spreads it over more "
+                    "tokens.")
+            else:
+                warnings.append(
+                    f"The link dominates: {share}. Check the link bandwidth "
+                    f"({format_bandwidth(state.interconnect_bandwidth)} per GPU and direction): a bare number is "
+                    f"read as {LINK_UNIT}.")
         return Reading(state, r, True, False, format_time(r.ttft), format_time(r.tpot), format_time(r.total),
                        _result_tps_text(r), _memory_text(r, hw, _result_memory_text(r)), _bounds_text(state, r),
                        None, tuple(warnings))
@@ -379,8 +413,8 @@ def state_reading(state: DashboardState) -> Reading:
     memory = _memory_text(r, hw, _result_memory_text(r))
     warnings = ()
     if r.fits is False:
-        warnings = (f"Does not fit: {format_bytes(r.memory_needed)} needed, {format_bytes(r.memory_available)} "
-                    f"available.",)
+        warnings += (f"Does not fit: {format_bytes(r.memory_needed)} needed, {format_bytes(r.memory_available)} "
+                     f"available.",)
     rate = Quantity(r.decode_tps, "number").format()
     return Reading(state, r, False, True, "unknown (no published FLOP/s)", f"at least {format_time(r.tpot)}",
                    "unknown (needs the TTFT)", f"at most {rate} tokens/s per user while decoding", memory,
@@ -451,6 +485,21 @@ class ServingReading:
         return self.simulated["ttft_p99"] <= self.ttft_target and (math.isnan(tpot) or tpot <= self.tpot_target)
 
     @property
+    def share_rate(self) -> float | None:
+        """Requests/s one copy of the model is planned to serve (the rate over the copies)."""
+        return None if self.replicas is None else self.arrival_rate / self.replicas
+
+    @property
+    def representative(self) -> bool | None:
+        """Whether the simulation ran long enough to say something of the steady state: at least
+        :data:`SIM_STEADY_FACTOR` times the requests one copy has in flight there (Little's law). A run from an
+        empty server that is shorter spends its time filling up, and its p99 may be optimistic. None: not
+        simulated."""
+        if self.simulated is None or self.in_flight is None or not self.replicas:
+            return None
+        return self.requests >= SIM_STEADY_FACTOR * self.in_flight / self.replicas
+
+    @property
     def static_over_continuous(self) -> float | None:
         """How many times the continuous plan's GPUs the static baseline needs."""
         return None if self.gpus is None or self.static_gpus is None else self.static_gpus / self.gpus
@@ -497,8 +546,9 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     except ValueError as exc:
         return ServingReading(**base, problem=_in_words(str(exc)).replace("tpot_budget", "the p99 TPOT target"))
     if plan.sequences == 0:
+        word = device_word(resolve_hardware(state))
         return ServingReading(**base, plan=plan, problem=(
-            f"Not even one sequence per GPU meets the targets here ({plan.binds} breaks first: TTFT "
+            f"Not even one sequence per {word} meets the targets here ({plan.binds} breaks first: TTFT "
             f"{format_time(plan.ttft)}, TPOT {format_time(plan.tpot)} with one sequence in flight). Relax the "
             f"targets, shorten the prompt or pick a faster device or precision."))
     c, n, tp = plan.sequences, state.new_tokens, state.tensor_parallel

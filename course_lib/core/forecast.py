@@ -535,6 +535,9 @@ _REASONS = (
      "the L40S F16 prefill row is 2-3x below its Q4_K_M row and rises with the prompt (a run problem in the "
      "source)"),
     (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "a 13.5 GB f16 model on a 16 GB Mac: it swaps"),
+    (lambda r: r["engine"] == "llama.cpp" and r["device"].startswith("h100") and r["metric"].startswith("prefill"),
+     "likely llama.cpp's CUDA matrix kernels (Ampere-era mma instructions, no Hopper wgmma) reaching a smaller "
+     "share of the H100's datasheet peak than of the A100's, which share one device class in the profile"),
     (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
      "the source states no prompt length (the record assumes one): prefill speed depends on it"),
     (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,

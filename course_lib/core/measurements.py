@@ -1,6 +1,6 @@
 """Measurements the course compares its predictions with, shipped in ``course_lib/data/``.
 
-Lessons: 01, 04, 05, 06, 07, 08, 09
+Lessons: 01, 04, 05, 06, 07, 08, 09, 10
 
 * ``published()``: public benchmark figures (llama.cpp on 13 devices, kipply's FasterTransformer
   numbers, Pope et al.'s PaLM, prompt-caching claims, the "14.96 GB" units trap), one dict per

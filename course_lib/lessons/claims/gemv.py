@@ -233,8 +233,7 @@ def _calibration(c: Claim) -> str:
     if c.relation == "settled":
         u = f" (uncertainty {o['uncertainty']:.0%} of its median)" if o.get("uncertainty") is not None else ""
         return head + u + ": every timing it was built from is reliable, so it stands for this machine."
-    return (head + f". **Not settled: this is this run's calibration, not this machine's**, because "
-            f"{' and '.join(o['unsettled'])} {'is' if len(o['unsettled']) == 1 else 'are'} {c.verdict} ({c.reason}). "
+    return (head + f". **Not settled: this is this run's calibration, not this machine's**, because {c.reason}. "
             "The predictions below use it to show the method; their numbers say how this run went, not what the "
             "machine can do.")
 

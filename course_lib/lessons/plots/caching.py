@@ -50,8 +50,8 @@ def plot_ttft_hit_vs_miss(model="mistral-7b", hardware="h200", new_tokens: int =
     xs = prefix_grid(max_prefix, points)
     rates = [require_fraction(f"hit_rates[{i}]", h, allow_zero=True) for i, h in enumerate(hit_rates)]
     rs = [prefix_reuse(m, hw, p, new_tokens, precision=precision, block_tokens=block_tokens) for p in xs]
-    fig, ax = new_figure(f"TTFT with a cached prefix: {m.name} on {hw.display or hw.name}, "
-                         f"{rs[0].new_tokens} new tokens", "shared prefix (tokens)", "TTFT (ms)")
+    fig, ax = new_figure(f"TTFT with a cached prefix: {m.name} on {hw.display or hw.name},\n"
+                         f"{rs[0].new_tokens} new tokens", "shared prefix (tokens)", "TTFT (ms)")  # two lines: it fits
     ax.plot(xs, [r.ttft_miss * 1e3 for r in rs], label="miss: prefill prefix + new tokens", gid="miss")
     ax.plot(xs, [r.ttft_hit * 1e3 for r in rs], label="hit: prefill the new tokens only", gid="hit")
     for h in rates:
@@ -67,9 +67,12 @@ def plot_session_prefill(system_tokens: int = 1000, user_tokens: int = 50, reply
     T = require_count("max_turns", max_turns, minimum=1)
     s = session_cost(model, hardware, system_tokens, user_tokens, reply_tokens, T)
     xs = list(range(1, T + 1))
-    fig, ax = new_figure(f"Prefilled tokens over a chat (system {s.system_tokens}, user {s.user_tokens}, "
+    fig, ax = new_figure(f"Prefilled tokens over a chat\n(system {s.system_tokens}, user {s.user_tokens}, "
                          f"reply {s.reply_tokens} tokens per turn)", "turn (count)",
                          "cumulative prefilled tokens (tokens)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole: no tick at 2.5 turns
     ax.plot(xs, list(s.cumulative_tokens_nocache), marker="o", label="no cache: the whole conversation each turn",
             gid="nocache")
     ax.plot(xs, list(s.cumulative_tokens_cached), marker="s", label="session cache: only the new message",

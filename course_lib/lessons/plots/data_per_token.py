@@ -243,5 +243,5 @@ def plot_decode_step(model="mistral-7b", precision="fp16") -> Figure:
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=READ_COLOUR, label="read by the step"),
                        Patch(color=UNREAD_COLOUR, label="in memory, not read (except one row)")],
-              loc="upper right", fontsize=8)
+              loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, fontsize=8)  # below: off the bars
     return fig

@@ -87,8 +87,13 @@ def plot_kv_vs_context(models=KV_MODELS, max_context: int = 32768, batch: int = 
                     label=f"{name} weights", gid=f"weights:{name}")
     ax.set_xlim(xs[0], xs[-1])
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small", ncols=2)
+    _legend_below(ax)
     return fig
+
+
+def _legend_below(ax) -> None:
+    """The legend under the axes, where it covers none of the lines the text discusses."""
+    ax.legend(fontsize="small", ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
 
 
 def plot_kv_crossover(models=CROSSOVER_MODELS, max_batch: int = 256, precision: str = "fp16",
@@ -120,7 +125,7 @@ def plot_kv_crossover(models=CROSSOVER_MODELS, max_batch: int = 256, precision: 
     plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
     ax.xaxis.set_major_formatter(plain)
     ax.yaxis.set_major_formatter(plain)
-    ax.legend(fontsize="small", ncols=2)
+    _legend_below(ax)
     return fig
 
 

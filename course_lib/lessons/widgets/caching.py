@@ -225,7 +225,10 @@ def cache_budget_reading(model="mistral-7b", budget_gb=1.0, session_tokens=8192,
     n = sessions_in_budget(m, budget, st, kv_precision)
     reqs = [list(r) for r in _workload(m.name)]
     (row,) = hit_rate_vs_budget(reqs, [budget], kv_cache_bytes(m, 1, kv_precision), block_tokens)
-    return CacheBudgetReading(f"{n:,} sessions of {st:,} tokens ({format_bytes(per_session)} each)",
+    kept = m.attended_tokens(st)  # a sliding window keeps at most its window per session: say so, not silently
+    capped = (f": {m.name} keeps the K/V of only its last {kept:,} tokens, its sliding window" if kept < st else "")
+    word = "session" if n == 1 else "sessions"
+    return CacheBudgetReading(f"{n:,} {word} of {st:,} tokens ({format_bytes(per_session)} each{capped})",
                               f"{row['hit_rate']:.1%} of requests hit", n, row["hit_rate"])
 
 

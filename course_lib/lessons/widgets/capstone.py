@@ -48,9 +48,9 @@ import base64
 import html
 import ipywidgets as widgets
 
-from course_lib.core.app import (LINK_UNIT, Reading, ServingReading, machine_text, parse_time_field, reading,
-                                 serving_reading)
-from course_lib.core.capstone import TENSOR_PARALLEL_CHOICES, THIS_MACHINE, DashboardState
+from course_lib.core.app import (LINK_UNIT, Reading, ServingReading, device_word, machine_text, parse_time_field,
+                                 reading, serving_reading)
+from course_lib.core.capstone import TENSOR_PARALLEL_CHOICES, THIS_MACHINE, DashboardState, resolve_hardware
 from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import list_models
 from course_lib.core.precision import PRECISIONS
@@ -93,8 +93,13 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
-def _gpus(n: int) -> str:
-    return f"{n:,} GPU" + ("" if n == 1 else "s")
+def _gpus(n: int, word: str = "GPU") -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _num(x: float) -> str:
+    """A count or rate in the serving table: thousands grouped from 1,000 on, three significant digits below."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else Quantity(x, "number").format()
 
 
 def serving_html(s: ServingReading | None, error: str | None = None) -> str:
@@ -102,28 +107,37 @@ def serving_html(s: ServingReading | None, error: str | None = None) -> str:
     if s is None or s.problem is not None:
         return _html.error_box(error or s.problem, "No serving plan: ", cls="course-capstone-serving-missing")
     p, sim = s.plan, s.simulated
-    num = lambda x: Quantity(x, "number").format()  # noqa: E731
+    num = _num
+    word = device_word(resolve_hardware(p.state))          # "GPU", or "device" for a CPU or unified memory
     tp = p.state.tensor_parallel
     copies = "" if tp == 1 else f" ({s.replicas:,} copies of {tp} GPUs)"
     rows = [_html.row(
-        "Continuous batching", _gpus(s.gpus) + copies,
+        "Continuous batching", _gpus(s.gpus, word) + copies,
         f"for {num(s.arrival_rate)} requests/s: {p.sequences:,} sequences in flight per copy "
         f"({html.escape(p.binds)} stops more); steady-state TPOT {format_time(p.tpot)}, TTFT {format_time(p.ttft)}, "
         f"prefill {p.prefill_share:.0%} of the time; Little's law: {num(s.in_flight)} requests in flight "
-        f"({num(s.arrival_rate)}/s x {format_time(s.e2e)} each)",
+        f"({num(s.arrival_rate)}/s × {format_time(s.e2e)} each)",
         strong=True, nowrap=True, cls="course-capstone-serving-gpus")]
     if sim is not None:
-        verdict = "meets both targets" if s.meets_targets else "MISSES a target: add GPUs or relax the targets"
+        short = not s.representative
+        if s.meets_targets:
+            verdict = "meets both targets in this short run" if short else "meets both targets"
+        else:
+            verdict = "MISSES a target: add GPUs or relax the targets"
+        caveat = (f". Not representative of the steady state: {s.requests:,} requests from an empty server, while "
+                  f"about {num(s.in_flight / s.replicas)} are in flight per copy there; the server never fills up, "
+                  f"so the p99 is likely optimistic" if short else "")
         itl = "" if sim["itl_p99"] is None else (
             f"; ITL p99 {format_time(sim['itl_p99'])} (every gap between two tokens, {sim['itl_samples']:,} of them; "
             f"TPOT is each request's mean gap)")
         rows.append(_html.row(
             "Simulated p99", f"TTFT {format_time(sim['ttft_p99'])}, TPOT {format_time(sim['tpot_p99'])}",
-            f"{verdict} (targets {format_time(s.ttft_target)} and {format_time(s.tpot_target)}); one GPU's share, "
-            f"{num(sim['arrival_rate'])} requests/s, {s.requests:,} requests from an empty server, chunked prefill "
+            f"{verdict} (targets {format_time(s.ttft_target)} and {format_time(s.tpot_target)}); one {word}'s share, "
+            f"{num(s.share_rate)} requests/s ({num(sim['arrival_rate'])}/s arrived in the simulated sample), "
+            f"{s.requests:,} requests from an empty server, chunked prefill "
             f"{'on' if s.chunked_prefill else 'off'}; p50 TTFT {format_time(sim['ttft_p50'])}, mean batch "
             f"{num(sim['mean_batch'])}{itl}; the p99 rests on the {sim['p99_rests_on']} slowest of {sim['measured']:,} "
-            f"requests", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
+            f"requests{caveat}", strong=True, nowrap=True, cls="course-capstone-serving-p99"))
     else:
         rows.append(_html.row("Simulated p99", "not simulated", html.escape(s.sim_note or ""),
                               cls="course-capstone-serving-p99"))
@@ -142,10 +156,10 @@ def serving_html(s: ServingReading | None, error: str | None = None) -> str:
                               cls="course-capstone-serving-static"))
     else:
         rows.append(_html.row(
-            "Naive baseline (static)", _gpus(s.static_gpus),
+            "Naive baseline (static)", _gpus(s.static_gpus, word),
             f"lesson 09's plan: batches of {s.static_batch:,} prefilled together, one every "
-            f"{format_time(s.static_total)} per copy, queueing ignored: {num(s.static_over_continuous)} x the "
-            f"continuous plan's GPUs", nowrap=True, cls="course-capstone-serving-static"))
+            f"{format_time(s.static_total)} per copy, queueing ignored: {num(s.static_over_continuous)}× the "
+            f"continuous plan's {word}s", nowrap=True, cls="course-capstone-serving-static"))
     return _html.table(rows, cls="course-capstone-serving-table")
 
 
@@ -290,7 +304,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
                                                   tooltip="requests arriving per second (Poisson)"),
                                 "course-capstone-rate")
         self.ttft_target = cls(widgets.Text(value=TTFT_TARGET_DEFAULT, description="p99 TTFT target", style=wide,
-                                            continuous_update=False, placeholder="seconds, e.g. 1 or '800 ms'"),
+                                            continuous_update=False, placeholder="ms, e.g. 800 or '1 s'"),
                                "course-capstone-ttft-target")
         self.tpot_target = cls(widgets.Text(value=TPOT_TARGET_DEFAULT, description="p99 TPOT target", style=wide,
                                             continuous_update=False, placeholder="ms, e.g. 50 or '0.05 s'"),
@@ -465,7 +479,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
                                                     "(the prefill is compute-bound).")
             return
         try:
-            ttft = parse_time_field(self.ttft_target.value, "s", "p99 TTFT target")
+            ttft = parse_time_field(self.ttft_target.value, "ms", "p99 TTFT target")  # bare numbers: ms, as TPOT
             tpot = parse_time_field(self.tpot_target.value, "ms", "p99 TPOT target")
             price_text = self.gpu_hour_price.value.strip().lstrip("$").replace(",", "")
             try:

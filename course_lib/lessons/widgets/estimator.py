@@ -63,8 +63,12 @@ def estimate_summary(model: str, hardware: str, precision: str, prompt_tokens: i
         memory_note = "weights + KV cache; the device's memory size is not in the catalog"
     else:
         verdict = "fits" if e.fits else "does NOT fit"
+        sold = getattr(hw, "capacity_marketing_gb", None)
+        driver = format_bytes(e.memory_available, "iec", digits=4)
+        as_sold = (f" (the memory its driver reports, {driver}, of a card sold as '{sold:g} GB': lesson 03 "
+                   "explains the difference)") if sold else ""
         memory_note = (f"weights + KV cache at the end of the response; "
-                       f"{esc(device)} has {format_bytes(e.memory_available)}: {verdict}")
+                       f"{esc(device)} has {format_bytes(e.memory_available)}{esc(as_sold)}: {verdict}")
 
     if steps:
         tpot_note = f"mean of {_count_word(steps, 'decode step')}, {_BOUND_WORDS[e.decode_bound]}"
