@@ -216,7 +216,7 @@ def _write_sysfs(root, tree):
 def test_llc_is_the_last_level_the_cores_in_use_share(monkeypatch, tmp_path, tree, cpus, llc, l3):
     root = _write_sysfs(tmp_path, SYSFS_TREES[tree])
     if cpus is None:
-        monkeypatch.setattr(device.sysinfo, "cpus_in_use", lambda: None)
+        monkeypatch.setattr(device, "cpus_in_use", lambda: None)
     sizes = device.cache_sizes("cpu", sysfs_root=root, cpus=cpus)
     assert sizes["LLC"] == llc and sizes["L3"] == l3
     assert sizes["L1i"] == 32 * 2**10 and sizes["L2"] in (2 * MiB, MiB)

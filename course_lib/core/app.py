@@ -373,6 +373,13 @@ def state_reading(state: DashboardState) -> Reading:
         return _unpriced(state, _in_words(error))
     if error is None:
         warnings = _warnings(state, r)
+        dtype = get_precision(state.precision).compute_dtype
+        if hw.rate_is_effective(dtype):
+            warnings.append(
+                f"The compute speed of {_device_name(state)} is an effective rate "
+                f"({format_flop_rate(hw.compute_rate(dtype))} {dtype}), derived from a published measurement, not a "
+                f"datasheet peak: its maker publishes no dense {dtype} FLOP/s. The time to first token is as good "
+                f"as that measurement; the decode time rests on the datasheet bandwidth.")
         link_bound = r.allreduce_decode > r.estimate.tpot or r.allreduce_prefill > r.estimate.ttft
         if state.tensor_parallel > 1 and link_bound:
             # the all-reduces' fixed latency: their time with a link too fast to matter

@@ -146,9 +146,10 @@ class HardwareSpec:
         return dtype not in self.peak_flops and dtype in self.effective_flops
 
     def ridge_point(self, dtype: str = "fp16") -> float:
-        """FLOP per byte at which a kernel turns compute-bound on this device."""
+        """FLOP per byte at which a kernel turns compute-bound on this device (at :meth:`compute_rate`: an
+        effective rate where no datasheet peak is published)."""
         from course_lib.core.numeric import raw as g
-        return g.ridge_point(self.flops(dtype), self.bandwidth)
+        return g.ridge_point(self.compute_rate(dtype), self.bandwidth)
 
     def with_peak(self, dtype: str, flops: float) -> "HardwareSpec":
         if not isinstance(dtype, str) or not dtype.strip():

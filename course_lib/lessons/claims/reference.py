@@ -15,16 +15,13 @@ and never mistakes it for their own machine's numbers.
 """
 from __future__ import annotations
 
-import functools
-import json
-from importlib import resources
+from course_lib.core.data import load_catalog
 
 __all__ = ["reference", "label", "Reference"]
 
 
-@functools.lru_cache(maxsize=1)
 def _data() -> dict:
-    return json.loads(resources.files("course_lib").joinpath("data/reference_runs.json").read_text())
+    return load_catalog("reference_runs")
 
 
 class Reference(dict):

@@ -40,7 +40,7 @@ from course_lib.core.kv import context_limits
 from course_lib.core.models import get_model, list_models
 from course_lib.core.precision import PRECISIONS, get_precision
 from course_lib.core.roofline import latency_conventions
-from course_lib.core.units import Quantity, format_bytes, format_time
+from course_lib.core.units import Quantity, format_bytes, format_flop_rate, format_time
 from course_lib.core.validation import require_choice, require_count
 from course_lib.lessons.widgets import _html
 
@@ -117,6 +117,9 @@ def prefill_decode_reading(model="mistral-7b", hardware="h100-sxm", precision="f
         _html.row("Prefill FLOPs", _flop_text(pf.flops),
                   f"{B} × ({P:,} prompt tokens: 2·N·P + causal attention + lm_head)"),
         _html.row("Prefill bytes", format_bytes(pf.bytes), "weights once + the prompt's K/V written"),
+        *([_html.row("Compute rate", format_flop_rate(hw.compute_rate(e.compute_dtype)),
+                     "an effective rate derived from a published measurement, not a datasheet peak")]
+          if hw.rate_is_effective(e.compute_dtype) else []),
         _html.row("Prefill intensity", f"{pf.intensity:,.1f} FLOP/B",
              f"ridge point {ridge:,.0f} FLOP/B: {esc(pf.bound)}-bound"),
         _html.row("Decode FLOPs (first step)", _flop_text(d1.flops), f"{B} × (2·N + attention over the context)"),
