@@ -41,12 +41,13 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 **The prediction** uses probes only, never the model it predicts (:func:`predict_gguf_tpot`,
 :func:`predict_gguf_ttft`):
 
-* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): a probe file
-  of a generic shape (hidden 2048, MLP 8192, vocabulary 512, 5 layers), every matrix of the one type (``pure``
-  quantization); bytes per second = its decode bytes / its step time, FLOP/s of a prefill likewise. The
-  engine's per-layer cost and the probe's own small fixed cost ride in the rate. (A first version took the
-  difference of a 2- and a 5-layer file: on a busy machine that difference of two noisy times came out near
-  zero or negative, and the rates absurd.)
+* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe files
+  of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 5 and 16 layers, every matrix of the one type
+  (``pure`` quantization); bytes per second = their decode bytes apart / their step times apart, FLOP/s of a
+  prefill likewise, so that a fixed cost per step stays out of the rate (a Q8_0 step of the 5-layer file had
+  about 10 ms of it on the course's VM: 13.2 GB/s over its whole step, 22.7 GB/s for the 11 layers between the
+  files). Where noise makes the difference implausible (under a third of the larger file's time), the larger
+  file's bytes over its whole step. The engine's per-layer cost rides in the rate;
 * at every thread count the benchmark measures (1 and all usable threads): a memory-bound decode scales
   with threads as far as the memory system lets it, and so do the probes;
 * the engine's fixed cost per step and per prefill (graph building, sampling over the vocabulary, the
@@ -110,7 +111,7 @@ REPEATS = 3
 FAST_NEW_TOKENS = 8
 #: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the layer count
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
-PROBE_LAYERS = 5
+PROBE_LAYERS = (5, 16)
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
 #: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
@@ -654,9 +655,9 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
                        new_tokens: int = 8, repeats: int = REPEATS, files: Mapping | None = None,
                        progress: bool = False) -> EngineRates:
     """Measure llama.cpp's decode bytes/s and prefill FLOP/s for each ggml type in ``types`` on probe files
-    (never the model): for each type a file of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
-    matrix that type; rate = its decode bytes (prefill FLOP) / its step (prefill) time. The fixed cost: a
-    tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
+    (never the model): for each type two files of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
+    matrix that type; rate = their decode bytes (prefill FLOP) apart / their step (prefill) times apart. The
+    fixed cost: a tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
     threads = require_count("threads", threads)
     prompt = require_count("prompt", prompt, minimum=2)
     types = tuple(dict.fromkeys(["F16", *types]))
@@ -673,12 +674,15 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
     kw = dict(threads=threads, prompts=[prompt], new_tokens=new_tokens, repeats=repeats)
     for t in types:
         bar.set_postfix_str(f"{t}, {threads} thread(s)")
-        held = gguf_bytes(files[t])
-        [tm] = measure_gguf(files[t], **kw)
-        verdicts += [tm.tpot_verdict, tm.ttft_verdict]
-        step, pre = _median_pair(tm)
-        decode[t] = held.decode_bytes / step
-        prefill[t] = 2 * prompt * sum(held.prefill_params_by_type().values()) / pre
+        (ha, hb), tms = (gguf_bytes(f) for f in files[t]), [measure_gguf(f, **kw)[0] for f in files[t]]
+        verdicts += [x for tm in tms for x in (tm.tpot_verdict, tm.ttft_verdict)]
+        (sa, pa), (sb, pb) = (_median_pair(tm) for tm in tms)
+        fa, fb = (2 * prompt * sum(h.prefill_params_by_type().values()) for h in (ha, hb))
+        # the 11 layers between the two files at the rate they add; where noise made the difference implausible
+        # (under a third of the larger file's time), the larger file's bytes over its whole step
+        decode[t] = ((hb.decode_bytes - ha.decode_bytes) / (sb - sa) if sb - sa > sb / 3
+                     else hb.decode_bytes / sb)
+        prefill[t] = (fb - fa) / (pb - pa) if pb - pa > pb / 3 else fb / pb
         bar.update()
     tiny = gguf_bytes(files["tiny"])
     [tt] = measure_gguf(files["tiny"], **kw)
@@ -692,10 +696,11 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
 
 
 def probe_files(types: Sequence[str], vocab: int, note=None) -> dict:
-    """{type: path of the probe file of that type, "tiny": path of the tiny file of ``vocab``}, built and cached."""
+    """{type: (paths of the probe files of that type, PROBE_LAYERS layers), "tiny": path of the tiny file of
+    ``vocab``}, built and cached."""
     out: dict[str, Any] = {}
     for t in dict.fromkeys(["F16", *types]):
-        out[t] = _built(_probe_shape(PROBE_LAYERS), None, t, 1, note)
+        out[t] = tuple(_built(_probe_shape(n), None, t, 1, note) for n in PROBE_LAYERS)
     out["tiny"] = _built(_tiny_shape(vocab), "f16", None, 1, note)
     return out
 
