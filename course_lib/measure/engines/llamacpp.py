@@ -41,10 +41,13 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 **The prediction** uses probes only, never the model it predicts (:func:`predict_gguf_tpot`,
 :func:`predict_gguf_ttft`):
 
-* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe
-  files of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 2 and 5 layers, every matrix of the
-  one type (``pure`` quantization); bytes per second = the two files' decode bytes apart / their step times
-  apart, FLOP/s of a prefill likewise. The per-layer cost of the engine rides in the rate;
+* the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe files
+  of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 5 and 16 layers, every matrix of the one type
+  (``pure`` quantization); bytes per second = their decode bytes apart / their step times apart, FLOP/s of a
+  prefill likewise, so that a fixed cost per step stays out of the rate (a Q8_0 step of the 5-layer file had
+  about 10 ms of it on the course's VM: 13.2 GB/s over its whole step, 22.7 GB/s for the 11 layers between the
+  files). Where noise makes the difference implausible (under a third of the larger file's time), the larger
+  file's bytes over its whole step. The engine's per-layer cost rides in the rate;
 * at every thread count the benchmark measures (1 and all usable threads): a memory-bound decode scales
   with threads as far as the memory system lets it, and so do the probes;
 * the engine's fixed cost per step and per prefill (graph building, sampling over the vocabulary, the
@@ -106,9 +109,9 @@ PROMPTS = (64,)
 NEW_TOKENS = 16
 REPEATS = 3
 FAST_NEW_TOKENS = 8
-#: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the two layer counts
+#: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the layer count
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
-PROBE_LAYERS = (2, 5)
+PROBE_LAYERS = (5, 16)
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
 #: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
@@ -653,8 +656,8 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
                        progress: bool = False) -> EngineRates:
     """Measure llama.cpp's decode bytes/s and prefill FLOP/s for each ggml type in ``types`` on probe files
     (never the model): for each type two files of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
-    matrix that type; rate = their decode bytes (prefill FLOP) apart / their times apart. The fixed cost: a
-    tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
+    matrix that type; rate = their decode bytes (prefill FLOP) apart / their step (prefill) times apart. The
+    fixed cost: a tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
     threads = require_count("threads", threads)
     prompt = require_count("prompt", prompt, minimum=2)
     types = tuple(dict.fromkeys(["F16", *types]))
@@ -671,14 +674,15 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
     kw = dict(threads=threads, prompts=[prompt], new_tokens=new_tokens, repeats=repeats)
     for t in types:
         bar.set_postfix_str(f"{t}, {threads} thread(s)")
-        a, b = files[t]
-        ba, bb = gguf_bytes(a), gguf_bytes(b)
-        [ta], [tb] = measure_gguf(a, **kw), measure_gguf(b, **kw)
-        verdicts += [ta.tpot_verdict, tb.tpot_verdict, ta.ttft_verdict, tb.ttft_verdict]
-        (sa, pa), (sb, pb) = _median_pair(ta), _median_pair(tb)
-        decode[t] = (bb.decode_bytes - ba.decode_bytes) / max(sb - sa, 1e-9)
-        flops = 2 * prompt * (sum(bb.prefill_params_by_type().values()) - sum(ba.prefill_params_by_type().values()))
-        prefill[t] = flops / max(pb - pa, 1e-9)
+        (ha, hb), tms = (gguf_bytes(f) for f in files[t]), [measure_gguf(f, **kw)[0] for f in files[t]]
+        verdicts += [x for tm in tms for x in (tm.tpot_verdict, tm.ttft_verdict)]
+        (sa, pa), (sb, pb) = (_median_pair(tm) for tm in tms)
+        fa, fb = (2 * prompt * sum(h.prefill_params_by_type().values()) for h in (ha, hb))
+        # the 11 layers between the two files at the rate they add; where noise made the difference implausible
+        # (under a third of the larger file's time), the larger file's bytes over its whole step
+        decode[t] = ((hb.decode_bytes - ha.decode_bytes) / (sb - sa) if sb - sa > sb / 3
+                     else hb.decode_bytes / sb)
+        prefill[t] = (fb - fa) / (pb - pa) if pb - pa > pb / 3 else fb / pb
         bar.update()
     tiny = gguf_bytes(files["tiny"])
     [tt] = measure_gguf(files["tiny"], **kw)
@@ -692,7 +696,8 @@ def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> Eng
 
 
 def probe_files(types: Sequence[str], vocab: int, note=None) -> dict:
-    """{type: (path with PROBE_LAYERS[0] layers, path with PROBE_LAYERS[1]), "tiny": path}, built and cached."""
+    """{type: (paths of the probe files of that type, PROBE_LAYERS layers), "tiny": path of the tiny file of
+    ``vocab``}, built and cached."""
     out: dict[str, Any] = {}
     for t in dict.fromkeys(["F16", *types]):
         out[t] = tuple(_built(_probe_shape(n), None, t, 1, note) for n in PROBE_LAYERS)
