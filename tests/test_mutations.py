@@ -54,24 +54,12 @@ MODES = ["self-study", "classroom"]
 _VERDICT_WORDS = ("too high", "too low", "close", "avoid rounding", "off by", "factor of")
 
 SETS = [s for s in available_sets() if s != "_demo"]
-#: Known failures in question banks this harness does not own, each with its owner and the date it was listed
-#: (2026-12-04, issue 31: the serving session fixes ex09 and ex10). Not a skip: each entry must still fail as
-#: described, so that it leaves this list the day it is fixed; nothing else may fail.
-KNOWN_FAILURES = {
-    "ex09.q3 [form: not a whole count (+0.5)]":
-        "2026-12-04, serving (issue 31, ex09.q3): 'round down' accepts 104.5 (abs_tol 0.5)",
-    "ex09.q3 [form: not a whole count (-0.3)]":
-        "2026-12-04, serving (issue 31, ex09.q3): 'round down' accepts 103.7 (abs_tol 0.5)",
-    "ex09.q3 [generic: two mistakes at once (x 0.9904 and x 1.0075)]":
-        "2026-12-04, serving (issue 31, ex09.q3): accepts a count that is not whole (abs_tol 0.5); needs whole='down'",
-    "ex09.q3 [generic: the nominal parameter count (x 0.9962)]":
-        "2026-12-04, serving (issue 31, ex09.q3): the same abs_tol 0.5 accepts 8e9 x 2 bytes' count before rounding",
-    "ex09.q2 [generic: the nominal parameter count (x 0.9962)]":
-        "2026-12-04, serving (issue 31): 8e9 x 2 bytes for Llama-3-8B's weights is inside the 0.5 % tolerance",
-}
-#: Questions whose prompt asks for a whole count but that do not yet refuse a count that is not whole
-#: (2026-12-04, issue 31; owner: the serving session).
-KNOWN_NOT_WHOLE = {"ex09.q3": "2026-12-04, serving (issue 31: 'round down' accepts 104.5 chats, abs_tol 0.5)"}
+#: Known failures, each with its owner and the date it was listed (none today: ex09.q2/q3 were fixed on
+#: 2026-12-04). Not a skip: each entry must still fail as described, so that it leaves this list the day it is
+#: fixed; nothing else may fail.
+KNOWN_FAILURES: dict[str, str] = {}
+#: Questions whose prompt asks for a whole count but that do not yet refuse a count that is not whole (none).
+KNOWN_NOT_WHOLE: dict[str, str] = {}
 _WHOLE_RE = re.compile(r"round (down|up)|whole (number|batch|count)|largest whole|how many whole|whole chats|"
                        r"whole sessions|whole blocks", re.IGNORECASE)
 _ROUNDING = "avoid rounding"

@@ -105,6 +105,7 @@ q1 = NumericQuestion(
 _Q2_B = 32
 _Q2 = estimate(_L3, _H100, _P, _N, batch=_Q2_B)
 _KV1 = _L3.kv_bytes_per_token("fp16")
+_NOMINAL_WEIGHTS = 8e9 * 2          # the name's 8B at 2 bytes: the nominal count, not the model's
 q2 = NumericQuestion(
     id="q2", set=SET, points=2,
     objective="O2 check the memory one GPU needs and find the largest batch that fits",
@@ -112,9 +113,12 @@ q2 = NumericQuestion(
             f"a {_N}-token answer. (a) Bytes of the weights (`get_model('llama-3-8b').weight_bytes('fp16')`). "
             f"(b) KV-cache bytes of all the sequences at their final length (prompt + answer). (c) The total "
             f"memory needed, in GB (1 GB = 1e9 bytes)."),
-    expected=_Q2.memory_needed / 1e9, unit="GB", dimension="bytes", rel_tol=0.005,
+    expected=_Q2.memory_needed / 1e9, unit="GB", dimension="bytes", rel_tol=0.002,
     detect=[d.gb_vs_gib(), d.bits_vs_bytes()],
     mistakes=[
+        Mistake((_NOMINAL_WEIGHTS + _Q2.kv_bytes) / 1e9,
+                "That prices the weights from the nominal 8B (8e9 x 2 bytes). Llama-3-8B has "
+                f"{units.format_params(_L3.params)} parameters: take `weight_bytes('fp16')` from the catalog."),
         Mistake((_Q2.weights_bytes + _Q2.kv_bytes / 2) / 1e9,
                 "The KV cache holds a key AND a value vector per token, layer and KV head: count both."),
         Mistake((_Q2.weights_bytes + _Q2.kv_bytes * _L3.heads // _L3.kv_heads) / 1e9,
@@ -146,7 +150,7 @@ q3 = NumericQuestion(
             f"(`get_hardware('l40s').capacity` bytes). (a) Memory left after the weights. (b) KV bytes of one "
             f"chat at its final length. (c) The largest whole number of chats whose caches fit beside the "
             f"weights (activations not counted)."),
-    expected=_Q3, rel_tol=0, abs_tol=0.5,
+    expected=_Q3, rel_tol=0, whole="down",
     mistakes=[
         Mistake(math.floor(_L40S.capacity / _SEQ), "That gives the whole memory to the KV cache: the weights "
                                                    "take their share first."),
