@@ -57,6 +57,26 @@ def test_fp32_whatever_the_file_says():
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
+def test_the_gpu_build_asks_for_its_dtype_and_attention_and_sizes_the_weights_by_it():
+    model, spec = hf.build_model(TINY["llama"], dtype="bf16", attention="sdpa", device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16} and model.config._attn_implementation == "sdpa"
+    ids = torch.randint(1, 256, (1, 7))
+    _, static = hf.generate_timed(model, ids, 4, "static")           # a static cache runs off the GPU too
+    assert len(static) == 3
+    with pytest.raises(ValueError, match="CUDA"):
+        hf.generate_timed(model, ids, 4, "graphs")
+    # bf16 weights take half fp32's bytes: the 8B configuration fits in 20 GB in bf16, not in fp32
+    big = hf.spec_of(hf.load_config("llama-3-8b")[1], "llama-3-8b")
+    assert big.params == 8_030_261_248
+    assert hf.check_fits(big, available=20 * 10**9, dtype="bf16") < 20 * 10**9
+    with pytest.raises(hf.ModelTooLarge, match=r"32\.12 GB in fp32"):
+        hf.check_fits(big, available=20 * 10**9)
+    with pytest.raises(ValueError, match="dtype"):
+        hf.build_model(TINY["llama"], dtype="int3")
+    with pytest.raises(ValueError, match="attention"):
+        hf.build_model(TINY["llama"], attention="flash")
+
+
 def test_transformers_defaults_fill_keys_the_file_leaves_out():
     cfg = {k: v for k, v in TINY["qwen3"].items() if k != "head_dim"}   # Qwen3's default head_dim is 128, not 64/4
     assert hf.spec_of(cfg).head_dim == 128
@@ -137,16 +157,23 @@ def test_generate_is_greedy_with_fixed_new_tokens_even_when_every_token_is_eos(t
 
 def test_measure_engine_interleaves_prompts_and_pools_step_times(tiny_models, monkeypatch):
     model, _ = tiny_models["qwen3"]
-    calls = []
+    calls, caches = [], []
 
-    def fake(m, ids, n):
+    def fake(m, ids, n, cache="dynamic"):
         p = ids.shape[-1]
         calls.append(p)
+        caches.append(cache)
         return p * 1e-4, [p * 1e-5] * (n - 1)
 
     monkeypatch.setattr(hf.timing, "generate_timed", fake)
     t16, t32 = hf.measure_engine(model, [16, 32], new_tokens=4, repeats=3)
     assert calls == [8, 16, 32, 32, 16, 16, 32]        # warm-up, then P1 P2, P2 P1, P1 P2 (counterbalanced)
+    assert set(caches) == {"dynamic"}
+    calls.clear(), caches.clear()
+    hf.measure_engine(model, [16, 32], new_tokens=4, repeats=1, cache="static")
+    assert calls == [32, 32, 16, 32] and set(caches) == {"static"}   # a static cache: warmed at its full length, twice
+    with pytest.raises(ValueError, match="cache"):
+        hf.measure_engine(model, [16], new_tokens=4, cache="paged")
     assert t16.ttft_times == (16e-4,) * 3 and len(t32.step_times) == 9 and t32.tpot == pytest.approx(32e-5)
     assert t16.mean_context == 18 and t16.tpot_verdict.verdict in ("reliable", "contended")
     with pytest.raises(ValueError, match="positions"):

@@ -4,10 +4,11 @@ Lessons: 08
 
 A causal LM is built from a ``config.json`` (a dict, a path, or a name of ``course_lib/data/engine_configs.json``)
 with ``AutoConfig.for_model`` and ``AutoModelForCausalLM.from_config``: random weights, fp32 on the CPU whatever
-``torch_dtype`` the file names, the default (SDPA) attention, end-of-sequence disabled. The process is set offline
+``torch_dtype`` the file names (or, asked for, bf16 / fp16 on a CUDA GPU, drawn there), the default (SDPA) attention,
+end-of-sequence disabled. The process is set offline
 (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``) before transformers is imported: nothing is downloaded. Before
-anything is allocated the fp32 weights (``ModelSpec.from_hf_config(...).params`` x 4 bytes) are compared with the
-memory this machine has available; a model that does not fit is refused with both numbers.
+anything is allocated the weights (``ModelSpec.from_hf_config(...).params`` x 4 bytes in fp32) are compared with the
+memory the device has available; a model that does not fit is refused with both numbers.
 """
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ import torch
 from course_lib.core import data
 from course_lib.core.models import ModelSpec
 from course_lib.core.validation import require_choice, require_count
-from course_lib.measure.device import available_memory
+from course_lib.measure.device import available_memory, resolve_device
 
 __all__ = ["SUPPORTED_TYPES", "DEFAULT_CONFIGS", "FAST_CONFIGS", "FAST_OVERRIDES", "ModelTooLarge",
            "transformers_available", "require_transformers", "engine_configs", "load_config", "check_config",
            "hf_config", "spec_of", "count_parameters", "check_fits", "tiny_config",
-           "fast_config", "build_model", "disable_eos", "PROBE_HIDDEN", "PROBE_HEADS", "PROBE_VOCAB"]
+           "fast_config", "build_model", "disable_eos", "PROBE_HIDDEN", "PROBE_HEADS", "PROBE_VOCAB", "DTYPES",
+           "ATTENTION"]
 
 #: the architectures whose parameter count ``ModelSpec.from_hf_config`` reproduces (tested on tiny configs)
 SUPPORTED_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
@@ -35,6 +37,10 @@ DEFAULT_CONFIGS = ("gpt2", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b")
 #: ``--fast``: two of them cut to 2 layers and a vocabulary of 8192 (a smoke run of a few tens of seconds)
 FAST_CONFIGS = ("gpt2", "qwen3-0.6b")
 FAST_OVERRIDES = {"layers": 2, "vocab_size": 8192}
+#: the weight formats :func:`build_model` makes (the course's names, as :mod:`course_lib.measure.probes` has them)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: the attention implementations :func:`build_model` accepts: PyTorch's fused SDPA (transformers' default), eager
+ATTENTION = ("sdpa", "eager")
 #: the tiny copies of the engine probe (:func:`tiny_config`): hidden size, heads, vocabulary
 PROBE_HIDDEN = 64
 PROBE_HEADS = 4
@@ -175,17 +181,18 @@ def count_parameters(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def check_fits(spec: ModelSpec, available: int | None = None) -> int:
-    """The bytes a model needs (fp32 weights x 1.15 + 0.5 GB); :class:`ModelTooLarge` when ``available``
-    (default: the memory this process may still allocate, :func:`course_lib.measure.device.available_memory`)
-    is less."""
-    weights = spec.params * 4
+def check_fits(spec: ModelSpec, available: int | None = None, *, dtype: str = "fp32", device="cpu") -> int:
+    """The bytes a model needs (its weights in ``dtype`` x 1.15 + 0.5 GB); :class:`ModelTooLarge` when ``available``
+    (default: the memory ``device`` may still allocate, :func:`course_lib.measure.device.available_memory`) is less."""
+    element = require_choice("dtype", dtype, DTYPES)
+    weights = spec.params * torch.tensor([], dtype=DTYPES[element]).element_size()
     need = int(weights * MEMORY_HEADROOM[0] + MEMORY_HEADROOM[1])
-    have = available_memory("cpu")[0] if available is None else require_count("available", available)
+    have = available_memory(device)[0] if available is None else require_count("available", available)
+    where = "this machine has" if resolve_device(device).type == "cpu" else "the GPU has"
     if need > have:
         raise ModelTooLarge(f"model {spec.name!r} does not fit: {spec.params:,} parameters need "
-                            f"{weights / 1e9:.2f} GB in fp32 ({need / 1e9:.2f} GB with activations and cache), "
-                            f"this machine has {have / 1e9:.2f} GB available")
+                            f"{weights / 1e9:.2f} GB in {element} ({need / 1e9:.2f} GB with activations and cache), "
+                            f"{where} {have / 1e9:.2f} GB available")
     return need
 
 
@@ -234,20 +241,28 @@ def fast_config(config) -> dict:
     return _with_overrides(cfg, FAST_OVERRIDES["layers"], FAST_OVERRIDES["vocab_size"])
 
 
-def build_model(config, *, seed: int = 0, available: int | None = None):
-    """(model, spec): a transformers causal LM of ``config`` with random weights, fp32, on the CPU, in eval mode.
+def build_model(config, *, seed: int = 0, available: int | None = None, device="cpu", dtype: str = "fp32",
+                attention: str = "sdpa"):
+    """(model, spec): a transformers causal LM of ``config`` with random weights, in eval mode.
 
     ``config``: a dict, a path to a config.json, or a name of :func:`engine_configs`. Refused before
-    allocation when it would not fit (:func:`check_fits`; ``available`` replaces the machine's figure).
+    allocation when it would not fit (:func:`check_fits`; ``available`` replaces the device's figure).
+    ``device`` ('cpu' or 'cuda'), ``dtype`` (a name of :data:`DTYPES`): where and in what the weights are made;
+    on a GPU they are drawn there directly (an 8B model in seconds, never through the CPU). ``attention``: the
+    attention implementation (:data:`ATTENTION`; ``"sdpa"``, PyTorch's fused attention, is transformers' default).
     """
     name, cfg = load_config(config)
     spec = spec_of(cfg, name)
-    check_fits(spec, available)
+    dev = resolve_device(device)
+    dtype = require_choice("dtype", dtype, DTYPES)
+    attention = require_choice("attention", attention, ATTENTION)
+    check_fits(spec, available, dtype=dtype, device=dev)
     tr = require_transformers()
     hfc = hf_config(cfg)
     torch.manual_seed(seed)
-    model = tr.AutoModelForCausalLM.from_config(hfc, dtype=torch.float32)
-    model.to("cpu").eval()
+    with dev:
+        model = tr.AutoModelForCausalLM.from_config(hfc, dtype=DTYPES[dtype], attn_implementation=attention)
+    model.to(dev).eval()
     disable_eos(model)
     return model, spec
 

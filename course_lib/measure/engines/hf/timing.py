@@ -3,7 +3,8 @@
 Lessons: 08
 
 ``generate()`` runs greedy, ``max_new_tokens`` = ``min_new_tokens`` = N, end-of-sequence disabled, with the
-engine's own dynamic KV cache. A streamer (:func:`TokenClock`, a ``BaseStreamer``) records
+engine's own dynamic KV cache (or, asked for, a static one, with its decode step replayed as CUDA graphs on a GPU:
+:data:`CACHES`). A streamer (:func:`TokenClock`, a ``BaseStreamer``) records
 ``time.perf_counter()`` at every token it is handed: TTFT = first new token - call start; the step times are the
 gaps between consecutive tokens (N - 1 per run). Prompts are random token ids. Repeats are interleaved over the
 prompts (P1 P2, P2 P1, ...), so that a drift of the machine lands on every prompt alike. TPOT is the median of
@@ -19,13 +20,13 @@ from typing import Sequence
 import torch
 
 from course_lib.core.quality import timing_verdict
-from course_lib.core.validation import require_count, require_counts
+from course_lib.core.validation import require_choice, require_count, require_counts
 from course_lib.measure.allocator import minor_faults
 from course_lib.measure.engines.hf.config import require_transformers
 from course_lib.measure.threads import proc_stat, steal_between
 from course_lib.measure.timing import Threads, thread_policy_for
 
-__all__ = ["PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_PROMPTS", "FAST_NEW_TOKENS", "generation_config",
+__all__ = ["PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_PROMPTS", "FAST_NEW_TOKENS", "CACHES", "generation_config",
            "TokenClock", "generate_timed", "EngineTiming", "measure_engine"]
 
 PROMPTS = (128, 960)
@@ -33,14 +34,26 @@ NEW_TOKENS = 16
 REPEATS = 3
 FAST_PROMPTS = (16, 64)
 FAST_NEW_TOKENS = 8
+#: how ``generate()`` keeps its K/V cache and runs its decode step: ``dynamic`` (the engine's default: a cache that
+#: grows, every op launched from Python), ``static`` (a cache allocated once at its full length, still launched op by
+#: op: ``disable_compile``), ``graphs`` (the static cache with the decode step compiled by ``torch.compile`` in mode
+#: "reduce-overhead", which replays it as CUDA graphs: a CUDA GPU only)
+CACHES = ("dynamic", "static", "graphs")
 
 
-def generation_config(new_tokens: int):
-    """The ``GenerationConfig`` of every timed call: greedy, exactly ``new_tokens`` new tokens, no end-of-sequence."""
+def generation_config(new_tokens: int, cache: str = "dynamic"):
+    """The ``GenerationConfig`` of every timed call: greedy, exactly ``new_tokens`` new tokens, no end-of-sequence,
+    the K/V cache of ``cache`` (:data:`CACHES`)."""
     new_tokens = require_count("new_tokens", new_tokens, minimum=1)
+    cache = require_choice("cache", cache, CACHES)
     tr = require_transformers()
+    extra = {}
+    if cache == "static":
+        extra = dict(cache_implementation="static", disable_compile=True)
+    elif cache == "graphs":
+        extra = dict(cache_implementation="static", compile_config=tr.CompileConfig(mode="reduce-overhead"))
     return tr.GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, num_beams=1,
-                               eos_token_id=None, pad_token_id=0, use_cache=True)
+                               eos_token_id=None, pad_token_id=0, use_cache=True, **extra)
 
 
 _STREAMER = None
@@ -71,13 +84,22 @@ def TokenClock():
     return _STREAMER()
 
 
-def generate_timed(model, prompt_ids: torch.Tensor, new_tokens: int) -> tuple[float, list[float]]:
-    """(TTFT, step times) of one ``model.generate()`` of ``new_tokens`` greedy tokens after ``prompt_ids`` (1 x P)."""
+def generate_timed(model, prompt_ids: torch.Tensor, new_tokens: int, cache: str = "dynamic"
+                   ) -> tuple[float, list[float]]:
+    """(TTFT, step times) of one ``model.generate()`` of ``new_tokens`` greedy tokens after ``prompt_ids`` (1 x P),
+    with the K/V cache of ``cache`` (:data:`CACHES`). The prompt is moved to the model's device first; on a GPU the
+    clock starts when the device is idle, and each token's time is taken when it reaches the host (the engine
+    copies every token to the CPU before handing it to the streamer, which waits for the GPU)."""
     new_tokens = require_count("new_tokens", new_tokens, minimum=2)
-    gc = generation_config(new_tokens)
+    gc = generation_config(new_tokens, cache)
+    if cache == "graphs" and model.device.type != "cuda":
+        raise ValueError(f"cache='graphs' replays CUDA graphs: it needs a model on a CUDA GPU, not on {model.device}")
     clock = TokenClock()
+    prompt_ids = prompt_ids.to(model.device)
     mask = torch.ones_like(prompt_ids)
     with torch.inference_mode():
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
         t0 = time.perf_counter()
         out = model.generate(prompt_ids, attention_mask=mask, generation_config=gc, streamer=clock)
     produced = out.shape[-1] - prompt_ids.shape[-1]
@@ -155,17 +177,21 @@ class EngineTiming:
 
 
 def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, repeats: int = REPEATS, *,
-                   seed: int = 0, warmup: bool = True, threads: int | None = None) -> list[EngineTiming]:
+                   seed: int = 0, warmup: bool = True, threads: int | None = None,
+                   cache: str = "dynamic") -> list[EngineTiming]:
     """Time ``generate()`` at each prompt length, ``repeats`` times, interleaved and counterbalanced
     (P1 P2, P2 P1, P1 P2 ...: a drift lands on every prompt alike).
 
     ``threads``: CPU threads (default: the course's thread policy,
     :func:`~course_lib.measure.timing.thread_policy_for`). A warm-up generation (8 tokens, 2 new) runs first
-    unless ``warmup=False``. Each timed call's minor page faults are counted (``EngineTiming.faults``).
+    unless ``warmup=False``; with a static ``cache`` (:data:`CACHES`) the warm-up is the longest prompt and all
+    ``new_tokens``, twice, so that the cache is allocated at its final length and the decode step compiled and
+    captured before any timed call. Each timed call's minor page faults are counted (``EngineTiming.faults``).
     """
     prompts = require_counts("prompts", prompts)
     new_tokens = require_count("new_tokens", new_tokens, minimum=2, maximum=4096)
     repeats = require_count("repeats", repeats, minimum=1, maximum=1000)
+    cache = require_choice("cache", cache, CACHES)
     limit = _max_positions(model)
     if limit is not None and max(prompts) + new_tokens > limit:
         raise ValueError(f"prompts: the longest prompt ({max(prompts)}) + new_tokens ({new_tokens}) exceeds the "
@@ -177,14 +203,17 @@ def measure_engine(model, prompts: Sequence[int], new_tokens: int = NEW_TOKENS, 
     steps = {p: [] for p in prompts}
     faults: dict[int, list[int]] = {p: [] for p in prompts}
     with Threads(nthreads):
-        if warmup:
+        if warmup and cache == "dynamic":
             generate_timed(model, torch.randint(0, vocab, (1, 8), generator=gen), 2)
+        elif warmup:
+            for _ in range(2):
+                generate_timed(model, torch.randint(0, vocab, (1, max(prompts)), generator=gen), new_tokens, cache)
         before = proc_stat()
         for r in range(repeats):
             for p in (prompts if r % 2 == 0 else prompts[::-1]):   # P1 P2, P2 P1, ...: no prompt always first
                 ids = torch.randint(0, vocab, (1, p), generator=gen)
                 f0 = minor_faults()
-                t, gaps = generate_timed(model, ids, new_tokens)
+                t, gaps = generate_timed(model, ids, new_tokens, cache)
                 f1 = minor_faults()
                 ttft[p].append(t)
                 steps[p].extend(gaps)
