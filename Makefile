@@ -132,9 +132,10 @@ app: install
 # stored outputs were made by `make notebooks`) and nbval's per-cell timeout come from
 # course_lib/authoring/kernel.py, through tests/conftest.py.
 # The slower integration checks (a real browser driving JupyterLab and Voila, nbgrader's whole autograde
-# flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip)
+# flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip, the GPU
+# session's dry run on the CPU: lessons 05-08 recorded, validate and the GPU engine benchmark on tiny models)
 # are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
-TOUR_MARKERS := browser or nbgrader or classroom or binder or site
+TOUR_MARKERS := browser or nbgrader or classroom or binder or site or gpu
 
 test: install
 	$(VENV)/bin/ruff check .

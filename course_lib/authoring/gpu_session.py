@@ -55,8 +55,8 @@ from pathlib import Path
 
 __all__ = ["REPO_ROOT", "WHEELS", "DEVICE_PYTHON", "DEVICE_PLATFORMS", "REQUIREMENTS", "CARRY_LIMIT_BYTES",
            "WHEELS_LIMIT_BYTES", "LESSONS", "EXERCISES", "PACK_RESERVE_S", "DEFAULT_BUDGET_S", "ARCHIVE",
-           "Stage", "StageResult", "STAGES", "stage_timeout", "run_stage", "prepare_command", "prepare",
-           "run_session", "adopt", "main"]
+           "Stage", "StageResult", "STAGES", "stage_timeout", "run_stage", "stage_command", "session_env",
+           "prepare_command", "prepare", "run_session", "summary_text", "adopt", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: where ``prepare`` puts the wheels (git-ignored: build/); name it in the device call's ``carry``
@@ -302,7 +302,7 @@ def _install(wheels: Path, dry_run: bool, logs: Path, timeout_s: float, env: dic
                        results[0].command)
 
 
-def _stage_command(stage: Stage, dry_run: bool, stage_dir: Path) -> tuple[list, dict]:
+def stage_command(stage: Stage, dry_run: bool, stage_dir: Path) -> tuple[list, dict]:
     """(argv, extra options of run_stage) of a stage that is one command."""
     py = sys.executable
     rec = stage_dir / "recordings"
@@ -385,7 +385,7 @@ def run_session(out: Path, *, dry_run: bool = False, budget_s: float = DEFAULT_B
         elif stage.name == "install":
             results.append(_install(wheels, dry_run, logs, limit, env))
         else:
-            argv, opts = _stage_command(stage, dry_run, stage_dir)
+            argv, opts = stage_command(stage, dry_run, stage_dir)
             results.append(run_stage(stage.name, argv, logs / f"{stage.name}.log", limit, env=env, cwd=REPO_ROOT,
                                      **opts))
         r = results[-1]
