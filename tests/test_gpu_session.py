@@ -84,6 +84,7 @@ def test_the_gpu_stages_measure_at_learner_sizes_on_cuda_and_the_dry_run_on_the_
     assert [engine[i + 1] for i, a in enumerate(engine) if a == "--cache"] == ["dynamic", "static"]
     graphs, _ = gs.stage_command(_stage("graphs"), False, tmp_path)
     assert [graphs[i + 1] for i, a in enumerate(graphs) if a == "--cache"] == ["graphs"]
+    assert graphs[graphs.index("--config") + 1] == gs.GRAPHS_CONFIG == "llama-3-8b"
     dry_engine, _ = gs.stage_command(_stage("engine"), True, tmp_path)
     assert dry_engine[dry_engine.index("--device") + 1] == "cpu" and "--fast" in dry_engine
     validate, opts = gs.stage_command(_stage("validate"), False, tmp_path)

@@ -17,16 +17,16 @@ what a device call carries (:data:`CARRY_LIMIT_BYTES`).
 
 **run** executes the stages of :data:`STAGES` in order, each in its own process group under its own time limit
 (``min(its cap, what the session's --budget still leaves)``, less :data:`PACK_RESERVE_S` for packing): a stage that
-fails or runs out of time is recorded and the next one starts. The stages: the machine (``nvidia-smi``, torch,
-CUDA, transformers), the offline install of the carried wheels and of the course (``pip install --no-deps -e .``),
-lessons 05-08 executed at learner sizes with ``COURSE_MEASUREMENTS=record:...`` (on copies: the repository's
-notebooks are never written), ``python -m course_lib.measure.validate``, the engine benchmark
-(``validate --engine hf --device cuda``: bf16, SDPA, Llama-3.2-1B and a Llama-3-8B shape, dynamic and static cache),
-its CUDA-graph mode, and the exercise sets 05 and 08 (their recordings ``ex05``, ``ex08``). Everything lands in a
-staging folder that is packed into ``DIR/gpu_session.tar.gz``, beside ``DIR/summary.txt`` and ``DIR/summary.json``
-(a device call returns at most 8 files). ``--dry-run`` runs the same stages on the CPU with ``COURSE_FAST=1`` and
-tiny models, no CUDA device visible and nothing installed (the carried wheels are only resolved, for the device's
-Python, when ``build/gpu_wheels`` exists).
+fails or runs out of time is recorded and the next one starts. The stages: the machine (``nvidia-smi``, torch, CUDA,
+transformers), the offline install of the carried wheels and of the course (``pip install --no-deps -e .``), lessons
+05-08 executed at learner sizes with ``COURSE_MEASUREMENTS=record:...`` (on copies: the repository's notebooks are
+never written), ``python -m course_lib.measure.validate``, the engine benchmark (``validate --engine hf --device
+cuda``: bf16, SDPA, Llama-3.2-1B and a Llama-3-8B shape, dynamic and static cache), its CUDA-graph mode (the 8B
+shape only: one compilation), and the exercise sets 05 and 08 (their recordings ``ex05``, ``ex08``). Everything
+lands in a staging folder that is packed into ``DIR/gpu_session.tar.gz``, beside ``DIR/summary.txt`` and
+``DIR/summary.json`` (a device call returns at most 8 files). ``--dry-run`` runs the same stages on the CPU with
+``COURSE_FAST=1`` and tiny models, no CUDA device visible and nothing installed (the carried wheels are only
+resolved, for the device's Python, when ``build/gpu_wheels`` exists).
 
 **adopt** checks a returned run (its summary, every recording readable as one) and writes its recordings into
 ``tests/fixtures/recordings/NAME/`` with a README of where they come from; ``--stored`` also makes it the run nbval
@@ -55,8 +55,8 @@ from pathlib import Path
 
 __all__ = ["REPO_ROOT", "WHEELS", "DEVICE_PYTHON", "DEVICE_PLATFORMS", "REQUIREMENTS", "CARRY_LIMIT_BYTES",
            "WHEELS_LIMIT_BYTES", "LESSONS", "EXERCISES", "PACK_RESERVE_S", "DEFAULT_BUDGET_S", "ARCHIVE",
-           "Stage", "StageResult", "STAGES", "stage_timeout", "run_stage", "stage_command", "session_env",
-           "prepare_command", "prepare", "run_session", "summary_text", "adopt", "main"]
+           "GRAPHS_CONFIG", "Stage", "StageResult", "STAGES", "stage_timeout", "run_stage", "stage_command",
+           "session_env", "prepare_command", "prepare", "run_session", "summary_text", "adopt", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: where ``prepare`` puts the wheels (git-ignored: build/); name it in the device call's ``carry``
@@ -82,6 +82,8 @@ PACK_RESERVE_S = 20
 DEFAULT_BUDGET_S = 510
 #: the archive that carries everything back (a device call returns at most 8 files, 16 MiB each)
 ARCHIVE = "gpu_session.tar.gz"
+#: the configuration the CUDA-graph stage compiles (one compilation of the model the lessons price: a minute or two)
+GRAPHS_CONFIG = "llama-3-8b"
 #: the summary's schema
 SCHEMA = 1
 
@@ -115,7 +117,7 @@ STAGES = (
       for n in LESSONS),
     Stage("engine", 150, 240, "validate --engine hf --device cuda: bf16 SDPA, dynamic and static cache"),
     Stage("validate", 120, 180, "python -m course_lib.measure.validate on the GPU (TinyLM)"),
-    Stage("graphs", 150, 0, "validate --engine hf --device cuda --cache graphs (torch.compile, CUDA graphs)",
+    Stage("graphs", 150, 0, "validate --engine hf --device cuda --cache graphs --config llama-3-8b (CUDA graphs)",
           gpu_only=True),
     *(Stage(f"exercise{n}", 90, 240, f"solutions/{n}_*.ipynb, recorded (ex{n})") for n in EXERCISES),
 )
@@ -322,7 +324,8 @@ def stage_command(stage: Stage, dry_run: bool, stage_dir: Path) -> tuple[list, d
                 *fast], {}
     if stage.name == "graphs":
         return [py, "-m", "course_lib.measure.validate", "--engine", "hf", "--device", device, "--dtype", "bf16",
-                "--cache", "graphs", "--no-progress", "--json", stage_dir / "engine_graphs.json", *fast], {}
+                "--cache", "graphs", "--config", GRAPHS_CONFIG, "--no-progress", "--json",
+                stage_dir / "engine_graphs.json", *fast], {}
     if stage.name == "machine":
         script = stage_dir / "machine.py"
         script.write_text(_machine_script())
