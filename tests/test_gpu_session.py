@@ -220,9 +220,9 @@ def _digest(folder: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("0[5-8]_*.ipynb"))}
 
 
-#: the stages the tour's dry run runs: one of each kind (the machine, the install, a lesson and an exercise set recorded,
-#: the engine, the CUDA-graph stage's skip), about 2 minutes; COURSE_GPU_DRY_RUN=full runs all of them (about 5 minutes
-#: on 2 cores: more than make tour's budget can spare beside the browser and classroom checks)
+#: the stages the tour's dry run runs: one of each kind (the machine, the install, a lesson and an exercise set
+#: recorded, the engine, the CUDA-graph stage's skip), about 2 minutes; COURSE_GPU_DRY_RUN=full runs all of them
+#: (about 5 minutes on 2 cores: more than make tour's budget can spare beside the browser and classroom checks)
 TOUR_STAGES = ("machine", "install", "lesson05", "engine", "graphs", "exercise05")
 
 
