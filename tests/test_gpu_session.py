@@ -103,6 +103,23 @@ def test_the_dry_run_hides_the_gpu_and_shrinks_the_sizes_and_every_stage_imports
     assert "COURSE_FAST" not in gpu and "CUDA_VISIBLE_DEVICES" not in gpu
 
 
+def test_the_gpu_install_checks_the_imports_and_falls_back_to_every_wheel_without_the_resolver(tmp_path):
+    (tmp_path / "w").mkdir()
+    for name in ("nbval-0.11.0-py2.py3-none-any.whl", "pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl"):
+        (tmp_path / "w" / name).write_bytes(b"")
+    plan = gs.install_plan(tmp_path / "w", dry_run=False, scratch=tmp_path / "s", site=tmp_path / "site")
+    assert list(plan) == ["install", "check", "fallback", "course"]
+    assert "--no-index" in plan["install"] and set(gs.REQUIREMENTS) <= set(plan["install"])
+    assert plan["check"][-1] == "import " + ", ".join(gs.REQUIREMENTS)
+    fallback = plan["fallback"]
+    assert {"--no-deps", "--no-index"} <= set(fallback) and fallback[fallback.index("--target") + 1] == str(
+        tmp_path / "site") and sum(a.endswith(".whl") for a in fallback) == 2
+    assert plan["course"][-2:] == ["-e", str(gs.REPO_ROOT)] and "--no-deps" in plan["course"]
+    dry = gs.install_plan(tmp_path / "w", dry_run=True, scratch=tmp_path / "s", site=tmp_path / "site")
+    assert list(dry) == ["resolve"] and "--dry-run" in dry["resolve"] and "--ignore-installed" in dry["resolve"]
+    assert dry["resolve"][dry["resolve"].index("--python-version") + 1] == gs.DEVICE_PYTHON
+
+
 def test_the_wheels_are_fetched_for_the_devices_python_and_never_torch(tmp_path):
     cmd = gs.prepare_command(tmp_path, "3.12")
     assert cmd[cmd.index("--python-version") + 1] == "3.12" and "--only-binary=:all:" in cmd
@@ -259,7 +276,8 @@ def test_the_dry_run_end_to_end(tmp_path):
     with tarfile.open(out / gs.ARCHIVE) as tar:
         tar.extractall(tmp_path / "unpacked")
     run = tmp_path / "unpacked" / "gpu_session"
-    for name in ("machine.json", "engine.json", "summary.txt", "logs/lesson05.log", "logs/engine.log"):
+    for name in ("machine.json", "engine.json", "summary.txt", "logs/lesson05.log", "logs/engine.log",
+                 *(["logs/install_resolve.log"] if status["install"] == "ok" else [])):
         assert (run / name).is_file(), name
     engine = json.loads((run / "engine.json").read_text())
     assert engine["dtype"] == "bf16" and {p["cache"] for p in engine["points"]} == {"dynamic", "static"}

@@ -56,7 +56,7 @@ from pathlib import Path
 __all__ = ["REPO_ROOT", "WHEELS", "DEVICE_PYTHON", "DEVICE_PLATFORMS", "REQUIREMENTS", "CARRY_LIMIT_BYTES",
            "WHEELS_LIMIT_BYTES", "LESSONS", "EXERCISES", "PACK_RESERVE_S", "DEFAULT_BUDGET_S", "ARCHIVE",
            "GRAPHS_CONFIG", "Stage", "StageResult", "STAGES", "stage_timeout", "run_stage", "stage_command",
-           "session_env", "prepare_command", "prepare", "run_session", "summary_text", "adopt", "main"]
+           "install_plan", "session_env", "prepare_command", "prepare", "run_session", "summary_text", "adopt", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: where ``prepare`` puts the wheels (git-ignored: build/); name it in the device call's ``carry``
@@ -271,37 +271,63 @@ json.dump(info, open(sys.argv[1], "w"), indent=1)
 '''
 
 
-def _install_commands(wheels: Path, dry_run: bool, scratch: Path) -> list[list[str]]:
+def install_plan(wheels: Path, *, dry_run: bool, scratch: Path, site: Path) -> dict[str, list[str]]:
+    """The install stage's commands by role.
+
+    Dry run: ``resolve`` (the carried wheels resolved on their own for the device's Python, nothing installed).
+    GPU: ``install`` (pip's resolver, offline, keeping what the image has), ``check`` (every requirement imports),
+    ``fallback`` (where the resolver or the check failed: every wheel with ``--no-deps`` into ``site``, which then
+    leads ``PYTHONPATH``), ``course`` (``pip install --no-deps -e .``; the course is on ``PYTHONPATH`` anyway).
+    """
     py = sys.executable
     if dry_run:
         plats = [a for p in DEVICE_PLATFORMS for a in ("--platform", p)]
-        return [[py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "--find-links",
-                 str(wheels), "--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp",
-                 *plats, "--target", str(scratch), *REQUIREMENTS]]
-    return [[py, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), *REQUIREMENTS],
-            [py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(REPO_ROOT)]]
+        return {"resolve": [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index",
+                            "--find-links", str(wheels), "--only-binary=:all:", "--python-version", DEVICE_PYTHON,
+                            "--implementation", "cp", *plats, "--target", str(scratch), *REQUIREMENTS]}
+    return {"install": [py, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), *REQUIREMENTS],
+            "check": [py, "-c", "import " + ", ".join(REQUIREMENTS)],
+            "fallback": [py, "-m", "pip", "install", "--no-index", "--no-deps", "--upgrade", "--target", str(site),
+                         *sorted(str(w) for w in Path(wheels).glob("*.whl"))],
+            "course": [py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-e",
+                       str(REPO_ROOT)]}
 
 
-def _install(wheels: Path, dry_run: bool, logs: Path, timeout_s: float, env: dict) -> StageResult:
+def _install(wheels: Path, dry_run: bool, logs: Path, timeout_s: float, env: dict, site: Path) -> StageResult:
+    """The install stage; on the GPU ``env``'s PYTHONPATH gains ``site`` where the fallback was needed."""
     if not wheels.is_dir() or not any(wheels.glob("*.whl")):
         if dry_run:
             return StageResult("install", "skipped", note=f"no wheels in {wheels} (python -m "
                                f"course_lib.authoring.gpu_session prepare); the dry run installs nothing")
         return StageResult("install", "failed", note=f"no wheels in {wheels}: carry build/gpu_wheels")
     t0 = time.monotonic()
+
+    def step(role, cmd):
+        left = max(timeout_s - (time.monotonic() - t0), 1)
+        return run_stage("install", cmd, logs / f"install_{role}.log", left, env=env, cwd=REPO_ROOT)
+
     with tempfile.TemporaryDirectory() as scratch:
-        results = []
-        for i, cmd in enumerate(_install_commands(wheels, dry_run, Path(scratch))):
-            left = timeout_s - (time.monotonic() - t0)
-            results.append(run_stage("install", cmd, logs / f"install{i + 1}.log", max(left, 1), env=env,
-                                     cwd=REPO_ROOT))
-    bad = [r for r in results if r.status != "ok"]
-    course_note = "" if dry_run else "; the course is on PYTHONPATH as well"
-    note = ("the carried wheels resolve for Python " + DEVICE_PYTHON + " on their own" if dry_run and not bad
-            else "; ".join(f"{r.log}: {r.note}" for r in bad) + course_note)
-    return StageResult("install", "ok" if not bad else bad[0].status, time.monotonic() - t0,
-                       bad[0].returncode if bad else 0, timeout_s, ",".join(r.log for r in results), note.strip("; "),
-                       results[0].command)
+        plan = install_plan(wheels, dry_run=dry_run, scratch=Path(scratch), site=site)
+        if dry_run:
+            r = step("resolve", plan["resolve"])
+            note = (f"the carried wheels resolve for Python {DEVICE_PYTHON} on their own" if r.status == "ok"
+                    else f"the carried wheels do not resolve for Python {DEVICE_PYTHON}: {r.log}")
+            return StageResult("install", r.status, time.monotonic() - t0, r.returncode, timeout_s, r.log, note,
+                               r.command)
+    notes = []
+    installed = step("install", plan["install"])
+    check = step("check", plan["check"]) if installed.status == "ok" else installed
+    if check.status != "ok":
+        notes.append(f"pip's resolver or the imports failed ({check.log}): every wheel --no-deps into {site}")
+        fell = step("fallback", plan["fallback"])
+        if fell.status == "ok":
+            env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        check = step("check_fallback", plan["check"])
+    course = step("course", plan["course"])
+    if course.status != "ok":
+        notes.append(f"pip install -e . failed ({course.log}); the course is on PYTHONPATH")
+    return StageResult("install", check.status, time.monotonic() - t0, check.returncode, timeout_s, check.log,
+                       "; ".join(notes), plan["install"])
 
 
 def stage_command(stage: Stage, dry_run: bool, stage_dir: Path) -> tuple[list, dict]:
@@ -386,7 +412,7 @@ def run_session(out: Path, *, dry_run: bool = False, budget_s: float = DEFAULT_B
             results.append(StageResult(stage.name, "skipped", note=f"the session's budget of {budget_s:.0f} s "
                                                                    f"was spent"))
         elif stage.name == "install":
-            results.append(_install(wheels, dry_run, logs, limit, env))
+            results.append(_install(wheels, dry_run, logs, limit, env, work / "site"))
         else:
             argv, opts = stage_command(stage, dry_run, stage_dir)
             results.append(run_stage(stage.name, argv, logs / f"{stage.name}.log", limit, env=env, cwd=REPO_ROOT,
