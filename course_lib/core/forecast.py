@@ -47,7 +47,7 @@ from course_lib.core.validation import require_choice
 
 __all__ = ["ENGINES", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
-           "published_report"]
+           "published_report", "decode_step_terms"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -357,6 +357,15 @@ class EngineProfile:
                                      1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
                                      p.get("kappa_x", 0.0))
 
+    def terms(self, w: _Work) -> dict:
+        """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token),
+        'weights' (the weight reads at η_m), 'matmuls' (the matrix products at η_c, with κ_q), 'attention'
+        (η_a, η_a,pf and the expanded K/V's κ_x). They add up to ``time(w)``."""
+        z = dict(steps=0.0, requests=0.0, tokens=0.0, mem=0.0, gemm=0.0, attn=0.0, attn_pf=0.0, kv_x=0.0)
+        keep = {"fixed": ("steps", "requests", "tokens"), "weights": ("mem",), "matmuls": ("gemm",),
+                "attention": ("attn", "attn_pf", "kv_x")}
+        return {name: self.time(replace(w, **{**z, **{k: getattr(w, k) for k in ks}})) for name, ks in keep.items()}
+
     def efficiency(self, kind: str, cls: str) -> float:
         """η_m ('memory'), η_c ('compute') for a device class, η_a ('attention', decode) or η_a,pf
         ('prefill_attention')."""
@@ -638,6 +647,18 @@ def with_engine(est, engine):
     t_sum = (t_first + t_last) / 2 * steps
     return replace(est, engine=prof.engine, engine_ttft=prof.time(pf), engine_tpot_sum=t_sum,
                    engine_tpot_first=t_first, engine_tpot_last=t_last)
+
+
+def decode_step_terms(est, engine=None) -> dict:
+    """The last decode step of ``est`` under an engine's profile, split as :meth:`EngineProfile.terms` (seconds),
+    with the floor's time of the same step under 'floor'. ``engine``: a name or profile (default ``est.engine``)."""
+    engine = est.engine if engine is None else engine
+    if engine is None:
+        raise ValueError("engine: the estimate has no engine; pass engine='vLLM' (or another) or estimate with one")
+    prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
+    cls = device_class(est.hardware)
+    w = _decode_parts(est, est.decode_last, cls, _gemm_speedup(est.hardware, _CONSTS[prof.engine]))
+    return {**prof.terms(w), "floor": est.decode_last.time}
 
 
 # --- storing the fit ----------------------------------------------------------------------------------------------
