@@ -45,7 +45,7 @@ from course_lib.core.models import get_model
 from course_lib.core.precision import get_layout, get_precision
 from course_lib.core.validation import require_choice
 
-__all__ = ["ENGINES", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
+__all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
            "published_report", "decode_step_terms"]
 
