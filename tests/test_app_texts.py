@@ -59,3 +59,32 @@ def test_a_cpu_or_unified_memory_is_no_gpu():
     assert device_word(get_hardware("h100-sxm")) == "GPU"
     assert device_word(get_hardware("m2-ultra")) == "device"
     assert memory_words(get_hardware("m2-ultra")) == "of the device's memory"
+
+
+def test_the_engine_line_says_what_prices_the_times():
+    from course_lib.core.app import FLOOR_TEXT
+    from course_lib.core.forecast import decode_step_terms, get_profile
+    from course_lib.core.units import format_time
+
+    floor = reading(dict(model="llama-3-8b", hardware="rtx-4090", precision="q4_k_m"))
+    assert floor.engine_text == FLOOR_TEXT and "floor" in floor.engine_text
+    r = reading(dict(model="llama-3-8b", hardware="rtx-4090", precision="q4_k_m", engine="llama.cpp"))
+    e = r.result.estimate
+    assert r.priced and r.tpot_text == format_time(e.tpot) != floor.tpot_text
+    t = decode_step_terms(e)
+    # the step's parts add up to the profile's last decode step, and the line quotes them and the floor
+    assert t["fixed"] + t["weights"] + t["matmuls"] + t["attention"] == pytest.approx(e.tpot_last, rel=1e-12)
+    text = r.engine_text
+    assert text.startswith(f"The llama.cpp profile, fitted to {get_profile('llama.cpp').points:,} published")
+    for key in ("fixed", "weights", "matmuls", "attention"):
+        assert format_time(t[key]) in text, key
+    assert f"against the floor's {format_time(e.floor_ttft)}" in text and "GDDR memory" in text
+    assert f"({e.tpot / e.floor_tpot:.2f}x)" in text
+
+
+def test_with_an_engine_the_serving_plan_uses_the_profile_and_says_why_it_is_not_simulated():
+    s = serving_reading(DashboardState(engine="vLLM"), 100, 1.0, 0.05)
+    floor = serving_reading(DashboardState(), 100, 1.0, 0.05)
+    assert s.simulated is None and "prices its steps at the floor" in s.sim_note and floor.simulated is not None
+    assert s.plan.tpot > floor.plan.tpot and s.gpus > floor.gpus
+    assert "prices its steps at the floor" in _text(serving_html(s))

@@ -211,6 +211,21 @@ def test_capstone_dashboard_in_voila(app):
             expect(status).to_contain_text("Fits in memory")
             expect(figure).to_have_count(1)
             page.screenshot(path=str(ARTIFACTS / "browser_voila_tp_450.png"), full_page=True)
+
+            # An engine's profile instead of the floor (issue 27): the times follow the profile, the line under
+            # them says so, and the efficiency sliders are disabled (the profile has its own).
+            expect(dash.locator(".course-capstone-engine-text")).to_contain_text("The floor")
+            from course_lib.lessons.widgets.capstone import ENGINE_OPTIONS   # the <option>s carry the labels
+
+            dash.locator(".course-capstone-engine select").select_option(
+                next(label for label, value in ENGINE_OPTIONS if value == "vLLM"))
+            tpot4, ttft4 = _expected(state3.replace(engine="vLLM"))
+            assert tpot4 != tpot3, "an engine's profile should change the TPOT shown"
+            expect(tpot).to_have_text(tpot4)
+            expect(ttft).to_have_text(ttft4)
+            expect(dash.locator(".course-capstone-engine-text")).to_contain_text("The vLLM profile")
+            expect(dash.locator(".course-capstone-compute-eff-box input").first).to_be_disabled()
+            page.screenshot(path=str(ARTIFACTS / "browser_voila_engine.png"), full_page=True)
         finally:
             browser.close()
 

@@ -535,3 +535,35 @@ def test_the_apps_serving_reading_prices_tokens_and_reports_the_itl():
     assert unpriced.cost is None and "GPU-hour price" in unpriced.price_note
     with pytest.raises(ValueError, match="gpu_hour_price"):
         serving_reading(h200, 20, 1.0, 0.05, gpu_hour_price=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine choice (issue 27): None is the floor, an engine prices TTFT and TPOT with its profile
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", [None, "llama.cpp", "vllm", "SGLang", "TensorRT-LLM", "transformers"])
+def test_the_engine_flows_into_the_estimate(engine):
+    s = D.DashboardState(engine=engine, batch=4)
+    r = D.compute(s)
+    e = estimate(s.model, s.hardware, s.prompt_tokens, s.new_tokens, batch=4, engine=engine)
+    assert (r.ttft, r.tpot) == (e.ttft, e.tpot) and r.estimate.engine == e.engine
+    floor = D.compute(s.replace(engine=None))
+    assert (r.estimate.floor_ttft, r.estimate.floor_tpot) == (floor.ttft, floor.tpot)
+    if engine is not None:
+        assert s.engine in ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
+        assert r.tpot > floor.tpot and f"with the {s.engine} profile" in D.describe(s)
+        # the curve and the plans price every batch with the same profile
+        (p,) = D.latency_throughput_curve(s, [16])
+        assert p.tpot == D.compute(s.replace(batch=16)).tpot == estimate(
+            s.model, s.hardware, s.prompt_tokens, s.new_tokens, batch=16, engine=engine).tpot
+    else:
+        assert "profile" not in D.describe(s)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"engine": "vllm2"}, "engine"), ({"engine": 3}, "engine"),
+    ({"engine": "vLLM", "compute_efficiency": 0.5}, "engine: the vLLM profile has its own fitted efficiencies"),
+    ({"engine": "llama.cpp", "bandwidth_efficiency": 0.8}, "leave compute_efficiency and bandwidth_efficiency at 1"),
+])
+def test_a_bad_engine_setting_gets_one_clear_error(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        D.DashboardState(**kwargs)

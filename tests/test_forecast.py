@@ -171,3 +171,18 @@ def test_gguf_layouts_keep_the_output_matrix_in_q6_k_and_plain_formats_still_wor
         estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"ffn": "q4_0"})
     with pytest.raises(ValueError, match="precision"):
         estimate("llama-3-8b", "rtx-4090", 64, 8, precision={"default": "q3_x"})
+
+
+def test_an_engines_own_terms_are_never_lent_and_the_terms_add_up(records):
+    # t_tok and kappa_x belong to one engine's code: the pooled fit keeps them at 0, so an engine held out
+    # (no records of its own) gets none, while the stored transformers profile pays for its expanded K/V
+    without = forecast.fit_profiles([r for r in records if r["engine"] != "transformers"])
+    for p in forecast.ENGINE_ONLY:
+        assert without[None].params[p] == 0.0 and without["transformers"].params[p] == 0.0
+    assert forecast.get_profile("transformers").params["kappa_x"] > 0
+    e = estimate("qwen2.5-7b", "a100-80gb", 8192, 64, precision="bf16", engine="transformers")
+    t = forecast.decode_step_terms(e)
+    assert sum(t[k] for k in ("fixed", "weights", "matmuls", "attention")) == pytest.approx(e.tpot_last, rel=1e-12)
+    assert t["floor"] == e.decode_last.time and e.tpot_last > t["floor"]
+    with pytest.raises(ValueError, match="engine"):
+        forecast.decode_step_terms(estimate("qwen2.5-7b", "a100-80gb", 8192, 64, precision="bf16"))

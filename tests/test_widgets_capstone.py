@@ -19,6 +19,7 @@ Relations only (no timing): every number is compared with what the core computes
 """
 from __future__ import annotations
 
+import html
 import math
 import os
 import subprocess
@@ -450,3 +451,36 @@ def test_a_reading_is_priced_or_says_what_is_missing(hardware, precision, batch,
         assert r.tpot_text == A.tpot_text(r.state)
     if r.green:
         assert r.priced and not r.warnings
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine choice (issue 27)
+# --------------------------------------------------------------------------------------------------
+def test_the_engine_dropdown_offers_the_floor_and_every_profile(dash):
+    from course_lib.core.forecast import ENGINES
+    from course_lib.lessons.widgets.capstone import ENGINE_OPTIONS
+
+    assert "course-capstone-engine" in dash.engine._dom_classes and isinstance(dash.engine, widgets.Dropdown)
+    assert [v for _, v in ENGINE_OPTIONS] == ["floor", *ENGINES] and dash.engine.value == "floor"
+    assert dash.state.engine is None and dash.engine_line.value == f"<p>{html.escape(A.FLOOR_TEXT)}</p>"
+    assert "course-capstone-engine-text" in dash.engine_line._dom_classes
+
+
+def test_choosing_an_engine_prices_with_its_profile_and_disables_the_efficiency_sliders(dash):
+    dash.compute_efficiency.value = 0.5
+    dash.engine.value = "vLLM"
+    assert dash.state.engine == "vLLM" and dash.state.compute_efficiency == 1.0
+    assert dash.compute_efficiency.disabled and dash.box("bandwidth_efficiency").disabled
+    r = A.reading(dict(dash.values()))
+    assert dash.tpot.value == r.tpot_text == format_time(D.compute(D.DashboardState(engine="vLLM")).tpot)
+    assert "The vLLM profile" in dash.engine_line.value and "vLLM profile" in repr(dash)
+    shown = dash._repr_mimebundle_()["text/html"]
+    assert "The vLLM profile" in shown                      # the stored snapshot shows what priced it
+    assert "prices its steps at the floor" in dash.serving.value
+    dash.engine.value = "floor"
+    assert not dash.compute_efficiency.disabled and dash.state.compute_efficiency == 0.5 and dash.state.engine is None
+
+
+def test_an_engine_given_at_start_is_selected():
+    d = capstone_dashboard(engine="llamacpp", hardware="rtx-4090", precision="q4_k_m")
+    assert d.engine.value == "llama.cpp" and d.state.engine == "llama.cpp" and d.compute_efficiency.disabled

@@ -23,6 +23,11 @@ number comes from the core:
   (a CPU's DRAM, a Mac's unified memory). When the all-reduces of a tensor-parallel split cost more than
   the GPUs' own work, the reading warns (a slow link, or one typed in the wrong unit) instead of
   showing a green "fits" under it.
+* The "Engine" control (``DashboardState.engine``) prices TTFT and TPOT with an engine's profile fitted to
+  published measurements (:mod:`course_lib.core.forecast`) instead of the floor; ``Reading.engine_text`` says
+  which it is and, for an engine, how far its times sit above the floor's and where its decode step's time goes
+  (:func:`course_lib.core.forecast.decode_step_terms`). The serving simulator prices its steps at the floor, so
+  with an engine the serving table keeps the steady-state plan and says why it shows no simulated p99.
 * :func:`machine_text` lists the ceilings measured on "this machine".
 * :func:`serving_reading` plans the setting for a request rate with continuous batching:
   the steady state of :func:`course_lib.core.capstone.continuous_plan` gives the sequences in flight
@@ -60,6 +65,7 @@ __all__ = ["NOT_AVAILABLE", "tpot_text", "ttft_text", "tps_text", "memory_text",
            "SIM_TOKEN_BUDGET", "SIM_STEADY_FACTOR", "device_word", "parse_link_bandwidth", "parse_time_field",
            "link_hint",
            "is_gpu", "memory_words", "Reading", "reading", "state_reading", "machine_text", "ServingReading",
+           "FLOOR_TEXT", "engine_text",
            "serving_reading"]
 
 #: What an output shows when the setting cannot be priced (no published peak FLOP/s, machine not measured).
@@ -146,7 +152,7 @@ CONTROL_LABELS = {
     "cached_prefix_tokens": "Cached prefix", "prompt_tokens": "Prompt tokens", "new_tokens": "New tokens",
     "batch": "Batch", "tensor_parallel": "GPUs (TP)", "interconnect_bandwidth": "Link bandwidth",
     "compute_efficiency": "Compute eff.", "bandwidth_efficiency": "Bandwidth eff.", "kv_precision": "KV cache",
-    "precision": "Weights", "hardware": "Hardware", "model": "Model",
+    "precision": "Weights", "hardware": "Hardware", "model": "Model", "engine": "Engine",
     "arrival_rate": "Requests/s", "ttft_target": "p99 TTFT target", "tpot_target": "p99 TPOT target",
 }
 
@@ -299,6 +305,7 @@ class Reading:
     ``priced`` is True when TTFT and TPOT are both priced (the figure can be drawn); ``floor`` is True
     when only the decode floor is (a device without a published FLOP/s). ``problem`` says in words what
     is missing; ``warnings`` are shown in red, and the status is green only when both are empty.
+    ``engine_text`` says what prices the times: the floor, or an engine's profile (:func:`engine_text`).
     """
 
     state: DashboardState | None
@@ -313,6 +320,7 @@ class Reading:
     bounds_text: str
     problem: str | None
     warnings: tuple[str, ...]
+    engine_text: str = ""
 
     @property
     def green(self) -> bool:
@@ -400,7 +408,7 @@ def state_reading(state: DashboardState) -> Reading:
                     f"read as {LINK_UNIT}.")
         return Reading(state, r, True, False, format_time(r.ttft), format_time(r.tpot), format_time(r.total),
                        _result_tps_text(r), _memory_text(r, hw, _result_memory_text(r)), _bounds_text(state, r),
-                       None, tuple(warnings))
+                       None, tuple(warnings), engine_text(r))
     dtype = get_precision(state.precision).compute_dtype
     if dtype in hw.peak_flops:
         return _unpriced(state, _in_words(error))
@@ -426,6 +434,37 @@ def state_reading(state: DashboardState) -> Reading:
     return Reading(state, r, False, True, "unknown (no published FLOP/s)", f"at least {format_time(r.tpot)}",
                    "unknown (needs the TTFT)", f"at most {rate} tokens/s per user while decoding", memory,
                    "decode memory-bound (the floor); prefill not priced", problem, warnings)
+
+
+#: what the engine line says with no engine chosen
+FLOOR_TEXT = ("The floor: what the hardware allows (bytes over bandwidth, FLOPs over the peak) at the efficiencies "
+              "set, with none of an engine's own costs. Pick an engine to forecast what it delivers here.")
+
+
+def engine_text(r: DashboardResult) -> str:
+    """What prices the times of ``r``: the floor (:data:`FLOOR_TEXT`), or an engine's profile: its prefill and
+    decode step against the floor's, and where its last decode step's time goes."""
+    if not isinstance(r, DashboardResult):
+        raise TypeError(f"r must be a DashboardResult (from capstone.compute), got {type(r).__name__}")
+    e = r.estimate
+    if e.engine is None:
+        return FLOOR_TEXT
+    from course_lib.core.forecast import decode_step_terms, device_class, get_profile
+
+    prof = get_profile(e.engine)
+    t = decode_step_terms(e)
+    step = t["fixed"] + t["weights"] + t["matmuls"] + t["attention"]
+    cls = device_class(e.hardware)
+    parts = ", ".join(f"{label} {format_time(t[key])}" for key, label in (
+        ("fixed", "fixed costs (per step, layer and token)"), ("weights", "weight reads"),
+        ("matmuls", "matrix products"), ("attention", "attention")))
+    memory = {"hbm": "HBM", "gddr": "GDDR", "unified": "unified", "cpu": "CPU"}[cls]
+    return (f"The {e.engine} profile, fitted to {prof.points:,} published measurements from {len(prof.sources)} "
+            f"source{'s' if len(prof.sources) != 1 else ''}: prefill {format_time(e.ttft)} against the floor's "
+            f"{format_time(e.floor_ttft)} ({e.ttft / e.floor_ttft:.2f}x), mean decode step {format_time(e.tpot)} "
+            f"against {format_time(e.floor_tpot)} ({e.tpot / e.floor_tpot:.2f}x). Its last decode step, "
+            f"{format_time(step)}: {parts}; the weights stream at {prof.efficiency('memory', cls):.0%} of the "
+            f"bandwidth ({memory} memory).")
 
 
 def machine_text(spec: HardwareSpec | None) -> str:
@@ -574,6 +613,10 @@ def serving_reading(state: DashboardState, arrival_rate: float, ttft_target: flo
     if tp > 1:
         return replace(out, sim_note="the serving simulator models one GPU per copy of the model (no tensor "
                                      "parallelism): set 'GPUs (TP)' to 1 for the simulated p99")
+    if state.engine is not None:
+        return replace(out, sim_note=f"the serving simulator prices its steps at the floor, not with the "
+                                     f"{state.engine} profile: the plan above uses the profile; set 'Engine' to the "
+                                     "floor for a simulated p99")
     per_request = n + -(-(state.prompt_tokens - state.cached_prefix_tokens) // SIM_TOKEN_BUDGET)
     requests = max(1, min(SIM_MAX_REQUESTS, SIM_MAX_WORK // per_request))
     try:

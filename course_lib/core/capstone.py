@@ -132,8 +132,11 @@ class DashboardState:
     (bytes/s per GPU and direction) is required when it is above 1. ``expert_parallel`` (MoE models only)
     spreads the routed experts over those GPUs; ``collective_algorithm`` (``"ring"`` or ``"tree"``) and the
     latencies ``collective_base_latency``/``collective_hop_latency`` (seconds; ``None``: NCCL's figures in
-    :data:`COLLECTIVE_LATENCIES`) price the collectives. Bad values raise one ValueError/TypeError naming
-    the field.
+    :data:`COLLECTIVE_LATENCIES`) price the collectives. ``engine`` (``None``: the floor, at the efficiencies
+    set) prices TTFT and TPOT with that engine's profile fitted to published measurements
+    (:mod:`course_lib.core.forecast`: 'llama.cpp', 'vLLM', 'SGLang', 'TensorRT-LLM', 'transformers'), whose
+    efficiencies are fitted: with an engine, ``compute_efficiency`` and ``bandwidth_efficiency`` stay 1. Bad
+    values raise one ValueError/TypeError naming the field.
     """
 
     model: str = "llama-3-8b"
@@ -153,6 +156,7 @@ class DashboardState:
     collective_algorithm: str = "ring"
     collective_base_latency: float | None = None
     collective_hop_latency: float | None = None
+    engine: str | None = None
 
     def __post_init__(self):
         m = get_model(require_choice("model", self.model, list_models()))
@@ -179,6 +183,14 @@ class DashboardState:
                              f"batch at most {_largest_batch(self):,} here")
         set_(self, "compute_efficiency", require_fraction("compute_efficiency", self.compute_efficiency))
         set_(self, "bandwidth_efficiency", require_fraction("bandwidth_efficiency", self.bandwidth_efficiency))
+        if self.engine is not None:
+            from course_lib.core.forecast import canonical_engine
+            set_(self, "engine", canonical_engine(self.engine))
+            if self.compute_efficiency != 1.0 or self.bandwidth_efficiency != 1.0:
+                raise ValueError(f"engine: the {self.engine} profile has its own fitted efficiencies; leave "
+                                 f"compute_efficiency and bandwidth_efficiency at 1 with an engine (got "
+                                 f"{self.compute_efficiency:g} and {self.bandwidth_efficiency:g}), or set engine=None "
+                                 f"for the floor at the efficiencies you choose")
         tp = require_count("tensor_parallel", self.tensor_parallel, minimum=1)
         set_(self, "tensor_parallel", tp)
         if self.interconnect_bandwidth is not None:
@@ -456,7 +468,8 @@ def compute(state: DashboardState) -> DashboardResult:
     tp = state.tensor_parallel
     e = estimate(state.model, _scaled(hw, tp), state.prompt_tokens, state.new_tokens, precision=state.precision,
                  kv_precision=state.kv_precision, batch=state.batch, cached_prefix_tokens=state.cached_prefix_tokens,
-                 compute_efficiency=state.compute_efficiency, bandwidth_efficiency=state.bandwidth_efficiency)
+                 compute_efficiency=state.compute_efficiency, bandwidth_efficiency=state.bandwidth_efficiency,
+                 engine=state.engine)
     m = e.model
     vb = activation_bytes(e.compute_dtype)
     new_prompt = state.prompt_tokens - state.cached_prefix_tokens
@@ -625,8 +638,9 @@ def describe(state: DashboardState) -> str:
     link = (f" (link {format_bandwidth(state.interconnect_bandwidth)}"
             + (", experts spread over the GPUs" if state.expert_parallel else "") + ")"
             if state.tensor_parallel > 1 and state.interconnect_bandwidth else "")
+    engine = "" if state.engine is None else f", with the {state.engine} profile"
     return (f"{state.model} on {tp}{dev}{link}, {state.precision} weights, prompt {state.prompt_tokens:,} "
-            f"(cached {state.cached_prefix_tokens:,}), {state.new_tokens:,} new tokens")
+            f"(cached {state.cached_prefix_tokens:,}), {state.new_tokens:,} new tokens{engine}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 Lessons: 08
 
 The floor (:func:`course_lib.estimate`) is what the hardware allows: bytes over bandwidth, FLOPs over the peak.
-A real engine adds costs of its own, and this module models them with five explainable terms
+A real engine adds costs of its own, and this module models them with a few explainable terms
 (``formulas.engine_profile_time``)::
 
-    t = n_step · t_step + n_req · t_req + t_mem / η_m + t_gemm / η_c + t_attn / η_a
+    t = n_step · t_step + n_req · t_req + n_tok · t_tok + t_mem / η_m + t_gemm / η_c + t_attn / η_a + κ_x · t_kv,x
 
 * ``t_step``: a fixed cost per forward step (kernel launches, the scheduler, sampling);
 * ``t_req``: a fixed cost per request (tokenisation, admission, detokenisation), apart from the prefill itself;
@@ -15,7 +15,9 @@ A real engine adds costs of its own, and this module models them with five expla
   (``formulas.effective_step_efficiency``);
 * ``η_c``: the share of the peak FLOP/s the matrix products reach, per device class; weight reads and arithmetic
   add up, so the achieved GEMM efficiency grows with the tokens in the step (``formulas.effective_gemm_efficiency``);
-* ``η_a``: attention's efficiency (its K/V reads and score products), which carries the cost of long contexts.
+* ``η_a``: attention's efficiency (its K/V reads and score products), which carries the cost of long contexts;
+* ``t_tok`` and ``κ_x``: a cost per token processed, and passes over the K/V cache expanded to every query head
+  (transformers' ``repeat_kv``); each engine's own (``ENGINE_ONLY``): the pooled fit keeps them at 0.
 
 ``t_mem``, ``t_gemm`` and ``t_attn`` are the floor's own parts (the estimator's operators at efficiency 1).
 Every parameter is fitted (:func:`fit_profiles`) to the published measurements the course ships
@@ -43,9 +45,9 @@ from course_lib.core.models import get_model
 from course_lib.core.precision import get_layout, get_precision
 from course_lib.core.validation import require_choice
 
-__all__ = ["ENGINES", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
+__all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
-           "published_report"]
+           "published_report", "decode_step_terms"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -55,19 +57,26 @@ _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "lla
             "huggingface": "transformers", "hugging face transformers": "transformers", "transformers": "transformers",
             "llama.cpp": "llama.cpp"}
 CLASSES = ("hbm", "gddr", "unified", "cpu")
-PARAMS = (("t_step", "t_layer", "t_req") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
-          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf"))
+PARAMS = (("t_step", "t_layer", "t_req", "t_tok") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
+          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x"))
 # the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
 _FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
-_SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "kappa_q": 1.0,
+_SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "t_tok": 1e-4, "kappa_q": 1.0, "kappa_x": 1.0,
           **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
 # no engine streams weights faster than the memory's peak (η_m <= 1); the GEMM and attention rates may beat the
 # floor's (the Apple and CPU rates are effective ones; the floor adds attention's reads and products)
-_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "kappa_q": 0.0,
+_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "t_tok": 0.0, "kappa_q": 0.0, "kappa_x": 0.0,
           **{p: (1.0 if p.startswith("inv_eta_m") else 0.25) for p in PARAMS if p.startswith("inv_")}}
-#: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error)
+#: the costs of one engine's own code, which no engine lends another: the pooled fit keeps them at 0, so an engine
+#: held out (no points of its own) has none. t_tok: a cost per token processed (llama.cpp's prompt steps cost
+#: ~50 µs more per token than their weight reads and products); kappa_x: extra passes over the K/V cache expanded
+#: to every query head (transformers' repeat_kv before attention, with the cache re-concatenated every step)
+ENGINE_ONLY = ("t_tok", "kappa_x")
+#: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error). An engine's
+#: parameters are shrunk towards the pooled fit with weight 0.1: at 1.0 the prior outweighed an engine's own points for
+#: a device class with few of them (llama.cpp's H100 prompt steps stayed 0.26-0.74x their measured time in-sample)
 SHRINK_GLOBAL = 0.05
-SHRINK_ENGINE = 1.0
+SHRINK_ENGINE = 0.1
 METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "tpot_ms", "prefill_ms_per_token",
            "generation_tokens_per_s", "total_tokens_per_s", "output_throughput_tokens_per_s")
 _UNITS = {"decode_tokens_per_s": "tokens/s", "prefill_tokens_per_s": "tokens/s", "tpot_ms": "ms/token",
@@ -190,19 +199,23 @@ class _Work:
     quantised: bool           # block-quantised weights, dequantised inside the matrix-product kernels
     layers: int
     floor: float              # the floor's own time for the same work (max per operator)
+    tokens: float = 0.0       # the tokens the steps process
+    kv_x: float = 0.0         # decode attention's K/V reads times heads / kv_heads (the cache expanded per query head)
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
                      self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.quantised, self.layers,
-                     self.floor + o.floor)
+                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x)
 
     def scaled(self, k):
         return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
-                     self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k)
+                     self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k, self.tokens * k,
+                     self.kv_x * k)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
         x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * self.layers, self.requests
+        x["t_tok"], x["kappa_x"] = self.tokens, self.kv_x
         x[f"inv_eta_m:{self.cls}"] = self.mem
         x[f"inv_eta_c:{self.cls}"] = self.gemm
         x["kappa_q"] = self.gemm if self.quantised else 0.0
@@ -226,32 +239,39 @@ def _gemm_speedup(hw, consts) -> float:
 
 
 def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precision="fp16", layers=1,
-           gemm_speedup=1.0) -> _Work:
-    mem = gemm = attn = 0.0
+           gemm_speedup=1.0, tokens=0.0, group=1.0) -> _Work:
+    """The floor's parts of ``phase``; ``tokens`` the tokens its steps process, ``group`` heads / kv_heads."""
+    mem = gemm = attn = kv = 0.0
     for o in phase.operators:
         if o.name == "attention":
             attn += o.memory_time + o.compute_time
+            kv += o.memory_time
         else:
             mem += o.memory_time * weight_reads
             gemm += o.compute_time / gemm_speedup
     quant = get_precision(get_layout(precision).compute_format).name not in _NATIVE
     return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
-                 layers, phase.time)
+                 layers, phase.time, tokens, 0.0 if prefill else kv * group)
 
 
 def _prefill_work(e, cls, chunk, requests, speedup=1.0) -> _Work:
     tokens = e.batch * (e.prompt_tokens - e.cached_prefix_tokens)
     chunks = max(1, math.ceil(tokens / chunk)) if chunk else 1
     return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
-                  layers=e.model.layers, gemm_speedup=speedup)
+                  layers=e.model.layers, gemm_speedup=speedup, tokens=tokens)
 
 
 def _decode_work(e, cls, speedup=1.0) -> _Work:
     """The mean decode step of ``e`` (its per-step costs are linear in the context: the mean of the first and last)."""
-    a, b = (_parts(p, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup)
-            for p in (e.decode_first, e.decode_last))
+    a, b = (_decode_parts(e, p, cls, speedup) for p in (e.decode_first, e.decode_last))
     mean = (a + b).scaled(0.5)
     return replace(mean, floor=e.tpot)
+
+
+def _decode_parts(e, phase, cls, speedup=1.0) -> _Work:
+    """One decode step of ``e`` (``phase``: its first or last): ``e.batch`` tokens."""
+    return _parts(phase, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup,
+                  tokens=e.batch, group=e.model.heads / e.model.kv_heads)
 
 
 _prefill_work_ = _prefill_work
@@ -334,7 +354,17 @@ class EngineProfile:
         return g.engine_profile_time(w.steps, p["t_step"], w.layers, p["t_layer"], w.requests, p["t_req"], w.mem,
                                      1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
                                      p["kappa_q"] if w.quantised else 0.0, w.attn, 1 / p["inv_eta_a"], w.attn_pf,
-                                     1 / p["inv_eta_a_pf"])
+                                     1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
+                                     p.get("kappa_x", 0.0))
+
+    def terms(self, w: _Work) -> dict:
+        """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token),
+        'weights' (the weight reads at η_m), 'matmuls' (the matrix products at η_c, with κ_q), 'attention'
+        (η_a, η_a,pf and the expanded K/V's κ_x). They add up to ``time(w)``."""
+        z = dict(steps=0.0, requests=0.0, tokens=0.0, mem=0.0, gemm=0.0, attn=0.0, attn_pf=0.0, kv_x=0.0)
+        keep = {"fixed": ("steps", "requests", "tokens"), "weights": ("mem",), "matmuls": ("gemm",),
+                "attention": ("attn", "attn_pf", "kv_x")}
+        return {name: self.time(replace(w, **{**z, **{k: getattr(w, k) for k in ks}})) for name, ks in keep.items()}
 
     def efficiency(self, kind: str, cls: str) -> float:
         """η_m ('memory'), η_c ('compute') for a device class, η_a ('attention', decode) or η_a,pf
@@ -347,8 +377,9 @@ class EngineProfile:
         p = self.params
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
         return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
-                f"t_req={p['t_req'] * 1e3:.1f} ms, "
-                f"κ_q={p['kappa_q']:.2f}, η_a={1 / p['inv_eta_a']:.2f}, η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
+                f"t_req={p['t_req'] * 1e3:.1f} ms, t_tok={p.get('t_tok', 0.0) * 1e6:.0f} µs/token, "
+                f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, η_a={1 / p['inv_eta_a']:.2f}, "
+                f"η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
                 f"(fitted to {self.points} points from {len(self.sources)} sources)")
 
 
@@ -395,24 +426,24 @@ HUBER = 0.3
 ROBUST_ROUNDS = 6
 
 
-def _solve(rows, prior, weight):
+def _solve(rows, prior, weight, zero=()):
     """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
     a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
     dropped, each keeps a weight of at least HUBER / |its error|."""
     w = [1.0] * len(rows)
-    theta = _solve_once(rows, prior, weight, w)
+    theta = _solve_once(rows, prior, weight, w, zero)
     for _ in range(ROBUST_ROUNDS):
         res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
         w = [1.0 if e <= HUBER else HUBER / e for e in res]
-        theta = _solve_once(rows, prior, weight, w)
+        theta = _solve_once(rows, prior, weight, w, zero)
     return theta
 
 
-def _solve_once(rows, prior, weight, w):
+def _solve_once(rows, prior, weight, w, zero=()):
     """argmin Σ w_i ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
-    and refitted when the free solution crosses it)."""
+    and refitted when the free solution crosses it) and the parameters ``zero`` held at 0."""
     import numpy as np
-    fixed: dict[str, float] = {}
+    fixed: dict[str, float] = dict.fromkeys(zero, 0.0)
     for _ in range(len(PARAMS)):
         free = [p for p in PARAMS if p not in fixed]
         A, b = [], []
@@ -459,7 +490,7 @@ def fit_profiles(records=None) -> dict:
     records = _published() if records is None else records
     by_engine = {name: [r for r in records if r["engine"] == name] for name in ENGINES}
     rows = {name: _rows(by_engine[name], name) for name in ENGINES}
-    pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL)
+    pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL, ENGINE_ONLY)
     out = {None: _profile_from("transformers", pooled, sum(len(v) for v in rows.values()))}
     out[None] = replace(out[None], engine="pooled")
     for name in ENGINES:
@@ -538,6 +569,11 @@ _REASONS = (
     (lambda r: r["engine"] == "llama.cpp" and r["device"].startswith("h100") and r["metric"].startswith("prefill"),
      "likely llama.cpp's CUDA matrix kernels (Ampere-era mma instructions, no Hopper wgmma) reaching a smaller "
      "share of the H100's datasheet peak than of the A100's, which share one device class in the profile"),
+    (lambda r: r["device"] in ("a40", "rtx-6000-ada") and r["metric"].startswith("prefill"),
+     "likely power: a workstation card held to its board power (300 W on both datasheets) runs long "
+     "compute-bound prompt steps below the boost clock its datasheet peak assumes"),
+    (lambda r: r["device"] == "m1-7c", "the 7-core M1's effective fp16 rate is the M1 Max's per-core rate times 7 "
+     "(no measurement of its own): its prompt steps are forecast from a bigger chip"),
     (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
      "the source states no prompt length (the record assumes one): prefill speed depends on it"),
     (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,
@@ -603,8 +639,7 @@ def with_engine(est, engine):
     cls = device_class(est.hardware)
     sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])
     pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1, sp)
-    first, last = (_parts(p, cls, 1, 0, precision=est.precision, layers=est.model.layers, gemm_speedup=sp)
-                   for p in (est.decode_first, est.decode_last))
+    first, last = (_decode_parts(est, p, cls, sp) for p in (est.decode_first, est.decode_last))
     t_first, t_last = prof.time(first), prof.time(last)
     steps = est.new_tokens - 1
     # per-step costs are linear in the context (the estimator sums them in closed form): the profile's mean step is
@@ -612,6 +647,18 @@ def with_engine(est, engine):
     t_sum = (t_first + t_last) / 2 * steps
     return replace(est, engine=prof.engine, engine_ttft=prof.time(pf), engine_tpot_sum=t_sum,
                    engine_tpot_first=t_first, engine_tpot_last=t_last)
+
+
+def decode_step_terms(est, engine=None) -> dict:
+    """The last decode step of ``est`` under an engine's profile, split as :meth:`EngineProfile.terms` (seconds),
+    with the floor's time of the same step under 'floor'. ``engine``: a name or profile (default ``est.engine``)."""
+    engine = est.engine if engine is None else engine
+    if engine is None:
+        raise ValueError("engine: the estimate has no engine; pass engine='vLLM' (or another) or estimate with one")
+    prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
+    cls = device_class(est.hardware)
+    w = _decode_parts(est, est.decode_last, cls, _gemm_speedup(est.hardware, _CONSTS[prof.engine]))
+    return {**prof.terms(w), "floor": est.decode_last.time}
 
 
 # --- storing the fit ----------------------------------------------------------------------------------------------
@@ -633,13 +680,17 @@ def profiles_document(fitted=None) -> dict:
         "_about": ("Engine profiles (course_lib.core.forecast) FITTED by `python -m course_lib.core.forecast --refit` "
                    "(fit_profiles) to every record of the published_validation catalog: least squares on "
                    "relative time error, each engine shrunk towards the pooled fit of all engines. Parameters: t_step "
-                   "(s per forward step), t_req (s per request), inv_eta_m:<class> and inv_eta_c:<class> (1 / the "
-                   "bandwidth and GEMM efficiency per device class: hbm, gddr, unified, cpu), inv_eta_a "
+                   "(s per forward step), t_layer (s per layer per step), t_req (s per request), t_tok (s per "
+                   "token processed), kappa_x (passes over the K/V cache expanded to every query head; t_tok and "
+                   "kappa_x are each engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
+                   "inv_eta_c:<class> (1 / the bandwidth and GEMM efficiency per device class: hbm, gddr, "
+                   "unified, cpu), inv_eta_a "
                    "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
                    "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
         "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
                         "records": fitted[None].points, "code": "course_lib.core.forecast.fit_profiles",
                         "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_towards_pooled": SHRINK_ENGINE},
+                        "engine_only": list(ENGINE_ONLY),
                         "lower_bounds": _LOWER},
         "pooled": {k: round(v, 9) for k, v in fitted[None].params.items()},
         "engines": engines,

@@ -166,6 +166,10 @@ class S:
     floor_prefill_attention_time = _sym("floor_prefill_attention_time", r"t_{attn,pf}", **_nn)
     prefill_attention_efficiency = _sym("prefill_attention_efficiency", r"\eta_{a,pf}", **_pos)
     dequant_penalty = _sym("dequant_penalty", r"\kappa_q", **_nn)
+    step_tokens = _sym("step_tokens", r"n_{tok}", integer=True, nonnegative=True)
+    token_fixed = _sym("token_fixed", r"t_{tok}", **_nn)
+    floor_expanded_kv_time = _sym("floor_expanded_kv_time", r"t_{kv,x}", **_nn)
+    expanded_kv_passes = _sym("expanded_kv_passes", r"\kappa_x", **_nn)
     gemm_floor_time = _sym("gemm_floor_time", r"t_{gemm}", **_pos)
     weights_floor_time = _sym("weights_floor_time", r"t_{mem}", **_pos)
 
@@ -499,16 +503,20 @@ _f("engine_profile_time",
    + s.floor_memory_time / s.bandwidth_efficiency
    + s.floor_compute_time * (1 / s.compute_efficiency + s.dequant_penalty)
    + s.floor_attention_time / s.attention_efficiency
-   + s.floor_prefill_attention_time / s.prefill_attention_efficiency,
+   + s.floor_prefill_attention_time / s.prefill_attention_efficiency
+   + s.step_tokens * s.token_fixed + s.floor_expanded_kv_time * s.expanded_kv_passes,
    (s.steps, s.step_fixed, s.layers, s.step_per_layer, s.requests, s.request_fixed, s.floor_memory_time,
     s.bandwidth_efficiency, s.floor_compute_time, s.compute_efficiency, s.dequant_penalty, s.floor_attention_time,
     s.attention_efficiency,
-    s.floor_prefill_attention_time, s.prefill_attention_efficiency),
+    s.floor_prefill_attention_time, s.prefill_attention_efficiency, s.step_tokens, s.token_fixed,
+    s.floor_expanded_kv_time, s.expanded_kv_passes),
    "An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: "
    "kernel launches and framework dispatch) and per request, plus the floor's parts at fitted "
    "efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when "
    "block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention "
-   "(K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf).", "s")
+   "(K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf); plus a cost per "
+   "token processed (t_tok) and kappa_x passes over the K/V cache expanded to every query head (t_kv,x: the decode "
+   "K/V reads times heads / kv_heads), both 0 for an engine that does not pay them.", "s")
 _f("effective_step_efficiency", s.predicted_time / (s.step_fixed + s.predicted_time / s.bandwidth_efficiency),
    (s.predicted_time, s.step_fixed, s.bandwidth_efficiency),
    "The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency "

@@ -35,11 +35,14 @@ controls ``course-capstone-model``, ``course-capstone-hardware`` (Dropdowns), ``
 ``course-capstone-prompt``, ``course-capstone-new-tokens``, ``course-capstone-cached``,
 ``course-capstone-compute-eff``, ``course-capstone-bandwidth-eff`` (sliders; their number boxes carry
 the same class plus ``-box``), ``course-capstone-precision``, ``course-capstone-kv-precision``,
-``course-capstone-tp``, ``course-capstone-interconnect``, ``course-capstone-measure`` (button),
+``course-capstone-tp``, ``course-capstone-interconnect``, ``course-capstone-engine`` (Dropdown: the floor or an
+engine's profile; with an engine the two efficiency sliders are disabled, the profile's own efficiencies
+apply), ``course-capstone-measure`` (button),
 ``course-capstone-rate``, ``course-capstone-ttft-target``, ``course-capstone-tpot-target``,
 ``course-capstone-chunked``; outputs ``course-capstone-ttft``, ``course-capstone-tpot``,
 ``course-capstone-total``, ``course-capstone-tps``, ``course-capstone-memory``, ``course-capstone-bounds``,
-``course-capstone-status``, ``course-capstone-notices``, ``course-capstone-machine``,
+``course-capstone-status``, ``course-capstone-notices``, ``course-capstone-machine``, ``course-capstone-engine-text``
+(what prices the times: ``Reading.engine_text``),
 ``course-capstone-serving`` and ``course-capstone-plot`` (the figure's Output).
 """
 from __future__ import annotations
@@ -51,6 +54,7 @@ import ipywidgets as widgets
 from course_lib.core.app import (LINK_UNIT, Reading, ServingReading, device_word, machine_text, parse_time_field,
                                  reading, serving_reading)
 from course_lib.core.capstone import TENSOR_PARALLEL_CHOICES, THIS_MACHINE, DashboardState, resolve_hardware
+from course_lib.core.forecast import list_engines
 from course_lib.core.hardware import get_hardware, list_hardware
 from course_lib.core.models import list_models
 from course_lib.core.precision import PRECISIONS
@@ -59,7 +63,7 @@ from course_lib.lessons.widgets import _html
 
 __all__ = ["CapstoneDashboard", "capstone_dashboard", "status_html", "serving_html", "snapshot_body",
            "BATCH_RANGE", "PROMPT_RANGE", "NEW_TOKENS_RANGE", "EFFICIENCY_RANGE", "LINK_PLACEHOLDER", "LINK_HELP",
-           "RATE_DEFAULT", "TTFT_TARGET_DEFAULT", "TPOT_TARGET_DEFAULT"]
+           "RATE_DEFAULT", "TTFT_TARGET_DEFAULT", "TPOT_TARGET_DEFAULT", "ENGINE_OPTIONS"]
 
 #: (min, max, step) of the sliders, in sequences / tokens.
 BATCH_RANGE = (1, 256, 1)
@@ -189,7 +193,12 @@ LINK_HELP = (f"Bandwidth of each GPU's link in one direction, e.g. 450 (read as 
 #: the DashboardState fields the dashboard has a control for (the others keep their defaults)
 _CONTROL_FIELDS = ("model", "hardware", "precision", "kv_precision", "batch", "prompt_tokens", "new_tokens",
                    "cached_prefix_tokens", "compute_efficiency", "bandwidth_efficiency", "tensor_parallel",
-                   "interconnect_bandwidth")
+                   "interconnect_bandwidth", "engine")
+
+#: the engine dropdown's value for "no engine: the floor" (engine=None)
+_FLOOR = "floor"
+#: the engine dropdown's choices: the floor, then each engine profile
+ENGINE_OPTIONS = [("none: the floor", _FLOOR)] + [(f"{e} (profile)", e) for e in list_engines()]
 
 #: the KV-precision dropdown's value for "same rule as the estimator" (kv_precision=None)
 _KV_AUTO = "auto"
@@ -207,7 +216,8 @@ def snapshot_body(dash: "CapstoneDashboard") -> str:
     rows = [_html.row(label, w.value, strong=True, escape=True) for label, w in (
         ("TTFT", dash.ttft), ("TPOT", dash.tpot), ("Total", dash.total), ("Throughput", dash.tps),
         ("Memory", dash.memory), ("Bounds", dash.bounds))]
-    parts = [_html.table(rows, cls="course-capstone-snapshot"), dash.status.value, dash.notices.value,
+    parts = [_html.table(rows, cls="course-capstone-snapshot"), dash.engine_line.value, dash.status.value,
+             dash.notices.value,
              dash.machine_line.value, "<p><b>Serving a request rate</b></p>", dash.serving.value]
     if dash.figure is not None and dash.plot.outputs:
         png = dash.plot.outputs[0]["data"]["image/png"]          # the figure as drawn, base64
@@ -256,6 +266,12 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
                                                  value=_KV_AUTO if init.kv_precision is None else init.kv_precision,
                                                  description="KV cache", style=wide,
                                                  layout=widgets.Layout(width="30em")), "course-capstone-kv-precision")
+
+        self.engine = cls(widgets.Dropdown(options=ENGINE_OPTIONS, value=init.engine or _FLOOR,
+                                           description="Engine", style=wide, layout=widgets.Layout(width="30em"),
+                                           tooltip="the floor, or an engine's profile fitted to published "
+                                                   "measurements (its own efficiencies replace the sliders')"),
+                          "course-capstone-engine")
 
         self._boxes: dict[str, widgets.Widget] = {}
         self._notes: dict[str, str] = {}
@@ -328,6 +344,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.status = widgets.HTML(_dom_classes=("course-capstone-status",))
         self.notices = widgets.HTML(_dom_classes=("course-capstone-notices",))
         self.machine_line = widgets.HTML(machine_text(self.machine), _dom_classes=("course-capstone-machine",))
+        self.engine_line = widgets.HTML(_dom_classes=("course-capstone-engine-text",))
         self.serving = widgets.HTML(_dom_classes=("course-capstone-serving",))
         self.plot = widgets.Output(_dom_classes=("course-capstone-plot",))
 
@@ -341,6 +358,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
             row(self.model, self.hardware, self.measure),
             self.machine_line,
             row(self.precision, self.kv_precision),
+            self.engine,
             pair("batch"), pair("prompt_tokens"), pair("new_tokens"), pair("cached_prefix_tokens"),
             pair("compute_efficiency"), pair("bandwidth_efficiency"),
             row(self.tensor_parallel, self.interconnect_bandwidth),
@@ -350,6 +368,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
             row(widgets.Label("Throughput:"), self.tps),
             row(widgets.Label("Memory:"), self.memory),
             row(widgets.Label("Bounds:"), self.bounds),
+            self.engine_line,
             self.status,
             widgets.HTML("<b>Serving a request rate</b> (continuous batching; the static plan as the naive "
                          "baseline)"),
@@ -361,6 +380,8 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         ])
         self.add_class("course-capstone")
         self.prompt_tokens.observe(self._prompt_changed, names="value")
+        self.engine.observe(self._engine_changed, names="value")
+        self._engine_changed()
         for w in self.controls:
             w.observe(self._refresh, names="value")
         for w in self.serving_controls:
@@ -373,7 +394,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
     def controls(self) -> tuple:
         return (self.model, self.hardware, self.precision, self.kv_precision, self.batch, self.prompt_tokens,
                 self.new_tokens, self.cached_prefix_tokens, self.compute_efficiency, self.bandwidth_efficiency,
-                self.tensor_parallel, self.interconnect_bandwidth)
+                self.tensor_parallel, self.interconnect_bandwidth, self.engine)
 
     @property
     def serving_controls(self) -> tuple:
@@ -388,13 +409,18 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         values = {n: getattr(self, n).value for n in _CONTROL_FIELDS}
         if values["kv_precision"] == _KV_AUTO:
             values["kv_precision"] = None
+        if values["engine"] == _FLOOR:
+            values["engine"] = None
+        else:       # the profile's fitted efficiencies replace the sliders' (disabled meanwhile)
+            values["compute_efficiency"] = values["bandwidth_efficiency"] = 1.0
         return values
 
     def describe_controls(self) -> str:
         v = self.values()
         return (f"{v['model']} on {_hardware_label(v['hardware'], self.machine)}, {v['precision']} weights, batch "
                 f"{v['batch']:,}, prompt {v['prompt_tokens']:,} (cached {v['cached_prefix_tokens']:,}), "
-                f"{v['new_tokens']:,} new tokens, {v['tensor_parallel']} GPU(s)")
+                f"{v['new_tokens']:,} new tokens, {v['tensor_parallel']} GPU(s), "
+                + ("the floor" if v["engine"] is None else f"the {v['engine']} profile"))
 
     def _hardware_options(self) -> list:
         return [(_hardware_label(h), h) for h in list_hardware()] + [(_hardware_label(THIS_MACHINE, self.machine),
@@ -448,6 +474,12 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         finally:
             self._sync = None
 
+    def _engine_changed(self, change=None) -> None:
+        """An engine's profile has its own efficiencies: the sliders (and their boxes) are disabled with one."""
+        on = self.engine.value != _FLOOR
+        for name in ("compute_efficiency", "bandwidth_efficiency"):
+            getattr(self, name).disabled = self._boxes[name].disabled = on
+
     def _prompt_changed(self, change) -> None:
         # the cached prefix must stay below the prompt (one new token at least produces the first output)
         cached = self.cached_prefix_tokens.value
@@ -465,6 +497,7 @@ class CapstoneDashboard(_html.Snapshot, widgets.VBox):
         self.ttft.value, self.tpot.value, self.total.value = r.ttft_text, r.tpot_text, r.total_text
         self.tps.value, self.memory.value, self.bounds.value = r.tps_text, r.memory_text, r.bounds_text
         self.status.value = status_html(r)
+        self.engine_line.value = f"<p>{html.escape(r.engine_text)}</p>" if r.engine_text else ""
         self._draw(r.state if r.priced else None)
         self._refresh_serving()
 
