@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import settled_note, unreliable
+from course_lib.lessons.claims.gemv import UNDECIDED_MARK, settled_note, unreliable
 from course_lib.lessons.prose import table
 
 __all__ = ["say", "cases_table", "error_text", "value_text"]
@@ -74,12 +74,14 @@ def _calibrated_summary(c: Claim) -> str:
     inside = "; ".join(f"*{k}*" for k in o["inside"])
     outside = "; ".join(f"*{k}*" for k in o["outside"])
     if c.verdict != "reliable":
-        why = ("the hypervisor took CPU time away during the measurement" if c.verdict == "contended"
-               else "their repeats disagree (the reasons are in the list below)")
         which = "; ".join(f"*{k}*" for k in o["unreliable"])
-        return (f"Within {tol}: {inside or 'no case'}; outside: {outside or 'no case'}. "
-                f"**Your timings are unreliable** for {which}, because {why}: on those rows the table cannot "
-                f"say how good the model is on this machine.")
+        why = ("the hypervisor took CPU time away during the measurement" if c.verdict == "contended"
+               else "the timings behind them are not settled (the reasons are in the case-by-case list below)")
+        decided = (f"Of the cases this run decides, within {tol}: {inside or 'none'}; outside: {outside or 'none'}. "
+                   if c.relation != "none_decided" else "")
+        return (decided + f"**Whether the model is within {tol} {UNDECIDED_MARK}** for {which}: **your timings are "
+                f"unreliable** there, because {why}; on those rows the table cannot say how good the model is on "
+                "this machine.")
     return {
         "all_within": f"The calibrated model is within {tol} on every case.",
         "some_within": f"The calibrated model is within {tol} on {inside}, and outside it on {outside}.",
@@ -97,7 +99,8 @@ def _roofline(c: Claim) -> str:
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
                 f"measured at the top of this section was too low (a busy moment).")
-    return unreliable(c, f"How far the roofline is below the measured {o['case']}")
+    return unreliable(c, f"Whether the roofline is a floor under the measured {o['case']} (roofline "
+                         f"{format_time(o['roofline'])}, measured {format_time(o['measured'])})")
 
 
 def _largest_gap(c: Claim) -> str:
@@ -170,6 +173,6 @@ def cases_table(cases, roofline) -> str:
         r = roofline[o["case"]]
         rows.append([o["case"], value_text(o["measured"], o["kind"]), value_text(r, o["kind"]),
                      value_text(o["predicted"], o["kind"]), error_text(o["error"]),
-                     "yes" if c.relation == "within" else "no", c.verdict])
+                     ("yes" if c.relation == "within" else "no") if c.decided else "undecided", c.verdict])
     return table(["case", "measured", "roofline", "calibrated", "calibrated error",
                   f"within ±{cases[0].operands['tolerance']:.0%}", "measurement"], rows)
