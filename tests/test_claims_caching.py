@@ -178,3 +178,83 @@ def test_a_session_whose_no_cache_turns_get_faster_is_noisy():
     grows = claims.session_cache({"ttft_nocache": (3.0, 3.3, 3.7), "ttft_cached": (3.0, 0.4, 0.41), "repeats": 3})
     assert grows.verdict == "reliable" and grows.relation == "cache_faster"
 
+
+
+# --- the calibration behind the predictions: recorded runs of lesson 07 -----------------------------------------
+def _recorded(run: str, lesson: str) -> dict:
+    """The first result of every key of a recorded lesson run (tests/fixtures/recordings/<run>/<lesson>.json)."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.measure.record import decode
+    raw = json.loads((RECORDINGS / run / f"{lesson}.json").read_text())["results"]
+    return {k: decode(v[0]) for k, v in raw.items()}
+
+
+def _lesson07_cases(measured: dict, basis):
+    """Lesson 07's six cases on one recorded run's measurements, against predictions 10 % above each (the
+    calibrated model's own predictions need its op count, ~10 s of a test: what is tested here is the verdict the
+    cases inherit from ``basis``, which no prediction changes)."""
+    pt, st = measured["07/prefix"], measured["07/session"]
+    pred = {"ttft_miss": pt.full_seconds * 1.1, "ttft_hit": pt.cached_seconds * 1.1}
+    spred = {"total_nocache": sum(st.ttft_nocache) * 1.1, "total_cached": sum(st.ttft_cached) * 1.1}
+    return claims.calibrated_cases(pt, st, pred, spred, tolerance=0.25, basis=basis)
+
+
+def test_a_noisy_recorded_calibration_leaves_every_case_undecided_and_a_quiet_one_decides():
+    """The stored (quiet) run's measurements, all reliable, against a calibrated prediction: on the stored run's own
+    calibration (every probe reliable) each case is decided and said as within or outside ±25 %; on the busy run's
+    calibration (its op-overhead probe spans 70 % of its median, its cold-op cost fell from 27.1 to 4.7 µs as more
+    bytes streamed) no case is decided, each sentence says so and names the calibration, and the summary lists no
+    case as within or outside."""
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.lessons.claims.gemv import say as say_calibration
+    quiet, busy = _recorded("stored", "07"), _recorded("busy", "07")
+    settled, unsettled = (claims.model_calibration(r["07/calibration"]) for r in (quiet, busy))
+    assert settled.relation == "settled" and settled.verdict == "reliable"
+    assert "stands for this machine" in say_calibration(settled)
+    assert unsettled.relation == "unsettled" and unsettled.verdict == "noisy"
+    assert "the op-overhead probe" in unsettled.operands["unsettled"] and "fell" in unsettled.reason
+    assert "not this machine's" in say_calibration(unsettled)
+
+    decided = _lesson07_cases(quiet, settled)
+    assert all(c.decided and c.reliable for c in decided)
+    for c in decided:
+        assert UNDECIDED_MARK not in say(c) and "±25%" in say(c)
+    summary = claims.calibrated_summary(decided)
+    assert summary.relation == "all_within" and len(summary.operands["inside"]) == 6
+    assert UNDECIDED_MARK not in say(summary)
+
+    # the same quiet measurements against predictions from the busy calibration: worded as undecided
+    undecided = _lesson07_cases(quiet, unsettled)
+    assert not any(c.decided for c in undecided)
+    for c in undecided:
+        text = say(c)
+        assert UNDECIDED_MARK in text and "calibration, which is not settled (the op-overhead probe" in text
+        assert ": within ±" not in text and "outside ±" not in text     # no relation is stated
+    summary = claims.calibrated_summary(undecided)
+    assert summary.relation == "none_decided" and not summary.operands["inside"] and not summary.operands["outside"]
+    assert UNDECIDED_MARK in say(summary) and "Of the cases this run decides" not in say(summary)
+    table = cases_table(undecided, {c.operands["case"]: 1.0 for c in undecided})
+    assert table.count("| undecided | noisy |") == 6
+    # without its basis the same numbers would have been stated: the calibration is what leaves them open
+    assert all(c.decided for c in _lesson07_cases(quiet, None))
+
+
+def test_the_roofline_inherits_the_ceilings_verdict():
+    """Busy 07: the ceilings (a matmul stalled at n = 256) put the roofline above the measurement; the claim is
+    undecided, and its sentence does not call the roofline 'below'."""
+    from course_lib.core.claims import gemv as gemv_claims
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure import machine
+    busy = _recorded("busy", "07")
+    me = machine.this_machine(busy["07/machine"])
+    calib = gemv_claims.calibration(me.bandwidth, busy["07/copy"], [], {"fp32": busy["07/matmul"]})
+    full = claims.prefix_timings(busy["07/prefix"])[0]
+    floor = full["seconds"] * 6                                  # the busy run's roofline was 6.4x its measurement
+    c = claims.roofline_vs_measured("full prefill", full, floor, basis=calib)
+    assert c.relation == "above" and not c.decided and "the roofline rests on this run's calibration" in c.reason
+    assert UNDECIDED_MARK in say(c) and "below" not in say(c)
+    quiet = claims.roofline_vs_measured("full prefill", 1.0, 0.5, basis=None)
+    assert quiet.decided and "1.0 s" not in say(quiet) and "2.00× below" in say(quiet)

@@ -132,3 +132,48 @@ def test_the_engine_overhead_adds_up_and_a_clamped_split_is_not_a_measurement():
     assert c0.relation == "clamped" and c0.verdict == "noisy" and "not a measurement" in say(c0)
     with pytest.raises(ValueError, match="do not belong together"):
         claims.engine_overhead(probe, pred0)
+
+
+# --- the probes behind the engine's prediction: recorded runs of lesson 08 ---------------------------------------
+def test_the_engine_prediction_inherits_the_recorded_probes_verdict():
+    """The stored run's llama.cpp engine (reliable timings) against its calibrated prediction: on the stored run's
+    own probes (the types the file holds and the tiny file, every one reliable) both claims are decided; on the busy
+    run's Hugging Face probes (op-overhead probe and overhead copies noisy) the same comparison is worded as
+    undecided, naming the calibration. The floor's claim inherits the ceilings' verdict the same way."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.core.claims import gemv as gemv_claims
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.engines import llamacpp
+    from course_lib.measure.machine import this_machine
+    from course_lib.measure.record import decode
+
+    def recorded(run):
+        raw = json.loads((RECORDINGS / run / "08.json").read_text())["results"]
+        return {k: decode(v[0]) for k, v in raw.items()}
+    quiet, busy = recorded("stored"), recorded("busy")
+    held, eng = quiet["08/llamacpp"]
+    rates = quiet["08/llamacpp_rates"]
+    assert eng.tpot_verdict.reliable and eng.ttft_verdict.reliable
+    noisy = claims.hf_probes(busy["08/engine_calibration"], busy["08/engine_probe"])
+    assert noisy.relation == "unsettled" and "the op-overhead probe" in noisy.operands["unsettled"]
+    for metric, timing, pred in (("tpot", eng.step_times, llamacpp.predict_gguf_tpot(held, rates, eng.mean_context)),
+                                 ("ttft", eng.ttft_times, llamacpp.predict_gguf_ttft(held, rates, eng.prompt))):
+        basis = claims.llamacpp_probes(rates, held.types, metric=metric)
+        assert basis.relation == "settled" and len(basis.operands["sources"]) == len(held.types) + 1
+        assert not any("F16" in s for s in basis.operands["sources"])     # the file holds no F16 matrix
+        c = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=basis)
+        assert c.decided and c.verdict == "reliable" and UNDECIDED_MARK not in say(c)
+        u = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=noisy)
+        assert (u.relation, u.operands) == (c.relation, c.operands) and not u.decided
+        text = say(u)
+        assert UNDECIDED_MARK in text and "calibration, which is not settled" in text
+        assert not any(w in text for w in ("Within ±", "too long", "too short"))
+    me = this_machine(busy["08/machine"])
+    calib = gemv_claims.calibration(me.bandwidth, busy["08/machine"].copy, busy["08/machine"].gemv,
+                                    busy["08/machine"].matmul)
+    f = claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft", basis=calib)
+    assert calib.relation == "unsettled" and not f.decided and UNDECIDED_MARK in say(f)
+    assert claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft").decided
