@@ -177,3 +177,23 @@ def test_the_engine_prediction_inherits_the_recorded_probes_verdict():
     f = claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft", basis=calib)
     assert calib.relation == "unsettled" and not f.decided and UNDECIDED_MARK in say(f)
     assert claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft").decided
+
+
+def test_calibration_bases_reject_what_they_cannot_read():
+    from course_lib.core.claims import gemv as gemv_claims
+    with pytest.raises(TypeError, match="sources"):
+        gemv_claims.probes({}, what="the prediction")
+    with pytest.raises(TypeError, match="what"):
+        gemv_claims.probes({"a": [1e-3] * 5}, what="")
+    with pytest.raises(TypeError, match="basis"):
+        claims.engine_vs_prediction([1e-3] * 5, 1e-3, basis=claims.fixed_cost_reading(0.001, 0.9))
+    with pytest.raises(ValueError, match="metric"):
+        claims.llamacpp_probes({"decode": {"F16": 1e9}, "verdicts": ()}, ("F16",), metric="tokens")
+    with pytest.raises(TypeError, match="verdicts"):
+        claims.llamacpp_probes({"decode": {"F16": 1e9}, "verdicts": ()}, ("F16",))
+    # a probe whose repeats disagree, or probes that contradict each other, leave the basis unsettled
+    steady, scattered = [1e-3, 1.01e-3, 0.99e-3, 1e-3, 1.02e-3], [1e-3, 3e-3, 0.9e-3, 2e-3, 1.1e-3]
+    assert gemv_claims.probes({"a": steady}, what="x").relation == "settled"
+    assert gemv_claims.probes({"a": scattered}, what="x").verdict == "noisy"
+    split = gemv_claims.probes({"a": steady}, what="x", contradictions=("a fell",))
+    assert split.relation == "unsettled" and "1 contradiction between its probes" in gemv_claims.inherit(split)[1][0]

@@ -525,7 +525,7 @@ def probes(sources: Mapping, *, what: str, contradictions=()) -> Claim:
     us = [v.uncertainty for v in verdicts.values()]
     verdict = _worst(*(v.verdict for v in verdicts.values()), *(("noisy",) if contradictions else ()))
     return Claim("probes", "unsettled" if bad or contradictions else "settled",
-                 {"what": what, "sources": tuple(verdicts), "unsettled": bad,
+                 {"what": what, "sources": tuple(verdicts), "unsettled": bad, "contradictions": len(contradictions),
                   "uncertainty": None if None in us else max(us)},
                  verdict, _reasons(verdicts) + contradictions)
 
@@ -543,6 +543,8 @@ def inherit(basis: Claim | None, what: str = "the prediction") -> tuple[str, tup
                         f"computed on, got {type(basis).__name__ if not isinstance(basis, Claim) else basis.name!r}")
     if basis.verdict == "reliable":
         return "reliable", ()
-    which = ", ".join(basis.operands.get("unsettled", ())) or basis.reason
+    n = basis.operands.get("contradictions", 0)
+    which = ", ".join([*basis.operands.get("unsettled", ()),
+                       *([f"{n} contradiction{'s' if n > 1 else ''} between its probes"] if n else [])]) or basis.reason
     return basis.verdict, (f"{what} rests on this run's calibration, which is not settled ({which}): its numbers "
                            "are this run's, not this machine's",)
