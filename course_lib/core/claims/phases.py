@@ -80,7 +80,9 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
     ``relation``: "flat" (the step cost about the same: the weight read is shared), "as_predicted" (it grew,
     within a factor 1.25 of ``predicted_growth``, the roofline's ratio), "grows_more" (it grew more: each
     extra row costs time of its own), "falls" (the larger batch was faster: impossible for the same work,
-    read as noise), "mixed"; or the verdict. Operands: ``growth`` (time ratio), ``throughput_gain``.
+    read as noise), "mixed"; or the verdict. Operands: ``growth`` (time ratio), ``throughput_gain``,
+    ``growth_settled`` (the step's growth itself stands, :func:`quality.trend`, even where its comparison with the
+    roofline does not).
     """
     xs, ts = _series("step_vs_batch", batches, timings)
     predicted_growth = require_positive("predicted_growth", predicted_growth)
@@ -94,12 +96,20 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
         relation = "falls"
     else:
         relation = "mixed"
+    settled = (t.settled and relation == "grows_more"
+               and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
+    reasons = _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else ()
+    if t.verdict != "reliable" and t.settled and not settled:
+        # the growth stands, what it is compared with does not: say so, not that the change clears the spread
+        reasons = tuple(r for r in reasons if "exceeds the spread of the first and last points" not in r) + (
+            f"the step grew {growth:.3g}x, which the spread settles, but not whether that is more than the roofline's "
+            f"{predicted_growth:.3g}x allows (1.25x of it): the difference does not clear the spread by "
+            f"{quality.THRESHOLDS.decisive_margin:g}x",)
     return Claim("step_vs_batch", relation,
                  {"batches": t.xs, "seconds": t.medians, "growth": growth, "predicted_growth": predicted_growth,
-                  "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1]},
-                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else (),
-                 t.settled and relation == "grows_more"
-                 and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
+                  "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1],
+                  "growth_settled": t.settled},
+                 t.verdict, reasons, settled)
 
 
 def same_step(timings: Mapping, *, ratio: float = CONSISTENT_RATIO) -> Claim:
