@@ -157,6 +157,14 @@ def test_profile_claims_and_module_positions():
     assert "profile puts" in say(g)
     assert claims.profile_vs_measured(0.02, 0.014).relation == "measured_longer"
     assert claims.profile_vs_measured(0.01, 0.014).relation == "profiled_longer"
+    # a gap beyond what any per-call cost of the recorded calls can be: the two passes saw different conditions
+    assert claims.profile_vs_measured(0.02, 0.014, calls=1189).relation == "measured_longer"   # 6 ms < 11.9 ms
+    busy = claims.profile_vs_measured(1.6, 0.264, calls=1189)
+    assert busy.relation == "conditions_differ" and "different conditions" in say(busy)
+    assert "leaves out the Python" not in say(busy)
+    assert claims.profile_vs_measured(0.264, 1.6, calls=1189).relation == "conditions_differ"
+    with pytest.raises(ValueError, match="calls"):
+        claims.profile_vs_measured(0.02, 0.014, calls=0)
     row = {"top1_agreement": 0.1, "max_abs_diff": 1.6}
     ma = {"prefix_exact": {**row, "kl_mean": 1e-14}, "modules_in_place": {**row, "kl_mean": 0.060},
           "modules_at_zero": {**row, "kl_mean": 0.061}, "module_tokens": (256,) * 3, "new_tokens": 32}

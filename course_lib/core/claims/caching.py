@@ -28,9 +28,9 @@ import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, _named, _worst, inherit, probes
+from course_lib.core.claims.gemv import DISPATCH_SECONDS, TOLERANCE, Claim, _get, _named, _worst, inherit, probes
 from course_lib.core.claims.phases import CONSISTENT_RATIO
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_count, require_list, require_positive
 
 __all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_calibration", "model_sources", "model_case",
            "calibrated_cases",
@@ -307,11 +307,16 @@ def largest_gap(profile: Mapping, terms: Mapping, measured_seconds: float) -> Cl
     return Claim("largest_gap", name, {"kinds": kinds, "profiled": kinds[name][0], "predicted": kinds[name][1]})
 
 
-def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, timing=None) -> Claim:
+def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, timing=None,
+                        calls: int | None = None) -> Claim:
     """The measured median of a pass against its profiled operator time: "measured_longer" (the Python between
-    the operators, which the profiler leaves out) or "profiled_longer" (the profiler's own cost per call).
-    ``timing``: the measurement behind ``measured_seconds`` (e.g. :func:`prefix_timings`' cached one), whose verdict
-    the claim carries (None: "reliable"); the gap is settled from a noisy timing only by the margin."""
+    the operators, which the profiler leaves out), "profiled_longer" (the profiler's own cost per call), or
+    "conditions_differ": the gap exceeds ``calls`` (the operators the profile recorded) x
+    :data:`~course_lib.core.claims.gemv.DISPATCH_SECONDS`, more than any per-call cost on either side can be, so the
+    measured and the profiled pass ran under different conditions (the machine's other work between them; a busy
+    run of lesson 07 gave 1.6 s measured against 264 ms profiled over 1,189 calls). ``timing``: the measurement
+    behind ``measured_seconds`` (e.g. :func:`prefix_timings`' cached one), whose verdict the claim carries (None:
+    "reliable"); the gap is settled from a noisy timing only by the margin."""
     m = require_positive("measured_seconds", measured_seconds, maximum=1e6)
     p = require_positive("profiled_seconds", profiled_seconds, maximum=1e6)
     verdict, reasons, settled = "reliable", (), False
@@ -320,8 +325,16 @@ def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, tim
         if not v.reliable:
             verdict, reasons = v.verdict, (f"the measured timing is {v.verdict}: {v.reason}",)
             settled = quality.settles(abs(math.log(m / p)), [v])
-    return Claim("profile_vs_measured", "measured_longer" if m > p else "profiled_longer",
-                 {"measured": m, "profiled": p, "gap": abs(m - p)}, verdict, reasons, settled)
+    relation = "measured_longer" if m > p else "profiled_longer"
+    bound = None
+    if calls is not None:
+        bound = require_count("calls", calls, minimum=1, maximum=10**9) * DISPATCH_SECONDS
+        if abs(m - p) > bound:
+            relation = "conditions_differ"
+    return Claim("profile_vs_measured", relation,
+                 {"measured": m, "profiled": p, "gap": abs(m - p), "calls": calls, "per_call_bound": bound,
+                  "dispatch_seconds": DISPATCH_SECONDS},
+                 verdict, reasons, settled)
 
 
 def module_positions(agreement, *, ratio: float = CONSISTENT_RATIO) -> Claim:

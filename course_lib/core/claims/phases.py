@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst
+from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst, inherit
 from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
@@ -158,18 +158,20 @@ def below_roof(fractions: Mapping) -> Claim:
 
 
 def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: float, *,
-                     tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
+                     tolerance: float = TOLERANCE, steal: float | None = None, basis: Claim | None = None) -> Claim:
     """What the calibration adds: the calibrated and the uncalibrated prediction against one measurement.
 
     ``relation``: "calibrated_better" (its error is the smaller by more than the measurement's own spread
     allows either way), "uncalibrated_better", "no_difference"; operands: both errors, both
-    :func:`quality.within` relations at ``tolerance``.
+    :func:`quality.within` relations at ``tolerance``. ``basis``: the claim of the calibration both predictions
+    were computed on (``caching.model_calibration``), whose verdict the claim inherits (``gemv.inherit``).
     """
     a = quality.within(require_positive("calibrated_seconds", calibrated_seconds), measured, tolerance, steal=steal)
     b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds), measured, tolerance,
                        steal=steal)
     ea, eb = abs(a.error), abs(b.error)
     spread = a.measured.spread or 0.0
+    b_verdict, b_reasons = inherit(basis, "each prediction")
     if ea + spread < eb:
         relation = "calibrated_better"
     elif eb + spread < ea:
@@ -181,8 +183,8 @@ def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: 
                   "uncalibrated_seconds": uncalibrated_seconds, "calibrated_error": a.error,
                   "uncalibrated_error": b.error, "calibrated_within": a.relation, "uncalibrated_within": b.relation,
                   "tolerance": tolerance},
-                 a.verdict, (f"the measurement is {a.measured.verdict}: {a.measured.reason}",)
-                 if not a.measured.reliable else ())
+                 _worst(a.verdict, b_verdict), ((f"the measurement is {a.measured.verdict}: {a.measured.reason}",)
+                                                if not a.measured.reliable else ()) + b_reasons)
 
 
 def single_max_vs_operators(phase) -> Claim:

@@ -117,6 +117,12 @@ def _profile_vs_measured(c: Claim) -> str:
     if c.outcome == "measured_longer":
         return (f"The profile's operator time leaves out the Python between the operators: the measured median is "
                 f"{format_time(o['gap'])} longer.")
+    if c.outcome == "conditions_differ":
+        side = "longer" if o["measured"] > o["profiled"] else "shorter"
+        return (f"The measured median is {format_time(o['gap'])} {side} than the profiled operator time: more than "
+                f"the Python between, or the profiler's cost for, {o['calls']:,} calls can be (at most "
+                f"{format_time(o['dispatch_seconds'])} each, {format_time(o['per_call_bound'])} in all). The measured "
+                "and the profiled pass ran under different conditions: the machine's other work changed between them.")
     return (f"Here the profiled operator time exceeds the measured median by {format_time(o['gap'])}: the profiler "
             "adds its own cost to every call it records.")
 
