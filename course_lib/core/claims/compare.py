@@ -252,7 +252,9 @@ def llamacpp_probes(rates, held_types, *, metric: str = "tpot") -> Claim:
     what = "decode timing" if metric == "tpot" else "prefill timing"
     files, extra = divmod(len(verdicts) - 2, 2 * len(types)) if types and len(verdicts) > 2 else (0, 1)
     if files and not extra:
-        sources = {f"the {t} probe file{f' {f + 1}' if files > 1 else ''}'s {what}": verdicts[2 * (i * files + f) + k]
+        nth = [""] if files == 1 else [f"{('first', 'second', 'third')[f]} " if f < 3 else f"number {f + 1} "
+                                       for f in range(files)]
+        sources = {f"the {nth[f]}{t} probe file's {what}": verdicts[2 * (i * files + f) + k]
                    for i, t in enumerate(types) if t in held for f in range(files)}
         sources[f"the tiny file's {what}"] = verdicts[-2 + k]
     else:
