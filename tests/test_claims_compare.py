@@ -197,3 +197,23 @@ def test_calibration_bases_reject_what_they_cannot_read():
     assert gemv_claims.probes({"a": scattered}, what="x").verdict == "noisy"
     split = gemv_claims.probes({"a": steady}, what="x", contradictions=("a fell",))
     assert split.relation == "unsettled" and "1 contradiction between its probes" in gemv_claims.inherit(split)[1][0]
+
+
+def test_a_fixed_cost_clamped_at_zero_is_not_a_measurement():
+    """llama.cpp's fixed cost per step: the stored run's (0.80 ms, its tiny file's timing reliable) is stated; a 0
+    from the clamp (the busy acceptance run of lesson 08: the tiny file's step no longer than its bytes) is said to be
+    no measurement."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.record import decode
+    rates = decode(json.loads((RECORDINGS / "stored" / "08.json").read_text())["results"]["08/llamacpp_rates"][0])
+    c = claims.llamacpp_fixed_cost(rates)
+    assert c.relation == "measured" and c.decided and "per step." in say(c) and UNDECIDED_MARK not in say(c)
+    clamped = claims.llamacpp_fixed_cost({"step_fixed": 0.0, "verdicts": rates.verdicts})
+    assert clamped.relation == "clamped" and not clamped.decided
+    assert "not a measurement" in say(clamped) and UNDECIDED_MARK in say(clamped)
+    with pytest.raises(TypeError, match="step_fixed"):
+        claims.llamacpp_fixed_cost({"verdicts": rates.verdicts})

@@ -27,7 +27,7 @@ from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
-           "engine_overhead", "llamacpp_probes", "hf_probes"]
+           "engine_overhead", "llamacpp_probes", "hf_probes", "llamacpp_fixed_cost"]
 
 #: an efficiency (floor / measured) at or above this is "close" to the floor
 CLOSE = 0.8
@@ -276,3 +276,26 @@ def hf_probes(calibration, probe) -> Claim:
         contradictions += (f"the overhead split was clamped at 0 ({', '.join(clamped)}): the copy with more layers "
                            "was not slower per step",)
     return probes(sources, what="the calibrated prediction", contradictions=contradictions)
+
+
+def llamacpp_fixed_cost(rates) -> Claim:
+    """llama.cpp's fixed cost per decode step as the probes gave it (``llamacpp.probe_engine_rates``' result):
+    the tiny file's step minus its own bytes at the F16 probe's rate. ``relation`` "measured", or "clamped" where that
+    difference was not positive and the probes set the cost to 0 (``step_fixed`` == 0): a step cannot take less
+    than its bytes need, so the machine's speed changed between the probes, and the 0 is not a measurement (verdict
+    "noisy"). Otherwise the verdict is the tiny file's decode timing's. Operands: ``seconds`` (``step_fixed``)."""
+    fixed = _get(rates, "step_fixed")
+    verdicts = list(_get(rates, "verdicts") or ())
+    if fixed is None or isinstance(fixed, bool) or not isinstance(fixed, (int, float)) or fixed < 0:
+        raise TypeError("rates must carry step_fixed, seconds >= 0 (llamacpp.probe_engine_rates' result)")
+    tiny = quality.timing_verdict(verdicts[-2], name="tiny") if len(verdicts) >= 2 else None
+    verdict = tiny.verdict if tiny is not None else "noisy"
+    reasons = (f"the tiny file's decode timing is {tiny.verdict}: {tiny.reason}",) if tiny and not tiny.reliable else ()
+    if tiny is None:
+        reasons = ("the tiny file's timing was not recorded",)
+    if fixed == 0:
+        verdict = _worst(verdict, "noisy")
+        reasons += ("the tiny file's step was not longer than its own bytes at the F16 probe's rate, so the fixed cost "
+                    "was set to 0",)
+    return Claim("engine_fixed_cost", "clamped" if fixed == 0 else "measured", {"seconds": float(fixed)},
+                 verdict, reasons)
