@@ -217,3 +217,28 @@ def test_a_fixed_cost_clamped_at_zero_is_not_a_measurement():
     assert "not a measurement" in say(clamped) and UNDECIDED_MARK in say(clamped)
     with pytest.raises(TypeError, match="step_fixed"):
         claims.llamacpp_fixed_cost({"verdicts": rates.verdicts})
+
+
+def test_a_busy_llamacpp_run_decides_nothing_on_its_probes():
+    """The recorded busy llama.cpp run of lesson 08 (tests/fixtures/recordings/busy-llamacpp/08.json): its probes are
+    unsettled, so the engine's decode and prefill against their calibrated predictions are worded as undecided and
+    name the probes, and its fixed cost, clamped at 0, is no measurement."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.engines import llamacpp
+    from course_lib.measure.record import decode
+    raw = json.loads((RECORDINGS / "busy-llamacpp" / "08.json").read_text())["results"]
+    rec = {k: decode(v[0]) for k, v in raw.items()}
+    held, eng = rec["08/llamacpp"]
+    rates = rec["08/llamacpp_rates"]
+    for metric, timing, pred in (("tpot", eng.step_times, llamacpp.predict_gguf_tpot(held, rates, eng.mean_context)),
+                                 ("ttft", eng.ttft_times, llamacpp.predict_gguf_ttft(held, rates, eng.prompt))):
+        basis = claims.llamacpp_probes(rates, held.types, metric=metric)
+        assert basis.relation == "unsettled" and "not this machine's" in say(basis)
+        c = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=basis)
+        assert not c.decided and UNDECIDED_MARK in say(c) and "probe file's" in say(c)
+    fixed = claims.llamacpp_fixed_cost(rates)
+    assert rates.step_fixed == 0 and fixed.relation == "clamped" and "not a measurement" in say(fixed)
