@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import UNDECIDED_MARK, settled_note, unreliable
+from course_lib.lessons.claims.gemv import UNDECIDED_MARK, beside, settled_note, unreliable
 from course_lib.lessons.prose import table
 
 __all__ = ["say", "cases_table", "error_text", "value_text"]
@@ -158,16 +158,21 @@ def _noted(text: str, claim: Claim) -> str:
     return text if note in text else text + note
 
 
-def say(claim: Claim, **extra) -> str:
+def say(claim: Claim, ref: Claim | None = None, **extra) -> str:
     """The Markdown for ``claim``'s outcome. ``why=`` (model cases only): where to look when the case is outside
-    its tolerance, appended to that sentence only."""
+    its tolerance, appended to that sentence only. ``ref``: the same claim computed from the course's stored
+    reference run, shown beside an undecided one (:func:`~course_lib.lessons.claims.gemv.beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
         raise ValueError(f"lesson 07 has no sentence for the claim {claim.name!r}")
     if extra and claim.name != "model_case":
         raise TypeError(f"say() takes extra arguments for model_case claims only, got {sorted(extra)}")
-    return _noted(_SAY[claim.name](claim, **extra), claim)
+    if isinstance(ref, Claim) and ref.name != claim.name:
+        raise ValueError(f"ref must be a {claim.name!r} claim (the same claim from the reference run), "
+                         f"got {ref.name!r}")
+    return beside(_noted(_SAY[claim.name](claim, **extra), claim), claim, ref,
+                  lambda c: _noted(_SAY[c.name](c), c))
 
 
 def cases_table(cases, roofline) -> str:
