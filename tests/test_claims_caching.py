@@ -246,6 +246,13 @@ def test_a_noisy_recorded_calibration_leaves_every_case_undecided_and_a_quiet_on
     assert UNDECIDED_MARK in say(summary) and "Of the cases this run decides" not in say(summary)
     table = cases_table(undecided, {c.operands["case"]: 1.0 for c in undecided})
     assert table.count("| undecided | noisy |") == 6
+    # the reference run's case beside an undecided one (and nothing beside a decided one)
+    beside = say(undecided[0], ref=decided[0])
+    assert "**Reference run**" in beside and beside.split("**Reference run**")[1].count(": within ±25%") == 1
+    assert "Reference run" not in say(decided[0], ref=decided[0]) and "Reference run" not in say(decided[1], ref=None)
+    assert "**Reference run**" in say(summary, ref=claims.calibrated_summary(decided))
+    with pytest.raises(ValueError, match="ref"):
+        say(undecided[0], ref=summary)
     # without its basis the same numbers would have been stated: the calibration is what leaves them open
     assert all(c.decided for c in _lesson07_cases(quiet, None))
 
