@@ -132,3 +132,113 @@ def test_the_engine_overhead_adds_up_and_a_clamped_split_is_not_a_measurement():
     assert c0.relation == "clamped" and c0.verdict == "noisy" and "not a measurement" in say(c0)
     with pytest.raises(ValueError, match="do not belong together"):
         claims.engine_overhead(probe, pred0)
+
+
+# --- the probes behind the engine's prediction: recorded runs of lesson 08 ---------------------------------------
+def test_the_engine_prediction_inherits_the_recorded_probes_verdict():
+    """The stored run's llama.cpp engine (reliable timings) against its calibrated prediction: on the stored run's
+    own probes (the types the file holds and the tiny file, every one reliable) both claims are decided; on the busy
+    run's Hugging Face probes (op-overhead probe and overhead copies noisy) the same comparison is worded as
+    undecided, naming the calibration. The floor's claim inherits the ceilings' verdict the same way."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.core.claims import gemv as gemv_claims
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.engines import llamacpp
+    from course_lib.measure.machine import this_machine
+    from course_lib.measure.record import decode
+
+    def recorded(run):
+        raw = json.loads((RECORDINGS / run / "08.json").read_text())["results"]
+        return {k: decode(v[0]) for k, v in raw.items()}
+    quiet, busy = recorded("stored"), recorded("busy")
+    held, eng = quiet["08/llamacpp"]
+    rates = quiet["08/llamacpp_rates"]
+    assert eng.tpot_verdict.reliable and eng.ttft_verdict.reliable
+    noisy = claims.hf_probes(busy["08/engine_calibration"], busy["08/engine_probe"])
+    assert noisy.relation == "unsettled" and "the op-overhead probe" in noisy.operands["unsettled"]
+    for metric, timing, pred in (("tpot", eng.step_times, llamacpp.predict_gguf_tpot(held, rates, eng.mean_context)),
+                                 ("ttft", eng.ttft_times, llamacpp.predict_gguf_ttft(held, rates, eng.prompt))):
+        basis = claims.llamacpp_probes(rates, held.types, metric=metric)
+        assert basis.relation == "settled" and len(basis.operands["sources"]) == len(held.types) + 1
+        assert not any("F16" in s for s in basis.operands["sources"])     # the file holds no F16 matrix
+        c = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=basis)
+        assert c.decided and c.verdict == "reliable" and UNDECIDED_MARK not in say(c)
+        u = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=noisy)
+        assert (u.relation, u.operands) == (c.relation, c.operands) and not u.decided
+        text = say(u)
+        assert UNDECIDED_MARK in text and "calibration, which is not settled" in text
+        assert not any(w in text for w in ("Within ±", "too long", "too short"))
+    me = this_machine(busy["08/machine"])
+    calib = gemv_claims.calibration(me.bandwidth, busy["08/machine"].copy, busy["08/machine"].gemv,
+                                    busy["08/machine"].matmul)
+    f = claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft", basis=calib)
+    assert calib.relation == "unsettled" and not f.decided and UNDECIDED_MARK in say(f)
+    assert claims.engine_vs_floor(eng.ttft_times, eng.ttft * 0.9, metric="ttft").decided
+
+
+def test_calibration_bases_reject_what_they_cannot_read():
+    from course_lib.core.claims import gemv as gemv_claims
+    with pytest.raises(TypeError, match="sources"):
+        gemv_claims.probes({}, what="the prediction")
+    with pytest.raises(TypeError, match="what"):
+        gemv_claims.probes({"a": [1e-3] * 5}, what="")
+    with pytest.raises(TypeError, match="basis"):
+        claims.engine_vs_prediction([1e-3] * 5, 1e-3, basis=claims.fixed_cost_reading(0.001, 0.9))
+    with pytest.raises(ValueError, match="metric"):
+        claims.llamacpp_probes({"decode": {"F16": 1e9}, "verdicts": ()}, ("F16",), metric="tokens")
+    with pytest.raises(TypeError, match="verdicts"):
+        claims.llamacpp_probes({"decode": {"F16": 1e9}, "verdicts": ()}, ("F16",))
+    # a probe whose repeats disagree, or probes that contradict each other, leave the basis unsettled
+    steady, scattered = [1e-3, 1.01e-3, 0.99e-3, 1e-3, 1.02e-3], [1e-3, 3e-3, 0.9e-3, 2e-3, 1.1e-3]
+    assert gemv_claims.probes({"a": steady}, what="x").relation == "settled"
+    assert gemv_claims.probes({"a": scattered}, what="x").verdict == "noisy"
+    split = gemv_claims.probes({"a": steady}, what="x", contradictions=("a fell",))
+    assert split.relation == "unsettled" and "1 contradiction between its probes" in gemv_claims.inherit(split)[1][0]
+
+
+def test_a_fixed_cost_clamped_at_zero_is_not_a_measurement():
+    """llama.cpp's fixed cost per step: the stored run's (0.80 ms, its tiny file's timing reliable) is stated; a 0
+    from the clamp (the busy acceptance run of lesson 08: the tiny file's step no longer than its bytes) is said to be
+    no measurement."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.record import decode
+    rates = decode(json.loads((RECORDINGS / "stored" / "08.json").read_text())["results"]["08/llamacpp_rates"][0])
+    c = claims.llamacpp_fixed_cost(rates)
+    assert c.relation == "measured" and c.decided and "per step." in say(c) and UNDECIDED_MARK not in say(c)
+    clamped = claims.llamacpp_fixed_cost({"step_fixed": 0.0, "verdicts": rates.verdicts})
+    assert clamped.relation == "clamped" and not clamped.decided
+    assert "not a measurement" in say(clamped) and UNDECIDED_MARK in say(clamped)
+    with pytest.raises(TypeError, match="step_fixed"):
+        claims.llamacpp_fixed_cost({"verdicts": rates.verdicts})
+
+
+def test_a_busy_llamacpp_run_decides_nothing_on_its_probes():
+    """The recorded busy llama.cpp run of lesson 08 (tests/fixtures/recordings/busy-llamacpp/08.json): its probes are
+    unsettled, so the engine's decode and prefill against their calibrated predictions are worded as undecided and
+    name the probes, and its fixed cost, clamped at 0, is no measurement."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.lessons.claims.gemv import UNDECIDED_MARK
+    from course_lib.measure.engines import llamacpp
+    from course_lib.measure.record import decode
+    raw = json.loads((RECORDINGS / "busy-llamacpp" / "08.json").read_text())["results"]
+    rec = {k: decode(v[0]) for k, v in raw.items()}
+    held, eng = rec["08/llamacpp"]
+    rates = rec["08/llamacpp_rates"]
+    for metric, timing, pred in (("tpot", eng.step_times, llamacpp.predict_gguf_tpot(held, rates, eng.mean_context)),
+                                 ("ttft", eng.ttft_times, llamacpp.predict_gguf_ttft(held, rates, eng.prompt))):
+        basis = claims.llamacpp_probes(rates, held.types, metric=metric)
+        assert basis.relation == "unsettled" and "not this machine's" in say(basis)
+        c = claims.engine_vs_prediction(timing, pred.seconds, metric=metric, basis=basis)
+        assert not c.decided and UNDECIDED_MARK in say(c) and "probe file's" in say(c)
+    fixed = claims.llamacpp_fixed_cost(rates)
+    assert rates.step_fixed == 0 and fixed.relation == "clamped" and "not a measurement" in say(fixed)

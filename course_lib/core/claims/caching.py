@@ -28,11 +28,12 @@ import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, _named, _worst
+from course_lib.core.claims.gemv import DISPATCH_SECONDS, TOLERANCE, Claim, _get, _named, _worst, inherit, probes
 from course_lib.core.claims.phases import CONSISTENT_RATIO
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_count, require_list, require_positive
 
-__all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_case", "calibrated_cases",
+__all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_calibration", "model_sources", "model_case",
+           "calibrated_cases",
            "calibrated_summary", "roofline_vs_measured", "largest_gap", "profile_vs_measured", "module_positions",
            "PROFILE_KINDS"]
 
@@ -132,17 +133,53 @@ def session_cache(measurement, *, ratio: float = CONSISTENT_RATIO, min_repeats: 
 
 
 # --------------------------------------------------------------------------------------------------
-# The calibrated model, case by case
+# The calibrated model: how settled its probes are, then case by case
 # --------------------------------------------------------------------------------------------------
+def model_sources(calibration, *, ratio: float = CONSISTENT_RATIO) -> tuple[dict, tuple]:
+    """The probe timings a calibrated model (``calibrate.Calibration``) rests on, and the contradictions between its
+    probes: ``({label: timing}, (sentence, ...))``, what :func:`~course_lib.core.claims.gemv.probes` reads.
+
+    The timings are its copy, square-matmul and op-overhead probes (the calibration keeps their quartiles; its
+    tables of rates per shape keep medians only, so their spread is not known). The contradiction it can show: the
+    cold-op series (``cold_ops``: bytes streamed before the ops, seconds per op, per view) must not fall by more than
+    ``ratio`` from one flush size to a larger one, because streaming more bytes only empties the caches further (a
+    busy run of lesson 07 gave 27.1 µs after 16 MiB and 4.7 µs after 32 MiB)."""
+    ratio = require_positive("ratio", ratio, maximum=100.0)
+    sources = {}
+    for label, attr in (("the copy probe", "copy"), ("the fp32 matmul probe", "matmul"),
+                        ("the op-overhead probe", "overhead")):
+        timing = _get(calibration, attr)
+        if timing is None:
+            raise TypeError(f"calibration must carry its {attr} probe (a calibrate.Calibration), got "
+                            f"{type(calibration).__name__}")
+        sources[label] = timing
+    cold = sorted(tuple(p) for p in (_get(calibration, "cold_ops") or ()))
+    fell = [f"after {a[0] / 2**20:.0f} MiB {a[1] * 1e6:.3g} µs, after {b[0] / 2**20:.0f} MiB {b[1] * 1e6:.3g} µs"
+            for a, b in zip(cold, cold[1:]) if a[1] > b[1] * ratio]
+    contradictions = ((f"the cold-op probe's cost per operator fell while more bytes streamed before it ("
+                       f"{'; '.join(fell)}), which emptier caches cannot cause: the machine's speed changed between "
+                       "its runs",) if fell else ())
+    return sources, contradictions
+
+
+def model_calibration(calibration, *, what: str = "the calibrated model") -> Claim:
+    """How settled a calibrated model's probes are (``calibrate.Calibration``): a
+    :func:`~course_lib.core.claims.gemv.probes` claim over :func:`model_sources`. Every prediction of the model
+    inherits its verdict (``basis=`` of :func:`model_case`, :func:`calibrated_cases`)."""
+    sources, contradictions = model_sources(calibration)
+    return probes(sources, what=what, contradictions=contradictions)
+
+
 def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLERANCE, verdict: str | None = None,
-               reasons=(), kind: str = "time") -> Claim:
+               reasons=(), kind: str = "time", basis: Claim | None = None) -> Claim:
     """One case of the calibrated model: "within" ``tolerance`` of the measurement, "over" (predicted too long)
     or "under" (too short).
 
     ``measured``: a timing (then :func:`quality.within` decides, with the timing's own verdict) or a number
     (seconds, or a ratio for ``kind="ratio"``; then ``verdict`` and ``reasons`` give the verdict of the
-    measurements behind it, default "reliable"). Operands: ``measured``, ``predicted``, ``error`` =
-    (predicted - measured) / measured, ``tolerance``, ``kind``.
+    measurements behind it, default "reliable"). ``basis``: the claim of the calibration the prediction was
+    computed on (:func:`model_calibration`), whose verdict the case inherits (:func:`~.gemv.inherit`). Operands:
+    ``measured``, ``predicted``, ``error`` = (predicted - measured) / measured, ``tolerance``, ``kind``.
     """
     if not isinstance(case, str) or not case:
         raise TypeError(f"case must be a non-empty string, got {case!r}")
@@ -150,6 +187,7 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
         raise ValueError(f"kind must be 'time' or 'ratio', got {kind!r}")
     tolerance = require_positive("tolerance", tolerance, maximum=10.0)
     predicted = require_positive("predicted", predicted, maximum=1e6)
+    b_verdict, b_reasons = inherit(basis, "the calibrated prediction")
     if isinstance(measured, (int, float)) and not isinstance(measured, bool):
         m = require_positive("measured", measured, maximum=1e6)
         error = predicted / m - 1
@@ -166,17 +204,20 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
         why = ((f"the measurement is {a.measured.verdict}: {a.measured.reason}",) if not a.measured.reliable
                else ()) + (tuple(reasons) if v != "reliable" else ())
     return Claim("model_case", relation, {"case": case, "measured": m, "predicted": predicted, "error": error,
-                                          "tolerance": tolerance, "kind": kind}, v, why)
+                                          "tolerance": tolerance, "kind": kind},
+                 _worst(v, b_verdict), why + b_reasons)
 
 
 def calibrated_cases(prefix, session, prefix_pred, session_pred, *, tolerance: float = TOLERANCE,
-                     labels: Mapping | None = None) -> list[Claim]:
+                     labels: Mapping | None = None, basis: Claim | None = None) -> list[Claim]:
     """The calibrated model on lesson 07's six cases: the full and the cached prefill (timings), the two
     session sums, and the two speed-ups (ratios; their verdict is the worse of the timings behind them).
 
     ``prefix_pred``/``session_pred``: anything with ``ttft_miss``/``ttft_hit`` and ``total_nocache``/
     ``total_cached`` (``cache_timing.CalibratedPrefix`` / ``CalibratedSession``). ``labels``: the case names,
-    keys "full", "cached", "nocache_sum", "cached_sum", "prefix_speedup", "session_speedup".
+    keys "full", "cached", "nocache_sum", "cached_sum", "prefix_speedup", "session_speedup". ``basis``: the claim
+    of the calibration behind the predictions (:func:`model_calibration`): every case inherits its verdict, so a
+    noisy calibration leaves every case undecided.
     """
     names = {"full": "full prefill", "cached": "cached prefix", "nocache_sum": "session, no cache (sum)",
              "cached_sum": "session, session cache (sum)", "prefix_speedup": "prefix cache speed-up",
@@ -190,34 +231,37 @@ def calibrated_cases(prefix, session, prefix_pred, session_pred, *, tolerance: f
         names.update(labels)
     full, cached = prefix_timings(prefix)
     pc, sc = prefix_cache(prefix), session_cache(session)
-    out = [model_case(names["full"], full, _get(prefix_pred, "ttft_miss"), tolerance=tolerance),
-           model_case(names["cached"], cached, _get(prefix_pred, "ttft_hit"), tolerance=tolerance)]
+    out = [model_case(names["full"], full, _get(prefix_pred, "ttft_miss"), tolerance=tolerance, basis=basis),
+           model_case(names["cached"], cached, _get(prefix_pred, "ttft_hit"), tolerance=tolerance, basis=basis)]
     for key, attr in (("nocache_sum", "total_nocache"), ("cached_sum", "total_cached")):
         out.append(model_case(names[key], sc.operands[attr], _get(session_pred, attr), tolerance=tolerance,
-                              verdict=sc.verdict, reasons=sc.reasons))
+                              verdict=sc.verdict, reasons=sc.reasons, basis=basis))
     p_speed = _get(prefix_pred, "ttft_miss") / _get(prefix_pred, "ttft_hit")
     s_speed = _get(session_pred, "total_nocache") / _get(session_pred, "total_cached")
     pv = _worst(quality.timing_verdict(full).verdict, quality.timing_verdict(cached).verdict)
     out.append(model_case(names["prefix_speedup"], pc.operands["speedup"], p_speed, tolerance=tolerance,
                           verdict=pv, reasons=("a ratio of two timings, at least one of them not reliable",),
-                          kind="ratio"))
+                          kind="ratio", basis=basis))
     out.append(model_case(names["session_speedup"], sc.operands["speedup"], s_speed, tolerance=tolerance,
-                          verdict=sc.verdict, reasons=sc.reasons, kind="ratio"))
+                          verdict=sc.verdict, reasons=sc.reasons, kind="ratio", basis=basis))
     return out
 
 
 def calibrated_summary(cases) -> Claim:
-    """How many of ``cases`` (:func:`model_case` claims) are within tolerance: "all_within", "some_within" or
-    "none_within". ``verdict``: the worst of the cases'. Operands: ``inside``/``outside`` case names,
-    ``unreliable`` (the cases whose measurements are not reliable)."""
+    """How many of ``cases`` (:func:`model_case` claims) are within tolerance, among the cases the run decides:
+    "all_within", "some_within", "none_within", or "none_decided" (no case is decided). ``verdict``: the worst of
+    the cases'. Operands: ``inside``/``outside`` (names of the decided cases within / outside the tolerance),
+    ``unreliable`` (the cases whose measurements or calibration are not reliable: neither inside nor outside)."""
     cases = require_list("cases", cases, "a list of model_case claims")
     for i, c in enumerate(cases):
         if not isinstance(c, Claim) or c.name != "model_case":
             raise TypeError(f"cases[{i}] must be a model_case Claim, got {type(c).__name__}")
-    inside = tuple(c.operands["case"] for c in cases if c.relation == "within")
-    outside = tuple(c.operands["case"] for c in cases if c.relation != "within")
-    relation = "all_within" if not outside else ("none_within" if not inside else "some_within")
-    bad = [c for c in cases if not c.reliable]
+    decided = [c for c in cases if c.decided]
+    inside = tuple(c.operands["case"] for c in decided if c.relation == "within")
+    outside = tuple(c.operands["case"] for c in decided if c.relation != "within")
+    relation = ("none_decided" if not decided else
+                "all_within" if not outside else ("none_within" if not inside else "some_within"))
+    bad = [c for c in cases if not c.decided]
     return Claim("calibrated_summary", relation,
                  {"inside": inside, "outside": outside, "tolerance": cases[0].operands["tolerance"],
                   "unreliable": tuple(c.operands["case"] for c in bad)},
@@ -225,19 +269,21 @@ def calibrated_summary(cases) -> Claim:
                  tuple(f"{c.operands['case']}: {c.reason}" for c in bad))
 
 
-def roofline_vs_measured(case: str, measured, roofline_seconds: float) -> Claim:
+def roofline_vs_measured(case: str, measured, roofline_seconds: float, *, basis: Claim | None = None) -> Claim:
     """The roofline (a floor) against a measurement: "below" (the floor is under the measured time, as a floor
-    must be) or "above" (the measurement beat its floor: a ceiling was measured too low). Operands:
-    ``factor`` = measured / roofline. ``measured``: a timing or seconds (then "reliable")."""
+    must be) or "above" (the measurement beat its floor: a ceiling was measured too low). Operands: ``factor`` =
+    measured / roofline. ``measured``: a timing or seconds (then "reliable"); ``basis``: the claim of the ceilings
+    the roofline was computed on (``gemv.calibration``), whose verdict the claim inherits (:func:`~.gemv.inherit`)."""
     roofline_seconds = require_positive("roofline_seconds", roofline_seconds, maximum=1e6)
     if isinstance(measured, (int, float)) and not isinstance(measured, bool):
         med, v, why = require_positive("measured", measured, maximum=1e6), "reliable", ()
     else:
         tv = quality.timing_verdict(measured, name="measured")
         med, v, why = tv.median, tv.verdict, ((tv.reason,) if not tv.reliable else ())
+    b_verdict, b_reasons = inherit(basis, "the roofline")
     return Claim("roofline_vs_measured", "below" if roofline_seconds <= med else "above",
                  {"case": case, "measured": med, "roofline": roofline_seconds, "factor": med / roofline_seconds},
-                 v, why)
+                 _worst(v, b_verdict), why + b_reasons)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -261,11 +307,16 @@ def largest_gap(profile: Mapping, terms: Mapping, measured_seconds: float) -> Cl
     return Claim("largest_gap", name, {"kinds": kinds, "profiled": kinds[name][0], "predicted": kinds[name][1]})
 
 
-def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, timing=None) -> Claim:
+def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, timing=None,
+                        calls: int | None = None) -> Claim:
     """The measured median of a pass against its profiled operator time: "measured_longer" (the Python between
-    the operators, which the profiler leaves out) or "profiled_longer" (the profiler's own cost per call).
-    ``timing``: the measurement behind ``measured_seconds`` (e.g. :func:`prefix_timings`' cached one), whose verdict
-    the claim carries (None: "reliable"); the gap is settled from a noisy timing only by the margin."""
+    the operators, which the profiler leaves out), "profiled_longer" (the profiler's own cost per call), or
+    "conditions_differ": the gap exceeds ``calls`` (the operators the profile recorded) x
+    :data:`~course_lib.core.claims.gemv.DISPATCH_SECONDS`, more than any per-call cost on either side can be, so the
+    measured and the profiled pass ran under different conditions (the machine's other work between them; a busy
+    run of lesson 07 gave 1.6 s measured against 264 ms profiled over 1,189 calls). ``timing``: the measurement
+    behind ``measured_seconds`` (e.g. :func:`prefix_timings`' cached one), whose verdict the claim carries (None:
+    "reliable"); the gap is settled from a noisy timing only by the margin."""
     m = require_positive("measured_seconds", measured_seconds, maximum=1e6)
     p = require_positive("profiled_seconds", profiled_seconds, maximum=1e6)
     verdict, reasons, settled = "reliable", (), False
@@ -274,8 +325,16 @@ def profile_vs_measured(measured_seconds: float, profiled_seconds: float, *, tim
         if not v.reliable:
             verdict, reasons = v.verdict, (f"the measured timing is {v.verdict}: {v.reason}",)
             settled = quality.settles(abs(math.log(m / p)), [v])
-    return Claim("profile_vs_measured", "measured_longer" if m > p else "profiled_longer",
-                 {"measured": m, "profiled": p, "gap": abs(m - p)}, verdict, reasons, settled)
+    relation = "measured_longer" if m > p else "profiled_longer"
+    bound = None
+    if calls is not None:
+        bound = require_count("calls", calls, minimum=1, maximum=10**9) * DISPATCH_SECONDS
+        if abs(m - p) > bound:
+            relation = "conditions_differ"
+    return Claim("profile_vs_measured", relation,
+                 {"measured": m, "profiled": p, "gap": abs(m - p), "calls": calls, "per_call_bound": bound,
+                  "dispatch_seconds": DISPATCH_SECONDS},
+                 verdict, reasons, settled)
 
 
 def module_positions(agreement, *, ratio: float = CONSISTENT_RATIO) -> Claim:

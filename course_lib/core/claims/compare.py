@@ -21,12 +21,13 @@ import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
+from course_lib.core.claims.caching import model_sources
+from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, inherit, probes
 from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
-           "engine_overhead"]
+           "engine_overhead", "llamacpp_probes", "hf_probes", "llamacpp_fixed_cost"]
 
 #: an efficiency (floor / measured) at or above this is "close" to the floor
 CLOSE = 0.8
@@ -63,15 +64,8 @@ def _band_beyond(eff: float) -> float:
 
 
 def _basis(basis) -> tuple[str, tuple]:
-    """The verdict and reasons a claim inherits from the claim its floor was computed from (None: nothing)."""
-    if basis is None:
-        return "reliable", ()
-    if not isinstance(basis, Claim):
-        raise TypeError(f"basis must be the Claim the floor rests on (e.g. gemv.calibration), got "
-                        f"{type(basis).__name__}")
-    if basis.verdict == "reliable":
-        return "reliable", ()
-    return basis.verdict, (f"the ceilings it is computed on are {basis.verdict} ({basis.reason})",)
+    """The verdict and reasons a claim inherits from the calibration its floor was computed from (None: nothing)."""
+    return inherit(basis, "the floor")
 
 
 def _worst(*verdicts: str) -> str:
@@ -126,19 +120,24 @@ def _timing_of(name: str, timing):
 
 
 def engine_vs_prediction(timing, predicted_seconds: float, *, tolerance: float = TOLERANCE,
-                         metric: str = "tpot") -> Claim:
+                         metric: str = "tpot", basis: Claim | None = None) -> Claim:
     """The engine's measured TPOT or TTFT (``timing``: ``EngineTiming.step_times`` / ``ttft_times`` or a
     record) against the calibrated prediction: "within" ``tolerance``, "over" (predicted too long) or "under".
+    ``basis``: the claim of the probes the prediction was computed from (:func:`llamacpp_probes`, :func:`hf_probes`),
+    whose verdict the claim inherits: a prediction on unsettled probes decides nothing, whatever the margin.
     Operands: ``measured``, ``predicted``, ``error`` = (predicted - measured) / measured, ``metric``."""
     if metric not in ("tpot", "ttft"):
         raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
     a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6),
                        _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0))
     m = a.measured
+    b_verdict, b_reasons = inherit(basis, "the prediction")
     return Claim("engine_vs_prediction", a.relation,
                  {"measured": m.median, "predicted": predicted_seconds, "error": a.error, "tolerance": tolerance,
                   "metric": metric, "spread": m.spread},
-                 a.verdict, (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else (), a.settled)
+                 _worst(a.verdict, b_verdict),
+                 ((f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ()) + b_reasons,
+                 a.settled and b_verdict == "reliable")
 
 
 def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot", basis: Claim | None = None) -> Claim:
@@ -231,3 +230,72 @@ def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra)
         require_positive(k, row[k], maximum=1e15)
     row.update({k: float(v) for k, v in extra.items()})
     return row
+
+
+def llamacpp_probes(rates, held_types, *, metric: str = "tpot") -> Claim:
+    """How settled llama.cpp's engine probes are for one prediction (``llamacpp.probe_engine_rates``' result): a
+    :func:`~course_lib.core.claims.gemv.probes` claim over the timings that price it.
+
+    ``rates.verdicts`` holds, for each probed type in the order of ``rates.decode``, the (TPOT, TTFT) verdicts of
+    each of its probe files, then those of the tiny file. ``metric`` "tpot" reads the decode timings, "ttft" the
+    prefill ones, of the types in ``held_types`` (the model file's; ``GGUFBytes.types``) and of the tiny file (the
+    fixed cost). The F16 probe that is always run counts only where the model holds F16 matrices: otherwise it
+    enters the prediction only through the tiny file's own bytes, taken out of its fixed cost (well under 1 % of a
+    step). Where the verdicts do not have that layout, every one counts."""
+    if metric not in ("tpot", "ttft"):
+        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    types, verdicts = list(_get(rates, "decode") or {}), list(_get(rates, "verdicts") or ())
+    if not verdicts:
+        raise TypeError("rates must carry the verdicts of its probe timings (llamacpp.probe_engine_rates' result)")
+    held = set(held_types)
+    k = 0 if metric == "tpot" else 1
+    what = "decode timing" if metric == "tpot" else "prefill timing"
+    files, extra = divmod(len(verdicts) - 2, 2 * len(types)) if types and len(verdicts) > 2 else (0, 1)
+    if files and not extra:
+        nth = [""] if files == 1 else [f"{('first', 'second', 'third')[f]} " if f < 3 else f"number {f + 1} "
+                                       for f in range(files)]
+        sources = {f"the {nth[f]}{t} probe file's {what}": verdicts[2 * (i * files + f) + k]
+                   for i, t in enumerate(types) if t in held for f in range(files)}
+        sources[f"the tiny file's {what}"] = verdicts[-2 + k]
+    else:
+        sources = {f"probe timing {i + 1}": v for i, v in enumerate(verdicts)}
+    return probes(sources, what=f"the calibrated prediction of the {'decode step' if metric == 'tpot' else 'prefill'}")
+
+
+def hf_probes(calibration, probe) -> Claim:
+    """How settled the probes behind a Hugging Face engine prediction are (``hf.predict_engine_tpot`` / ``_ttft``):
+    the calibrated model's probes (:func:`~course_lib.core.claims.caching.model_sources` of ``calibration``, from
+    ``hf.calibrate_for``) and the decode steps of the tiny copies that price the engine's per-step overhead
+    (``probe``: ``hf.probe_engine_overhead``'s result; a split clamped at 0 is a contradiction, as in
+    :func:`engine_overhead`)."""
+    sources, contradictions = model_sources(calibration)
+    for n, t in zip(_get(probe, "layers"), _get(probe, "decode")):
+        sources[f"the {n}-layer copy's decode timing"] = _get(t, "step_times")
+    clamped = [c for c in (_get(probe, "clamped", ()) or ()) if "decode" in c]
+    if clamped:
+        contradictions += (f"the overhead split was clamped at 0 ({', '.join(clamped)}): the copy with more layers "
+                           "was not slower per step",)
+    return probes(sources, what="the calibrated prediction", contradictions=contradictions)
+
+
+def llamacpp_fixed_cost(rates) -> Claim:
+    """llama.cpp's fixed cost per decode step as the probes gave it (``llamacpp.probe_engine_rates``' result):
+    the tiny file's step minus its own bytes at the F16 probe's rate. ``relation`` "measured", or "clamped" where that
+    difference was not positive and the probes set the cost to 0 (``step_fixed`` == 0): a step cannot take less
+    than its bytes need, so the machine's speed changed between the probes, and the 0 is not a measurement (verdict
+    "noisy"). Otherwise the verdict is the tiny file's decode timing's. Operands: ``seconds`` (``step_fixed``)."""
+    fixed = _get(rates, "step_fixed")
+    verdicts = list(_get(rates, "verdicts") or ())
+    if fixed is None or isinstance(fixed, bool) or not isinstance(fixed, (int, float)) or fixed < 0:
+        raise TypeError("rates must carry step_fixed, seconds >= 0 (llamacpp.probe_engine_rates' result)")
+    tiny = quality.timing_verdict(verdicts[-2], name="tiny") if len(verdicts) >= 2 else None
+    verdict = tiny.verdict if tiny is not None else "noisy"
+    reasons = (f"the tiny file's decode timing is {tiny.verdict}: {tiny.reason}",) if tiny and not tiny.reliable else ()
+    if tiny is None:
+        reasons = ("the tiny file's timing was not recorded",)
+    if fixed == 0:
+        verdict = _worst(verdict, "noisy")
+        reasons += ("the tiny file's step was not longer than its own bytes at the F16 probe's rate, so the fixed cost "
+                    "was set to 0",)
+    return Claim("engine_fixed_cost", "clamped" if fixed == 0 else "measured", {"seconds": float(fixed)},
+                 verdict, reasons)

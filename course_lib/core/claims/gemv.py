@@ -31,7 +31,7 @@ from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
-           "model_vs_estimate", "calibration", "UNDECIDED"]
+           "model_vs_estimate", "calibration", "probes", "inherit", "CALIBRATIONS", "UNDECIDED"]
 
 #: a measured time within this fraction of its bytes / bandwidth prediction "matches" it
 TOLERANCE = 0.25
@@ -497,3 +497,54 @@ def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> 
                   "bandwidth_verdict": bw_v.verdict, "bandwidth_reason": bw_v.reason if not bw_v.reliable else "",
                   "compute_verdict": _worst("reliable", *compute)},
                  verdict, tuple(reasons))
+
+
+#: the names of the claims that say how settled a calibration is: :func:`calibration` (the ceilings of lesson 05)
+#: and :func:`probes` (the probes of a calibrated model or an engine); a claim computed on one inherits its verdict
+CALIBRATIONS = ("calibration", "probes")
+
+
+def probes(sources: Mapping, *, what: str, contradictions=()) -> Claim:
+    """How settled the probes behind a calibrated prediction are: ``relation`` "settled" (every timing reliable and
+    no contradiction) or "unsettled" (this run's calibration, not the machine's; ``verdict`` and ``reasons`` say why).
+
+    ``sources``: {label: timing} of every probe timing the prediction rests on (what :func:`quality.timing_verdict`
+    reads, or a :class:`quality.TimingVerdict`); ``what``: the prediction in words (e.g. "the calibrated model");
+    ``contradictions``: sentences naming relations between the probes that no machine allows (each makes the
+    calibration "noisy": the numbers look steady one by one, yet disagree with each other). Like
+    :func:`calibration` it is a number, not a relation: no margin settles a noisy one. Operands: ``what``,
+    ``sources`` (labels), ``unsettled`` (labels of the probes that are not reliable), ``uncertainty`` (the largest
+    :attr:`quality.TimingVerdict.uncertainty`, None when a spread is unknown)."""
+    if not isinstance(sources, Mapping) or not sources:
+        raise TypeError("sources must be a non-empty dict {label: timing} of the probes behind the prediction")
+    if not isinstance(what, str) or not what:
+        raise TypeError(f"what must name the prediction in words, got {what!r}")
+    verdicts = {k: v if isinstance(v, quality.TimingVerdict) else _verdict(str(k), v) for k, v in sources.items()}
+    contradictions = tuple(str(c) for c in contradictions)
+    bad = tuple(k for k, v in verdicts.items() if not v.reliable)
+    us = [v.uncertainty for v in verdicts.values()]
+    verdict = _worst(*(v.verdict for v in verdicts.values()), *(("noisy",) if contradictions else ()))
+    return Claim("probes", "unsettled" if bad or contradictions else "settled",
+                 {"what": what, "sources": tuple(verdicts), "unsettled": bad, "contradictions": len(contradictions),
+                  "uncertainty": None if None in us else max(us)},
+                 verdict, _reasons(verdicts) + contradictions)
+
+
+def inherit(basis: Claim | None, what: str = "the prediction") -> tuple[str, tuple]:
+    """The verdict and reasons a claim inherits from the calibration it was computed on (``basis``: a
+    :func:`calibration` or :func:`probes` claim; None: nothing to inherit, "reliable"). A settled calibration passes
+    on "reliable"; an unsettled one its verdict, with one reason naming it: a claim on it cannot be settled by any
+    margin, because the calibration may be off by more than its own timings show (a busy run times every probe
+    slow)."""
+    if basis is None:
+        return "reliable", ()
+    if not isinstance(basis, Claim) or basis.name not in CALIBRATIONS:
+        raise TypeError(f"basis must be the calibration claim ({' or '.join(CALIBRATIONS)}) the prediction was "
+                        f"computed on, got {type(basis).__name__ if not isinstance(basis, Claim) else basis.name!r}")
+    if basis.verdict == "reliable":
+        return "reliable", ()
+    n = basis.operands.get("contradictions", 0)
+    which = ", ".join([*basis.operands.get("unsettled", ()),
+                       *([f"{n} contradiction{'s' if n > 1 else ''} between its probes"] if n else [])]) or basis.reason
+    return basis.verdict, (f"{what} rests on this run's calibration, which is not settled ({which}): its numbers "
+                           "are this run's, not this machine's",)

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 
 from course_lib.core import quality
-from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst
+from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst, inherit
 from course_lib.core.validation import require_list, require_positive
 
 __all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
@@ -80,7 +80,9 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
     ``relation``: "flat" (the step cost about the same: the weight read is shared), "as_predicted" (it grew,
     within a factor 1.25 of ``predicted_growth``, the roofline's ratio), "grows_more" (it grew more: each
     extra row costs time of its own), "falls" (the larger batch was faster: impossible for the same work,
-    read as noise), "mixed"; or the verdict. Operands: ``growth`` (time ratio), ``throughput_gain``.
+    read as noise), "mixed"; or the verdict. Operands: ``growth`` (time ratio), ``throughput_gain``,
+    ``growth_settled`` (the step's growth itself stands, :func:`quality.trend`, even where its comparison with the
+    roofline does not).
     """
     xs, ts = _series("step_vs_batch", batches, timings)
     predicted_growth = require_positive("predicted_growth", predicted_growth)
@@ -94,12 +96,20 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
         relation = "falls"
     else:
         relation = "mixed"
+    settled = (t.settled and relation == "grows_more"
+               and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
+    reasons = _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else ()
+    if t.verdict != "reliable" and t.settled and not settled:
+        # the growth stands, what it is compared with does not: say so, not that the change clears the spread
+        reasons = tuple(r for r in reasons if "exceeds the spread of the first and last points" not in r) + (
+            f"the step grew {growth:.3g}x, which the spread settles, but not whether that is more than the roofline's "
+            f"{predicted_growth:.3g}x allows (1.25x of it): the difference does not clear the spread by "
+            f"{quality.THRESHOLDS.decisive_margin:g}x",)
     return Claim("step_vs_batch", relation,
                  {"batches": t.xs, "seconds": t.medians, "growth": growth, "predicted_growth": predicted_growth,
-                  "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1]},
-                 t.verdict, _axis(t.reasons[1:], "batch") if t.verdict != "reliable" else (),
-                 t.settled and relation == "grows_more"
-                 and quality.settles(math.log(growth / (1.25 * predicted_growth)), [t.points[0], t.points[-1]]))
+                  "throughput_gain": t.xs[-1] / t.xs[0] / growth, "first_batch": t.xs[0], "last_batch": t.xs[-1],
+                  "growth_settled": t.settled},
+                 t.verdict, reasons, settled)
 
 
 def same_step(timings: Mapping, *, ratio: float = CONSISTENT_RATIO) -> Claim:
@@ -148,18 +158,20 @@ def below_roof(fractions: Mapping) -> Claim:
 
 
 def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: float, *,
-                     tolerance: float = TOLERANCE, steal: float | None = None) -> Claim:
+                     tolerance: float = TOLERANCE, steal: float | None = None, basis: Claim | None = None) -> Claim:
     """What the calibration adds: the calibrated and the uncalibrated prediction against one measurement.
 
     ``relation``: "calibrated_better" (its error is the smaller by more than the measurement's own spread
     allows either way), "uncalibrated_better", "no_difference"; operands: both errors, both
-    :func:`quality.within` relations at ``tolerance``.
+    :func:`quality.within` relations at ``tolerance``. ``basis``: the claim of the calibration both predictions
+    were computed on (``caching.model_calibration``), whose verdict the claim inherits (``gemv.inherit``).
     """
     a = quality.within(require_positive("calibrated_seconds", calibrated_seconds), measured, tolerance, steal=steal)
     b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds), measured, tolerance,
                        steal=steal)
     ea, eb = abs(a.error), abs(b.error)
     spread = a.measured.spread or 0.0
+    b_verdict, b_reasons = inherit(basis, "each prediction")
     if ea + spread < eb:
         relation = "calibrated_better"
     elif eb + spread < ea:
@@ -171,8 +183,8 @@ def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: 
                   "uncalibrated_seconds": uncalibrated_seconds, "calibrated_error": a.error,
                   "uncalibrated_error": b.error, "calibrated_within": a.relation, "uncalibrated_within": b.relation,
                   "tolerance": tolerance},
-                 a.verdict, (f"the measurement is {a.measured.verdict}: {a.measured.reason}",)
-                 if not a.measured.reliable else ())
+                 _worst(a.verdict, b_verdict), ((f"the measurement is {a.measured.verdict}: {a.measured.reason}",)
+                                                if not a.measured.reliable else ()) + b_reasons)
 
 
 def single_max_vs_operators(phase) -> Claim:

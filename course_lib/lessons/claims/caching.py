@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from course_lib.core.claims.gemv import Claim
 from course_lib.core.units import format_time
-from course_lib.lessons.claims.gemv import settled_note, unreliable
+from course_lib.lessons.claims.gemv import UNDECIDED_MARK, beside, settled_note, unreliable
 from course_lib.lessons.prose import table
 
 __all__ = ["say", "cases_table", "error_text", "value_text"]
@@ -74,12 +74,14 @@ def _calibrated_summary(c: Claim) -> str:
     inside = "; ".join(f"*{k}*" for k in o["inside"])
     outside = "; ".join(f"*{k}*" for k in o["outside"])
     if c.verdict != "reliable":
-        why = ("the hypervisor took CPU time away during the measurement" if c.verdict == "contended"
-               else "their repeats disagree (the reasons are in the list below)")
         which = "; ".join(f"*{k}*" for k in o["unreliable"])
-        return (f"Within {tol}: {inside or 'no case'}; outside: {outside or 'no case'}. "
-                f"**Your timings are unreliable** for {which}, because {why}: on those rows the table cannot "
-                f"say how good the model is on this machine.")
+        why = ("the hypervisor took CPU time away during the measurement" if c.verdict == "contended"
+               else "the timings behind them are not settled (the reasons are in the case-by-case list below)")
+        decided = (f"Of the cases this run decides, within {tol}: {inside or 'none'}; outside: {outside or 'none'}. "
+                   if c.relation != "none_decided" else "")
+        return (decided + f"**Whether the model is within {tol} {UNDECIDED_MARK}** for {which}: **your timings are "
+                f"unreliable** there, because {why}; on those rows the table cannot say how good the model is on "
+                "this machine.")
     return {
         "all_within": f"The calibrated model is within {tol} on every case.",
         "some_within": f"The calibrated model is within {tol} on {inside}, and outside it on {outside}.",
@@ -97,7 +99,8 @@ def _roofline(c: Claim) -> str:
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
                 f"measured at the top of this section was too low (a busy moment).")
-    return unreliable(c, f"How far the roofline is below the measured {o['case']}")
+    return unreliable(c, f"Whether the roofline is a floor under the measured {o['case']} (roofline "
+                         f"{format_time(o['roofline'])}, measured {format_time(o['measured'])})")
 
 
 def _largest_gap(c: Claim) -> str:
@@ -114,6 +117,12 @@ def _profile_vs_measured(c: Claim) -> str:
     if c.outcome == "measured_longer":
         return (f"The profile's operator time leaves out the Python between the operators: the measured median is "
                 f"{format_time(o['gap'])} longer.")
+    if c.outcome == "conditions_differ":
+        side = "longer" if o["measured"] > o["profiled"] else "shorter"
+        return (f"The measured median is {format_time(o['gap'])} {side} than the profiled operator time: more than "
+                f"the Python between, or the profiler's cost for, {o['calls']:,} calls can be (at most "
+                f"{format_time(o['dispatch_seconds'])} each, {format_time(o['per_call_bound'])} in all). The measured "
+                "and the profiled pass ran under different conditions: the machine's other work changed between them.")
     return (f"Here the profiled operator time exceeds the measured median by {format_time(o['gap'])}: the profiler "
             "adds its own cost to every call it records.")
 
@@ -149,16 +158,21 @@ def _noted(text: str, claim: Claim) -> str:
     return text if note in text else text + note
 
 
-def say(claim: Claim, **extra) -> str:
+def say(claim: Claim, ref: Claim | None = None, **extra) -> str:
     """The Markdown for ``claim``'s outcome. ``why=`` (model cases only): where to look when the case is outside
-    its tolerance, appended to that sentence only."""
+    its tolerance, appended to that sentence only. ``ref``: the same claim computed from the course's stored
+    reference run, shown beside an undecided one (:func:`~course_lib.lessons.claims.gemv.beside`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name not in _SAY:
         raise ValueError(f"lesson 07 has no sentence for the claim {claim.name!r}")
     if extra and claim.name != "model_case":
         raise TypeError(f"say() takes extra arguments for model_case claims only, got {sorted(extra)}")
-    return _noted(_SAY[claim.name](claim, **extra), claim)
+    if isinstance(ref, Claim) and ref.name != claim.name:
+        raise ValueError(f"ref must be a {claim.name!r} claim (the same claim from the reference run), "
+                         f"got {ref.name!r}")
+    return beside(_noted(_SAY[claim.name](claim, **extra), claim), claim, ref,
+                  lambda c: _noted(_SAY[c.name](c), c))
 
 
 def cases_table(cases, roofline) -> str:
@@ -170,6 +184,6 @@ def cases_table(cases, roofline) -> str:
         r = roofline[o["case"]]
         rows.append([o["case"], value_text(o["measured"], o["kind"]), value_text(r, o["kind"]),
                      value_text(o["predicted"], o["kind"]), error_text(o["error"]),
-                     "yes" if c.relation == "within" else "no", c.verdict])
+                     ("yes" if c.relation == "within" else "no") if c.decided else "undecided", c.verdict])
     return table(["case", "measured", "roofline", "calibrated", "calibrated error",
                   f"within ±{cases[0].operands['tolerance']:.0%}", "measurement"], rows)

@@ -120,9 +120,21 @@ def _engine_overhead(c: Claim) -> str:
     return text
 
 
+def _engine_fixed_cost(c: Claim) -> str:
+    if c.relation == "clamped":
+        return ("The fixed cost per step comes from a tiny file of the same vocabulary, but here its step was not "
+                "longer than its own bytes take at the F16 probe's rate, which a real step cannot be: the machine's "
+                "speed changed between the probes, the fixed cost was set to 0, and the 0 above is not a measurement. "
+                + unreliable(c, "What this engine costs per step beyond its bytes"))
+    head = (f"The fixed cost comes from a tiny file of the same vocabulary: {format_time(c.operands['seconds'])} per "
+            "step")
+    return head + ("." if c.verdict == "reliable" else ". " + unreliable(c, "How precise this fixed cost is"))
+
+
 _SAY = {"efficiency": _efficiency, "floor_beaten": _floor_beaten, "fixed_cost_reading": _fixed_cost,
         "engine_vs_prediction": _engine_vs_prediction, "engine_vs_floor": _engine_vs_floor,
-        "engine_time_split": _engine_split, "engine_overhead": _engine_overhead}
+        "engine_time_split": _engine_split, "engine_overhead": _engine_overhead,
+        "engine_fixed_cost": _engine_fixed_cost}
 
 
 def _noted(text: str, claim: Claim) -> str:

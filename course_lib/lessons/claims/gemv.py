@@ -238,6 +238,20 @@ def _calibration(c: Claim) -> str:
             "machine can do.")
 
 
+def _probes(c: Claim) -> str:
+    o = c.operands
+    n = len(o["sources"])
+    what = o["what"][0].upper() + o["what"][1:]
+    if c.relation == "settled":
+        u = (f" (the largest uncertainty {o['uncertainty']:.0%} of a median)" if o.get("uncertainty") is not None
+             else "")
+        return (f"{what} rests on {n} probe timing{'s' if n != 1 else ''}, every one reliable{u}: what it predicts "
+                "stands for this machine.")
+    return (f"{what} rests on {n} probe timing{'s' if n != 1 else ''}. **Not settled: these are this run's probes, "
+            f"not this machine's**, because {c.reason}. Every comparison of what it predicts with a measurement below "
+            "inherits this and is left undecided: its numbers say how this run went, not how good the model is.")
+
+
 def _model_vs_estimate(c: Claim) -> str:
     o = c.operands
     head = (f"The tiny model's step took **{format_time(o['seconds'])}**, **{o['ratio']:.2f}** times the estimate "
@@ -263,7 +277,7 @@ def _model_vs_estimate(c: Claim) -> str:
 _SAY = {"gemv_vs_copy": _gemv_vs_copy, "time_vs_size": _time_vs_size, "cache_reuse": _cache_reuse,
         "beyond_cache": _beyond_cache, "small_matrix": _small_matrix, "dtype_speed": _dtype_speed,
         "decode_from_gemv": _decode_from_gemv, "model_vs_estimate": _model_vs_estimate,
-        "calibration": _calibration}
+        "calibration": _calibration, "probes": _probes}
 def _render(claim: Claim) -> str:
     return _SAY[claim.name](claim) + settled_note(claim)
 

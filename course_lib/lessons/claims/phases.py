@@ -90,7 +90,8 @@ def _step_vs_batch(c: Claim) -> str:
         "falls": "The larger batch took **less** time per step, impossible for more work: the machine's speed "
                  "changed during the run.",
         "mixed": "The step time went up and down with the batch: the machine's speed changed during the run.",
-    }, "How the step time changes with the batch")
+    }, "Whether the step grew more than the roofline predicts" if o.get("growth_settled")
+       else "How the step time changes with the batch")
 
 
 def _same_step(c: Claim) -> str:
