@@ -170,3 +170,16 @@ def test_generate_is_timed_token_by_token_and_survives_non_ascii(files):
     assert t.repeats == 2 and len(t.step_times) == 2 * 3 and t.ttft > 0 and t.tpot > 0
     with pytest.raises(ValueError, match="prompts"):
         L.measure_gguf(files["q4_0"], prompts=[0])
+
+
+@needs_llamacpp
+def test_building_and_opening_a_file_prints_nothing_into_the_cell(files, tmp_path, capsys):
+    """A lesson cell shows what reaches Python's sys.stderr: llama-cpp-python's log callback prints llama.cpp's
+    loader and quantizer lines there (hundreds of them) unless they are silenced."""
+    capsys.readouterr()
+    L.quantize(files["f16"], tmp_path / "again-q8_0.gguf", "q8_0")
+    llm = L.open_gguf(tmp_path / "again-q8_0.gguf", threads=1, n_ctx=64)
+    llm.close()
+    out = capsys.readouterr()
+    assert "llama_model_loader" not in out.err + out.out and "quantiz" not in out.err.lower()
+    assert out.err == "" and out.out == ""

@@ -65,7 +65,9 @@ import contextlib
 import ctypes
 import hashlib
 import importlib.util
+import io
 import json
+import logging
 import math
 import os
 import re
@@ -144,26 +146,38 @@ def require_llamacpp():
         raise ImportError("the llama.cpp engine needs llama-cpp-python and gguf: make llamacpp "
                           "(or pip install 'course-lib[llamacpp]'; it compiles llama.cpp, about 11 minutes on "
                           "2 cores)") from e
+    logger = logging.getLogger("llama-cpp-python")
+    if logger.level == logging.NOTSET:     # llama-cpp-python's callback then prints every loader line, a close's too
+        logger.setLevel(logging.ERROR)
     return llama_cpp
 
 
 @contextlib.contextmanager
 def _quiet():
-    """llama.cpp's C-level log lines (loading, quantizing) silenced: stderr's file descriptor sent to /dev/null."""
+    """llama.cpp's log lines (loading, quantizing) silenced on both of their routes: llama-cpp-python's log callback
+    prints them to Python's ``sys.stderr`` (in a Jupyter kernel, the cell's output) unless its logger is above their
+    level, and C code that writes to the process's stderr directly goes to file descriptor 2, sent to /dev/null."""
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
     try:
-        fd = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
+        with contextlib.redirect_stderr(io.StringIO()):
             try:
+                fd = os.dup(2)
+            except OSError:
                 yield
+                return
+            try:
+                with open(os.devnull, "w") as null:
+                    os.dup2(null.fileno(), 2)
+                    try:
+                        yield
+                    finally:
+                        os.dup2(fd, 2)
             finally:
-                os.dup2(fd, 2)
+                os.close(fd)
     finally:
-        os.close(fd)
+        logger.setLevel(level)
 
 
 # --------------------------------------------------------------------------------------------------
