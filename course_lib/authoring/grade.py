@@ -577,9 +577,9 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
     try:
         got = json.loads(out[at + len(_MARK):].strip().splitlines()[0])
     except (ValueError, IndexError, RecursionError, MemoryError):
-        return None, "its result could not be read"
+        return None, "gave a result the grader could not read"
     if not isinstance(got, dict) or not _plain_data(got):
-        return None, "its result was not plain data of the expected shape"
+        return None, "gave a result the grader could not read (not plain data within the limits)"
     return got, ""
 
 

@@ -381,6 +381,7 @@ class LimitedClient(NotebookClient):
         self.total_bytes = 0
         self.records = 0
         self.record_bytes = 0
+        self.over: dict[int, int] = {}
         self.capped: dict[int, str] = {}
         self.interrupted: set[int] = set()
         self._tasks: list = []
@@ -418,18 +419,24 @@ class LimitedClient(NotebookClient):
             content = msg.get("content") or {}
             size = message_size(content)
             if self._is_record(content):  # the answer exports: a budget of their own, bounded too
-                self.record_bytes += size
-                if self.records < MAX_RECORDS and size <= MAX_RECORD_BYTES and self.record_bytes <= self.max_output:
+                if self.records < MAX_RECORDS and size <= MAX_RECORD_BYTES \
+                        and self.record_bytes + size <= self.max_output:
                     self.records += 1
+                    self.record_bytes += size
                     return super().process_message(msg, cell, cell_index)
                 self.capped.setdefault(cell_index, f"a check record beyond the limits ({MAX_RECORDS} records of "
                                                    f"{MAX_RECORD_BYTES} bytes) was dropped")
                 return None
             self.total_bytes += size
             if self.total_bytes > self.max_output:
-                self.capped[cell_index] = (f"the notebook sent more than {self.max_output} bytes of output; the "
-                                           "cell was interrupted and later output dropped")
-                self._interrupt(cell_index)
+                # interrupt the cell that floods, not one that prints a line after the flood (an interrupt
+                # that reaches an idle kernel can end it)
+                self.over[cell_index] = self.over.get(cell_index, 0) + size
+                if self.over[cell_index] > MESSAGE_SLACK:
+                    self._interrupt(cell_index)
+                self.capped[cell_index] = (f"the notebook sent more than {self.max_output} bytes of output; "
+                                           + ("the cell was interrupted and " if cell_index in self.interrupted
+                                              else "") + "later output dropped")
                 return None
             used = self.cell_bytes.get(cell_index, 0) + size
             if used > self.max_cell_output:
