@@ -134,7 +134,7 @@ app: install
 # The slower integration checks (a real browser driving JupyterLab and Voila, nbgrader's whole autograde
 # flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip)
 # are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
-TOUR_MARKERS := browser or nbgrader or classroom or binder or site
+TOUR_MARKERS := browser or nbgrader or classroom or binder or site or grading
 
 test: install
 	$(VENV)/bin/ruff check .

