@@ -5,6 +5,7 @@ solution in tests/fixtures/solutions) so the file costs a handful of kernel star
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import json
@@ -156,6 +157,28 @@ def test_a_hostile_notebook_is_isolated_restored_and_reported(tmp_path, monkeypa
     assert not [p for p in g.problems if p.kind not in ("tampered",)], g.problems
 
 
+@contextlib.contextmanager
+def growth():
+    """Yields a one-item list that holds, on exit, how many bytes this process's RSS grew above its start at
+    its peak (sampled every 50 ms)."""
+    me = psutil.Process()
+    base = me.memory_info().rss
+    grew = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            grew[0] = max(grew[0], me.memory_info().rss - base)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield grew
+    finally:
+        done.set()
+        t.join()
+
+
 @pytest.mark.notebook
 def test_output_flood_and_time_budget_are_bounded(tmp_path):
     """One kernel: ``while True: print`` is cut at the notebook's output cap while it runs (the grader's
@@ -163,25 +186,11 @@ def test_output_flood_and_time_budget_are_bounded(tmp_path):
     flood = "while True:\n    print('x' * 10000)"
     sleeps = ["import time\ntime.sleep(1.5)"] * 5 + ["open('never.txt', 'w')"]
     path = _plain([flood] + sleeps, tmp_path / "flood.ipynb")
-    me = psutil.Process()
-    base = peak = me.memory_info().rss
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.wait(0.05):
-            peak = max(peak, me.memory_info().rss)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
     start = time.monotonic()
-    try:
+    with growth() as grew:
         g = grade.grade_notebook(path, timeout=2, time_budget=3.5, max_output=8 << 20, solutions=False)
-    finally:
-        done.set()
-        t.join()
     elapsed = time.monotonic() - start
-    assert peak - base < 200 << 20, f"the grader grew by {(peak - base) >> 20} MiB"
+    assert grew[0] < 200 << 20, f"the grader grew by {grew[0] >> 20} MiB"
     kinds = [p.kind for p in g.problems]
     assert "output_limit" in kinds and "time_budget" in kinds, g.problems
     assert "KeyboardInterrupt" not in " ".join(p.message for p in g.problems), "the grader's own interrupt"

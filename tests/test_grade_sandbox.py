@@ -25,11 +25,11 @@ import threading
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 from attacks import (BAD_DECIMAL, FORGE_EXPORT, METADATA_FLOOD, NESTED_RESULT, RECORD_FLOOD, STEAL,
                      STEAL_IN_FUNCTION)
 from conftest import sandbox_reason, strict_tools
+from test_grade_isolation import growth
 
 from course_lib.authoring import grade, integrity, sandbox
 from course_lib.checks import _demo
@@ -110,23 +110,11 @@ def test_graded_code_reaches_no_key_no_classmate_no_grader_and_one_notebook_stop
     mallory = course / "submitted" / "mallory" / "00_demo.ipynb"
     nbformat.write(nb, str(mallory))
 
-    me = psutil.Process()
-    base = peak = me.memory_info().rss
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.wait(0.05):
-            peak = max(peak, me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     try:
-        grades = grade.grade_notebooks([mallory, bob], timeout=20, solutions=SOLUTIONS,
-                                       max_output=4 << 20, max_cell_output=1 << 20)
+        with growth() as grew:
+            grades = grade.grade_notebooks([mallory, bob], timeout=20, solutions=SOLUTIONS,
+                                           max_output=4 << 20, max_cell_output=1 << 20)
     finally:
-        done.set()
-        sampler.join()
         listener.close()
         alive = sentinel.poll() is None
         sentinel.kill()
@@ -153,7 +141,7 @@ def test_graded_code_reaches_no_key_no_classmate_no_grader_and_one_notebook_stop
     capped = {p.cell: p.message for p in m.problems if p.kind == "output_limit"}
     assert any("more than" in m for m in capped.values()), "1 MB of metadata per message counts in the caps"
     assert any("check record" in m for m in capped.values()), "outputs under the check-record key are bounded"
-    assert peak - base < 200 << 20, f"the grader grew by {(peak - base) >> 20} MiB"
+    assert grew[0] < 200 << 20, f"the grader grew by {grew[0] >> 20} MiB"
     assert b.status == "ok" and b.score == b.points > 0, b.to_dict()
 
 
