@@ -3,10 +3,14 @@
 Lessons: none
 
 Each notebook is executed as a *copy*, in a fresh kernel, alone in a fresh temporary folder (no links to
-the learner's files, no ``PYTHONPATH`` into their folder; see :mod:`course_lib.authoring.sandbox` for the
-isolation and the limits: output bytes per cell and per notebook, kernel memory, an overall time budget
-besides the per-cell timeout, every child process ended), against a ``course_lib`` *without the answer
-key* (the key-less modules of its question sets: ``q.q1.expected`` is None there).
+the learner's files, no ``PYTHONPATH`` into their folder), inside an OS sandbox (bubblewrap: no key, no
+gradebook, no other submission, no grader process, no other kernel, no network; the grader refuses without
+it unless the insecure mode is chosen), against a ``course_lib`` *without the answer key* (the key-less
+modules of its question sets: ``q.q1.expected`` is None there).  See :mod:`course_lib.authoring.sandbox`
+for the sandbox and the limits: output bytes per cell and per notebook (every byte of a message), kernel
+memory, an overall time budget besides the per-cell timeout, every child process ended.  What graded code
+sends out (answers, a function's results) is read only as plain JSON data of bounded depth and size, and
+whatever it makes the grader raise fails that answer, or that notebook, only.
 
 The kernel is not trusted to judge: before each check of a grade cell the grader inserts
 :func:`course_lib.checks.answers.export_answer`, which sends the answer out as plain data (numbers,
@@ -359,7 +363,7 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
                 problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the "
                                         "whole notebook); the kernel was stopped", last()))
             else:
-                tail = _tail(log)
+                tail = sandbox.scrub(_tail(log))
                 problems.append(Problem("dead_kernel", f"the kernel died ({exc}); later cells were not run"
                                         + (f"; kernel log: {tail}" if tail else ""), last()))
         except Exception as exc:  # kernel failed to start, etc.
@@ -730,7 +734,7 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where, 
         content = replies.get(i)
         if not content or content.get("status") != "error":
             continue
-        ename, evalue = content.get("ename", "Error"), str(content.get("evalue", "")).strip()
+        ename, evalue = str(content.get("ename", "Error"))[:100], sandbox.scrub(str(content.get("evalue", "")).strip())
         first = evalue.splitlines()[0] if evalue else ""
         here = [st for cell_judged in judged.values() for c, st, _ in cell_judged if c == i]
         if ename == _TIMEOUT_ENAME:

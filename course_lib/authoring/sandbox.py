@@ -75,7 +75,7 @@ __all__ = [
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
-    "message_size",
+    "message_size", "INSECURE_WARNING",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
