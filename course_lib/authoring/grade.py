@@ -316,6 +316,7 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             from jupyter_client.manager import AsyncKernelManager
 
             manager = sandbox.sandboxed_kernel_manager(manager or AsyncKernelManager, work)
+            sandbox.hand_over(work)
         else:
             warnings.append(sandbox.INSECURE_WARNING)
         client = sandbox.LimitedClient(
@@ -567,6 +568,8 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="fn-", dir=str(work)))
+    if limits.isolation == sandbox.SANDBOX:
+        sandbox.hand_over(work)  # the grading folder, this fresh subfolder included
     rc, out, reason = sandbox.run_python(_CHILD, base64.b64encode(pickle.dumps(request)), env=env, cwd=folder,
                                          timeout=limits.timeout, max_memory=limits.max_memory,
                                          max_output=limits.max_cell_output,

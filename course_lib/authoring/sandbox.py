@@ -75,7 +75,7 @@ __all__ = [
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
-    "message_size", "INSECURE_WARNING",
+    "message_size", "INSECURE_WARNING", "hand_over",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -233,18 +233,69 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
     bwrap = bwrap or bwrap_status()[0] or "bwrap"
     work = Path(work)
     paths = _system_paths()
-    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    root = _as_root()
+    args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session"]
+    if not root:  # an unprivileged grader: a user namespace, its uid mapped to nobody inside
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
+    bound: list[str] = []
     for p in paths:
-        args += ["--ro-bind", p, p]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        args += _parents(p, bound) + ["--ro-bind", p, p]
+        bound.append(p)
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for h in _masked(paths):
         args += ["--tmpfs", h]
-    args += ["--bind", str(work), str(work)]
+    args += _parents(str(work), bound, made=("/tmp", "/run")) + ["--bind", str(work), str(work)]
     if (work / KEYLESS_DIR).is_dir():
         args += ["--ro-bind", str(work / KEYLESS_DIR), str(work / KEYLESS_DIR)]
     args += ["--chdir", str(cwd or work), "--setenv", "JPY_PARENT_PID", "1", "--"]
-    return args + _limits_prefix()
+    return args + _drop_root() + _limits_prefix()
+
+
+def _as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _parents(path: str, bound: list[str], made=()) -> list[str]:
+    """``--dir`` arguments (mode 0755) for the folders above ``path`` that no bound folder provides, so that
+    the unprivileged user reaches ``path`` (bubblewrap would copy a 0700 ``/root`` otherwise)."""
+    out = []
+    parts = Path(path).parts
+    for i in range(2, len(parts)):
+        a = str(Path(*parts[:i]))
+        if a not in made and not any(a == b or a.startswith(b.rstrip("/") + "/") for b in bound):
+            out += ["--perms", "0755", "--dir", a]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _drop_root() -> list[str]:
+    """For a grader that runs as root: the command that becomes ``nobody`` (uid and gid :data:`SANDBOX_UID`, no
+    groups, no capabilities, no new privileges) inside the sandbox, after bubblewrap made its mounts.  A user
+    namespace would map the sandbox's user to root outside, whose files (``/etc/shadow``) it could then read."""
+    import shutil
+
+    if not _as_root():
+        return []
+    setpriv = shutil.which("setpriv") or "setpriv"
+    return [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs"]
+
+
+def hand_over(path: Path) -> None:
+    """Make ``path`` (a grading folder, or a folder or file inside it) and what it holds the sandbox user's,
+    when the grader runs as root (graded code then runs as ``nobody`` and writes only there)."""
+    if not _as_root():
+        return
+    path = Path(path)
+    todo = [path]
+    if path.is_dir():
+        todo += list(path.rglob("*"))
+    for p in todo:
+        try:
+            os.chown(p, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+        except OSError:
+            pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -267,6 +318,7 @@ def bwrap_status() -> tuple[str | None, str]:
     if path is None:
         return None, "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     with tempfile.TemporaryDirectory(prefix="course-grade-probe-") as tmp:
+        hand_over(Path(tmp))
         try:
             done = subprocess.run(isolation_prefix(Path(tmp), bwrap=path) + [sys.executable, "-c", "print(6 * 7)"],
                                   capture_output=True, timeout=60, env={"PATH": os.defpath})
@@ -312,6 +364,11 @@ def sandboxed_kernel_manager(base, work: Path):
             super().__init__(**kw)
             self.transport, self.ip = "ipc", str(ipc / "k")
             self.connection_file = str(ipc / "kernel.json")
+
+        def write_connection_file(self, **kw):
+            out = super().write_connection_file(**kw)
+            hand_over(ipc)  # the kernel, as the sandbox user, reads it and makes its sockets there
+            return out
 
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
