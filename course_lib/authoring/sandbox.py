@@ -14,7 +14,11 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   environment, watched like the kernel);
 * **an OS sandbox** (:func:`isolation_prefix`, mode :data:`SANDBOX`, the default): the kernel and every
   fresh interpreter run under bubblewrap (``bwrap``) as an unprivileged user (uid 65534, no capabilities)
-  in their own user, mount, PID, IPC, UTS and network namespaces.  They see a read-only view of the system
+  in their own mount, PID, IPC, UTS and network namespaces.  An unprivileged grader adds a user namespace
+  (its uid is ``nobody`` inside); a grader running as root does not (a user namespace would map ``nobody``
+  to root outside, whose ``/etc/shadow`` it could read): bubblewrap makes the mounts as root, then
+  ``setpriv`` becomes the real ``nobody`` with no groups, capabilities or new privileges, and the grading
+  folder is handed to that user (:func:`hand_over`).  They see a read-only view of the system
   folders (``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and of Python's prefixes, with the course's
   own package and source folder masked; a private ``/proc`` (only their own processes: not the grader,
   not other notebooks' kernels), a private ``/dev`` and ``/tmp``; and, read-write, only the notebook's
