@@ -78,7 +78,9 @@ BUDGET_PER_TIMEOUT = 5
 STUDENT_RE = r"(?:^|/)(?:submissions?|submitted|autograded)/(?P<student>[^/]+)/"
 _STATUS_ORDER = {INCORRECT: 0, NOT_ATTEMPTED: 1, CORRECT: 2}
 _TIMEOUT_ENAME = "CellTimeout"
-_IMPORT_RE = re.compile(r"^\s*from\s+course_lib\.checks\s+import\s+(\(?[^#\n]+(?:\n[^#)]*\))?)", re.MULTILINE)
+# [ \t]* after ^, not \s*: \s* also spans newlines, and a cell of 20,000 blank lines took 4 s (quadratic)
+_IMPORT_RE = re.compile(r"^[ \t]*from[ \t]+course_lib\.checks[ \t]+import[ \t]+(\(?[^#\n]+(?:\n[^#)]*\))?)",
+                        re.MULTILINE)
 _MODULE_RE = re.compile(r"course_lib\.checks\.(\w+)")
 _CHECK_CALL_RE = re.compile(r"\.(\w+)\s*\.\s*check\s*\(")
 
