@@ -93,7 +93,7 @@ MAX_RECORDS = 2000
 #: Bytes of one check record (an answer export); a larger one is dropped.
 MAX_RECORD_BYTES = 256 << 10
 #: Bytes of one file graded code writes (``RLIMIT_FSIZE`` in the sandbox).
-MAX_FILE_SIZE = 256 << 20
+MAX_FILE_SIZE = 4 << 30  # a lesson writes a model file (ex08: 262 MB in fast mode, GBs at full size)
 #: Bytes a single kernel message may have beyond ``max_cell_output`` (headers, metadata).
 MESSAGE_SLACK = 64 << 10
 #: Kernel output messages the grader's transport holds before it drops new ones.
