@@ -311,8 +311,9 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
         # the course's kernel environment, cleaned; COURSE_FAST as the caller has it, no figures
         env = kernel.launch_env(sandbox.clean_env(work, keyless=keyless), fast=None,
                                 backend=kernel.HEADLESS_BACKEND)
-        for sub in (".home", ".home/.matplotlib"):
+        for sub in (".home", ".home/.matplotlib", sandbox.MODEL_CACHE_DIR):
             (work / sub).mkdir(exist_ok=True)
+        env["COURSE_GGUF_CACHE"] = str(work / sandbox.MODEL_CACHE_DIR)  # the grader's GGUFs, read-only
         manager = kernel.CurrentEnvKernelManager if kernel_name == kernel.KERNEL_NAME else None
         if limits.isolation == sandbox.SANDBOX:  # the kernel in bubblewrap, over Unix sockets in the folder
             from jupyter_client.manager import AsyncKernelManager

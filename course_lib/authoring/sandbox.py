@@ -79,7 +79,7 @@ __all__ = [
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
-    "message_size", "INSECURE_WARNING", "hand_over",
+    "message_size", "INSECURE_WARNING", "hand_over", "MODEL_CACHE_DIR", "model_cache_files",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -252,8 +252,29 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
     args += _parents(str(work), bound, made=("/tmp", "/run")) + ["--bind", str(work), str(work)]
     if (work / KEYLESS_DIR).is_dir():
         args += ["--ro-bind", str(work / KEYLESS_DIR), str(work / KEYLESS_DIR)]
+    if (work / MODEL_CACHE_DIR).is_dir():
+        for f in model_cache_files():
+            args += ["--ro-bind", str(f), str(work / MODEL_CACHE_DIR / f.name)]
     args += ["--chdir", str(cwd or work), "--setenv", "JPY_PARENT_PID", "1", "--"]
     return args + _drop_root() + _limits_prefix()
+
+
+#: Folder, inside a grading folder, where graded code finds the grader's built model files (GGUFs, read-only;
+#: ``COURSE_GGUF_CACHE`` points there) and writes those it builds (deleted with the folder).
+MODEL_CACHE_DIR = ".gguf-cache"
+
+
+def model_cache_files(limit: int = 64) -> list[Path]:
+    """The grader's cached GGUF files (:func:`course_lib.measure.engines.llamacpp.cache_dir`), shown
+    read-only in the sandbox: a lesson that reads a built model (ex08) does not rebuild it per notebook, and
+    cannot change it for the next one."""
+    try:
+        from course_lib.measure.engines import llamacpp
+
+        folder = llamacpp.cache_dir()
+        return sorted(f for f in folder.glob("*.gguf") if f.is_file() and not f.is_symlink())[:limit]
+    except Exception:  # noqa: BLE001 - no cache: graded code builds its own
+        return []
 
 
 def _as_root() -> bool:
