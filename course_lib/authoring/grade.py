@@ -315,10 +315,12 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             (work / sub).mkdir(exist_ok=True)
         env["COURSE_GGUF_CACHE"] = str(work / sandbox.MODEL_CACHE_DIR)  # the grader's GGUFs, read-only
         manager = kernel.CurrentEnvKernelManager if kernel_name == kernel.KERNEL_NAME else None
+        sockets = None
         if limits.isolation == sandbox.SANDBOX:  # the kernel in bubblewrap, over Unix sockets in the folder
             from jupyter_client.manager import AsyncKernelManager
 
-            manager = sandbox.sandboxed_kernel_manager(manager or AsyncKernelManager, work)
+            sockets = sandbox.socket_dir(work)
+            manager = sandbox.sandboxed_kernel_manager(manager or AsyncKernelManager, work, sockets)
             sandbox.hand_over(work)
         else:
             warnings.append(sandbox.INSECURE_WARNING)
@@ -377,6 +379,10 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
         finally:
             watch.stop()
             log.close()
+            if sockets is not None and not sockets.is_relative_to(work):
+                import shutil
+
+                shutil.rmtree(sockets, ignore_errors=True)
             left = sandbox.end_processes(before, watch.seen)
             if left:
                 warnings.append(f"ended {left} process(es) the notebook left running")

@@ -79,7 +79,7 @@ __all__ = [
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
-    "message_size", "INSECURE_WARNING", "hand_over", "MODEL_CACHE_DIR", "model_cache_files",
+    "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "MODEL_CACHE_DIR", "model_cache_files",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -231,9 +231,10 @@ def _masked(paths: list[str]) -> list[str]:
     return out
 
 
-def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = None) -> list[str]:
+def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = None, also=()) -> list[str]:
     """The ``bwrap`` command line (up to ``--``) that runs a command in the sandbox of grading folder
-    ``work``, in ``cwd`` (default ``work``); see the module's docstring for what it sees."""
+    ``work``, in ``cwd`` (default ``work``); see the module's docstring for what it sees.  ``also``: more
+    folders it may write (the kernel's sockets, when the grading folder's path is too long for them)."""
     bwrap = bwrap or bwrap_status()[0] or "bwrap"
     work = Path(work)
     paths = _system_paths()
@@ -249,7 +250,8 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for h in _masked(paths):
         args += ["--tmpfs", h]
-    args += _parents(str(work), bound, made=("/tmp", "/run")) + ["--bind", str(work), str(work)]
+    for folder in (work, *also):
+        args += _parents(str(folder), bound, made=("/tmp", "/run")) + ["--bind", str(folder), str(folder)]
     if (work / KEYLESS_DIR).is_dir():
         args += ["--ro-bind", str(work / KEYLESS_DIR), str(work / KEYLESS_DIR)]
     if (work / MODEL_CACHE_DIR).is_dir():
@@ -378,11 +380,26 @@ INSECURE_WARNING = ("graded in the INSECURE mode (no sandbox): its code ran as t
                     "answer key, the gradebook and other submissions")
 
 
-def sandboxed_kernel_manager(base, work: Path):
-    """A subclass of kernel manager class ``base`` whose kernel runs in the sandbox of ``work``, talks
-    over Unix sockets in ``work/.ipc`` and is interrupted by a message (signals do not cross into it)."""
+#: Longest path of a Unix socket (``sun_path`` holds 108 bytes with its NUL), less room for ``-65535``.
+MAX_SOCKET_DIR = 90
+
+
+def socket_dir(work: Path) -> Path:
+    """Where the kernel's Unix sockets go: ``work/.ipc``, or a fresh short folder in ``/tmp`` when that path
+    is too long for a socket (a deep ``TMPDIR``); the caller removes the latter."""
     ipc = Path(work) / ".ipc"
+    if len(str(ipc / "k")) > MAX_SOCKET_DIR:
+        ipc = Path(tempfile.mkdtemp(prefix="cg-", dir="/tmp" if os.path.isdir("/tmp") else None))
     ipc.mkdir(exist_ok=True)
+    return ipc
+
+
+def sandboxed_kernel_manager(base, work: Path, ipc: Path | None = None):
+    """A subclass of kernel manager class ``base`` whose kernel runs in the sandbox of ``work``, talks
+    over Unix sockets in ``ipc`` (default ``work/.ipc``; see :func:`socket_dir`) and is interrupted by a
+    message (signals do not cross into it)."""
+    ipc = Path(ipc) if ipc is not None else socket_dir(work)
+    also = () if ipc.is_relative_to(work) else (ipc,)
 
     class SandboxedKernelManager(base):
         def __init__(self, **kw):
@@ -398,7 +415,7 @@ def sandboxed_kernel_manager(base, work: Path):
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
             self.kernel_spec.interrupt_mode = "message"
-            return isolation_prefix(work) + cmd
+            return isolation_prefix(work, also=also) + cmd
 
     return SandboxedKernelManager
 
