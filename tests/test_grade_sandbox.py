@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -156,6 +158,22 @@ def test_a_function_whose_interpreter_writes_deeply_nested_output_scores_incorre
     got, why = grade._child({"setup": [], "source": source, "name": "kv_cache_bytes", "fallback": "kv_cache_bytes",
                              "calls": [((1, 1, 1, 1), {})]}, tmp_path, env, limits)
     assert got is None and "could not read" in why
+
+
+def test_the_sockets_of_a_deep_grading_folder_go_to_a_short_one(tmp_path):
+    """A Unix socket's path holds at most 107 bytes: under a deep TMPDIR the kernel's sockets go elsewhere."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    ipc = sandbox.socket_dir(deep)
+    try:
+        assert len(str(ipc / "k-65535")) < 108 and not ipc.is_relative_to(deep)
+    finally:
+        shutil.rmtree(ipc)
+    short = Path(tempfile.mkdtemp(prefix="cg-test-", dir="/tmp"))
+    try:
+        assert sandbox.socket_dir(short) == short / ".ipc", "a short grading folder holds its own sockets"
+    finally:
+        shutil.rmtree(short)
 
 
 def test_the_static_scan_is_linear_and_time_bounded():
