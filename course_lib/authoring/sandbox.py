@@ -267,16 +267,21 @@ MODEL_CACHE_DIR = ".gguf-cache"
 
 
 def model_cache_files(limit: int = 64) -> list[Path]:
-    """The grader's cached GGUF files (:func:`course_lib.measure.engines.llamacpp.cache_dir`), shown
-    read-only in the sandbox: a lesson that reads a built model (ex08) does not rebuild it per notebook, and
-    cannot change it for the next one."""
+    """The grader's cached GGUF files (:func:`course_lib.measure.engines.llamacpp.cache_dir`, then
+    ``~/.cache/course_lib/gguf``), shown read-only in the sandbox: a lesson that reads a built model (ex08)
+    does not rebuild it per notebook, and cannot change it for the next one."""
+    found: dict[str, Path] = {}
     try:
         from course_lib.measure.engines import llamacpp
 
-        folder = llamacpp.cache_dir()
-        return sorted(f for f in folder.glob("*.gguf") if f.is_file() and not f.is_symlink())[:limit]
+        folders = [llamacpp.cache_dir(), Path.home() / ".cache" / "course_lib" / "gguf"]  # checkout's, user's
     except Exception:  # noqa: BLE001 - no cache: graded code builds its own
         return []
+    for folder in folders:
+        for f in sorted(folder.glob("*.gguf")) if folder.is_dir() else ():
+            if f.is_file() and not f.is_symlink():
+                found.setdefault(f.name, f)
+    return list(found.values())[:limit]
 
 
 def _as_root() -> bool:
