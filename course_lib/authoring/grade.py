@@ -715,13 +715,13 @@ def _records(cell) -> list[dict]:
     out = []
     for o in cell.get("outputs", []):
         data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
-        rec = data.get(MIME_TYPE)
+        rec = data.get(MIME_TYPE) if isinstance(data, dict) else None
         if isinstance(rec, str):
             try:
                 rec = json.loads(rec)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):
                 rec = None
-        if isinstance(rec, dict) and {"set", "question", "status"} <= set(rec):
+        if isinstance(rec, dict) and {"set", "question", "status"} <= set(rec) and _plain_data(rec):
             out.append(rec)
     return out
 
