@@ -383,6 +383,8 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
                 import shutil
 
                 shutil.rmtree(sockets, ignore_errors=True)
+            if sockets is not None:  # the sandbox's PID namespace ends with its kernel: let it finish ending
+                sandbox.settle(watch.seen)
             left = sandbox.end_processes(before, watch.seen)
             if left:
                 warnings.append(f"ended {left} process(es) the notebook left running")

@@ -79,7 +79,7 @@ __all__ = [
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
-    "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "MODEL_CACHE_DIR", "model_cache_files",
+    "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "settle", "MODEL_CACHE_DIR", "model_cache_files",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -655,6 +655,14 @@ def end_processes(before: set, seen: dict | None = None) -> int:
     running = [p for p in found.values() if _running(p)]
     _kill(list(found.values()))  # zombies too: waiting reaps them
     return len(running)
+
+
+def settle(seen: dict, timeout: float = 2.0) -> None:
+    """Wait up to ``timeout`` s for the processes of ``seen`` (a watch's) to end on their own: a sandbox's
+    processes die with its namespace when the kernel is stopped, and are not left running by the notebook."""
+    procs = [p for p in seen.values() if _running(p)]
+    if procs:
+        psutil.wait_procs(procs, timeout=timeout)
 
 
 def _running(p: psutil.Process) -> bool:
