@@ -160,6 +160,26 @@ def test_a_function_whose_interpreter_writes_deeply_nested_output_scores_incorre
     assert got is None and "could not read" in why
 
 
+def test_judging_stops_at_the_notebooks_time_budget(tmp_path, monkeypatch):
+    """Judging has a time budget of its own: answers left when it is spent are missing, not judged (no kernel:
+    the notebook's exported answers are given as its outputs)."""
+    from course_lib.checks.answers import ANSWER_MIME, to_plain
+
+    cells = [nbformat.v4.new_code_cell("from course_lib.checks import _demo as q")]
+    for qid in ("q1", "q2"):
+        cell = nbformat.v4.new_code_cell(f"q.{qid}.check(1.0, strict=True)")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={
+            ANSWER_MIME: {"set": "_demo", "question": qid, "answer": to_plain(1.0)}, "text/plain": "x"})]
+        cells.append(cell)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    monkeypatch.setattr(grade, "_execute", lambda nb, name, limits, *a: (a[-1](tmp_path, {}), ({}, [], []))[1])
+    limits = grade._Limits(10.0, 1e-9, sandbox.MAX_MEMORY, sandbox.MAX_CELL_OUTPUT, sandbox.MAX_OUTPUT)
+    *_, judged = grade.run_and_judge(nb, "x.ipynb", ["_demo"], limits, "python3", 10.0, grade._Where(nb), None)
+    assert {k: [s for _, s, _ in v] for k, v in judged.items()} == {("_demo", "q1"): ["missing"],
+                                                                      ("_demo", "q2"): ["missing"]}
+    assert all("time budget" in f for v in judged.values() for _, _, f in v)
+
+
 def test_the_sockets_of_a_deep_grading_folder_go_to_a_short_one(tmp_path):
     """A Unix socket's path holds at most 107 bytes: under a deep TMPDIR the kernel's sockets go elsewhere."""
     deep = tmp_path / ("d" * 100)

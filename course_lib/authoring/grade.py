@@ -955,6 +955,7 @@ def run_and_judge(nb, name: str, sets, limits: _Limits, kernel_name: str, startu
     questions = {(s_, q.id): q for s_ in sets for q in (_load_questions(s_) or [])}
 
     def after(work, env):
+        deadline = time.monotonic() + limits.budget  # judging has the notebook's time budget of its own
         for e in exports:
             q = questions.get((e.set, e.question))
             if q is None:
@@ -965,6 +966,9 @@ def run_and_judge(nb, name: str, sets, limits: _Limits, kernel_name: str, startu
             rec = recs[-1]
             if "error" in rec:
                 status, feedback = MISSING, str(rec["error"])[:300]
+            elif time.monotonic() > deadline:
+                status, feedback = MISSING, (f"not judged: judging this notebook's answers took more than its time "
+                                             f"budget ({limits.budget:g} s)")
             else:
                 status, feedback = _judge(q, rec, setup, work, env, limits)
             judged.setdefault((e.set, e.question), []).append((e.cell, status, sandbox.scrub(feedback)))
