@@ -135,7 +135,7 @@ app: install
 # flow, a JupyterHub classroom with two students and an instructor, the Binder environment resolved by pip, the GPU
 # session's dry run on the CPU: lessons 05-08 recorded, validate and the GPU engine benchmark on tiny models)
 # are `make tour`, outside the suite's five minutes; .ci/run runs it after the suite with its own budget.
-TOUR_MARKERS := browser or nbgrader or classroom or binder or site or gpu
+TOUR_MARKERS := browser or nbgrader or classroom or binder or site or gpu or grading
 
 test: install
 	$(VENV)/bin/ruff check .

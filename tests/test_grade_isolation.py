@@ -5,6 +5,7 @@ solution in tests/fixtures/solutions) so the file costs a handful of kernel star
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import json
@@ -67,12 +68,15 @@ except ImportError:
     pass
 fd, tmpname = tempfile.mkstemp()
 os.close(fd)
-json.dump({{"cwd": os.getcwd(), "tmp": tmpname, "pythonpath": os.environ.get("PYTHONPATH", ""),
-           "sys_path": sys.path}}, open(os.path.join(SPY, "where.json"), "w"))
+where = {{"cwd": os.getcwd(), "tmp": tmpname, "pythonpath": os.environ.get("PYTHONPATH", ""), "sys_path": sys.path}}
+print("WHERE " + json.dumps(where))
+try:  # outside the grading folder: the sandbox does not let it
+    json.dump(where, open(os.path.join(SPY, "where.json"), "w"))
+except OSError:
+    pass
 # a detached grandchild: setsid, its parent exits (the kernel's process group does not hold it)
 sleeper = "import os, time; os.setsid(); time.sleep(300)"
-middle = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', %r]); "
-          "open(%r, 'w').write(str(p.pid))" % (sleeper, os.path.join(SPY, "pid.txt")))
+middle = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', %r, %r])" % (sleeper, {token!r})
 subprocess.Popen([sys.executable, "-c", middle]).wait()
 if False:  # never runs: the static scan still reports it
     type(q.q1).evaluate = lambda self, answer, strict=False: None
@@ -97,8 +101,12 @@ def test_a_hostile_notebook_is_isolated_restored_and_reported(tmp_path, monkeypa
     systmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(systmp))  # where the grader's own temp folders go
 
+    token = f"course-grade-test-sleeper-{os.getpid()}-{time.time_ns()}"  # in the grandchild's command line
+    ran = []
+    collect = grade._collect
+    monkeypatch.setattr(grade, "_collect", lambda nb, *a, **k: (ran.append(nb), collect(nb, *a, **k))[1])
     nb = nbformat.read(str(SOLUTION), as_version=4)
-    nb.cells.insert(2, new_code_cell(ATTACK.format(spy=str(spy))))
+    nb.cells.insert(2, new_code_cell(ATTACK.format(spy=str(spy), token=token)))
     _cell(nb, "q2-answer").source = "step_ms = 999.0\nq.q2.check(step_ms)"               # a wrong answer
     _cell(nb, "q2-grade").source = "q.q2.check(q.q2.expected, strict=True)"              # edited grade cell
     _cell(nb, "q4-answer").source = (  # right on the question's cases, wrong on the hidden test's
@@ -118,14 +126,19 @@ def test_a_hostile_notebook_is_isolated_restored_and_reported(tmp_path, monkeypa
 
     after = {p.relative_to(learner): p.read_bytes() for p in learner.rglob("*") if p.is_file()}
     assert after == before, "the learner's folder is never written"
-    where = json.loads((spy / "where.json").read_text())
+    printed = "".join(o.get("text", "") for o in ran[0].cells[2].outputs if o.get("output_type") == "stream")
+    where = json.loads(printed.split("WHERE ", 1)[1].splitlines()[0])
+    if sandbox.resolve_isolation() == sandbox.SANDBOX:
+        assert not (spy / "where.json").exists(), "the sandbox lets graded code write only its grading folder"
     assert Path(where["cwd"]).parent == systmp and Path(where["tmp"]).is_relative_to(where["cwd"])
     assert not Path(where["cwd"]).exists(), "the grading folder, and what graded code wrote there, is removed"
     assert list(systmp.iterdir()) == [], "nothing is left in the temporary directory"
     assert str(learner) not in where["pythonpath"] and str(learner) not in where["sys_path"]
-    pid = int((spy / "pid.txt").read_text())
-    assert not psutil.pid_exists(pid), "the setsid grandchild was ended"
-    assert any("ended" in w and "process" in w for w in g.warnings), g.warnings
+    time.sleep(0.5)
+    left = [p for p in psutil.process_iter(["cmdline"]) if token in (p.info["cmdline"] or [])]
+    assert left == [], "the setsid grandchild was ended"
+    if sandbox.resolve_isolation() == sandbox.INSECURE:  # in the sandbox, its PID namespace ends with the kernel
+        assert any("ended" in w and "process" in w for w in g.warnings), g.warnings
     assert any("imports 'helper' from helper.py beside it" in w for w in g.warnings), g.warnings
 
     assert g.verified and g.status == "tampered"
@@ -144,6 +157,28 @@ def test_a_hostile_notebook_is_isolated_restored_and_reported(tmp_path, monkeypa
     assert not [p for p in g.problems if p.kind not in ("tampered",)], g.problems
 
 
+@contextlib.contextmanager
+def growth():
+    """Yields a one-item list that holds, on exit, how many bytes this process's RSS grew above its start at
+    its peak (sampled every 50 ms)."""
+    me = psutil.Process()
+    base = me.memory_info().rss
+    grew = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            grew[0] = max(grew[0], me.memory_info().rss - base)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield grew
+    finally:
+        done.set()
+        t.join()
+
+
 @pytest.mark.notebook
 def test_output_flood_and_time_budget_are_bounded(tmp_path):
     """One kernel: ``while True: print`` is cut at the notebook's output cap while it runs (the grader's
@@ -151,25 +186,11 @@ def test_output_flood_and_time_budget_are_bounded(tmp_path):
     flood = "while True:\n    print('x' * 10000)"
     sleeps = ["import time\ntime.sleep(1.5)"] * 5 + ["open('never.txt', 'w')"]
     path = _plain([flood] + sleeps, tmp_path / "flood.ipynb")
-    me = psutil.Process()
-    base = peak = me.memory_info().rss
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.wait(0.05):
-            peak = max(peak, me.memory_info().rss)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
     start = time.monotonic()
-    try:
+    with growth() as grew:
         g = grade.grade_notebook(path, timeout=2, time_budget=3.5, max_output=8 << 20, solutions=False)
-    finally:
-        done.set()
-        t.join()
     elapsed = time.monotonic() - start
-    assert peak - base < 200 << 20, f"the grader grew by {(peak - base) >> 20} MiB"
+    assert grew[0] < 200 << 20, f"the grader grew by {grew[0] >> 20} MiB"
     kinds = [p.kind for p in g.problems]
     assert "output_limit" in kinds and "time_budget" in kinds, g.problems
     assert "KeyboardInterrupt" not in " ".join(p.message for p in g.problems), "the grader's own interrupt"
@@ -324,7 +345,8 @@ def test_subreaper_is_available_on_linux():
 
 def test_clean_env_drops_paths_into_other_folders(tmp_path):
     env = sandbox.clean_env(tmp_path, {"PYTHONPATH": "/learner", "PYTHONSTARTUP": "/x.py", "JPY_SESSION_NAME": "/l/a",
-                                       "HOME": "/home/t", "PATH": os.defpath})
-    assert "PYTHONSTARTUP" not in env and "JPY_SESSION_NAME" not in env and env["HOME"] == "/home/t"
+                                       "HOME": "/home/t", "PATH": os.defpath, "GRADER_TOKEN": "s3cret"})
+    assert "GRADER_TOKEN" not in env and env["PATH"] == os.defpath, "only the variables of KEEP_ENV pass"
+    assert "PYTHONSTARTUP" not in env and "JPY_SESSION_NAME" not in env and env["HOME"] == str(tmp_path / ".home")
     assert "/learner" not in env.get("PYTHONPATH", "")
     assert env["TMPDIR"] == str(tmp_path / ".tmp") and env["IPYTHONDIR"] == str(tmp_path / ".ipython")

@@ -125,13 +125,15 @@ def instructor_config(config_dir: Path, exchange: Path, course: Path) -> None:
                    "expose_app_in_browser": True},  # test only: the browser check reads window.jupyterapp
     })
     (config_dir / "nbgrader_config.py").write_text(
+        "from course_lib.authoring.nbgrader_autograde import configure\n"
         "c = get_config()\n"
+        "configure(c)  # autograde through the course's grader: its sandbox, the answers judged outside the kernel\n"
         f"c.CourseDirectory.root = {str(course)!r}\n"
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
         "# every hub user is the same OS account here, so nbgrader's owner check would flag each submission\n"
         "c.CollectApp.check_owner = False\n"
-        "c.Execute.timeout = 120\n"
+        "c.CourseAutograde.timeout = 120  # seconds per cell (c.Execute.* no longer applies)\n"
         "# zip_collect: how an LMS download names each file (see docs/INSTRUCTORS.md)\n"
         f"c.FileNameCollectorPlugin.named_regexp = {LMS_REGEXP!r}\n"
     )
@@ -525,6 +527,8 @@ def test_release_fetch_submit_collect_autograde_export(classroom):
     log = graded.stdout + graded.stderr
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "hub_autograde.log").write_text(log)
+    modes = re.findall(r"course grader: \S+: grading in the (\w+) mode", log)
+    assert modes == ["sandbox"] * 3, f"the protected mode graded each submission in the sandbox: {modes}"
     warned = re.findall(r"Attribute 'checksum' for cell (\S+) has changed", log)
     hidden = {c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(str(SOURCE), as_version=4).cells
               if "BEGIN HIDDEN TESTS" in c.source}

@@ -2,8 +2,9 @@
 
 The guide's lesson-times table (between ``<!-- lesson-times:begin ... -->`` and ``<!-- lesson-times:end -->``) is
 generated from lessons.json by :func:`lesson_times_table`; ``python tests/test_instructors_guide.py`` prints it, to
-paste after a change of lessons.json. The memory table names every lesson, and the snippets that
-tests/test_hub.py runs are present (that test runs them, in ``make tour``).
+paste after a change of lessons.json. The memory table names every lesson, the snippets that
+tests/test_hub.py runs are present (that test runs them, in ``make tour``), and every instructor's
+``nbgrader_config.py`` grades in the protected mode (``configure(c)``).
 """
 from __future__ import annotations
 
@@ -59,6 +60,20 @@ def test_guide_has_the_tested_snippets_and_no_placeholder():
     for name in ("scores", "changed_cells"):
         assert re.search(rf"<!-- tested: {name} -->\s*```python\n", text), name
     assert "PLACEHOLDER" not in text and "HUB_SERVER_RSS" not in text and "HUB_OWN_RSS" not in text
+
+
+def test_every_instructor_nbgrader_config_grades_in_the_protected_mode():
+    """Each ``nbgrader_config.py`` the guide gives an instructor (one that names the course directory) calls
+    ``configure(c)`` (the course's grader in its sandbox), and no ``c.Execute`` option is set: it does nothing
+    once ``configure(c)`` replaces ``Execute``."""
+    text = GUIDE.read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+              if "nbgrader_config.py" in b and "CourseDirectory.root" in b]
+    assert len(blocks) >= 2, "the hub's instructor config and the set-up without a hub"
+    for b in blocks:
+        assert re.search(r"^configure\(c\)", b, re.M) and "import configure" in b, b
+        assert "insecure" not in b, b
+        assert not re.search(r"^c\.Execute\.", b, re.M), b
 
 
 if __name__ == "__main__":

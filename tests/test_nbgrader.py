@@ -8,9 +8,11 @@ which instructors may hand out instead), and ``nbgrader autograde ps1`` grades a
 submissions must get every point of the question set, the untouched ones none.
 
 Autograde runs through the course's trusted checks (``course_lib.authoring.nbgrader_autograde``, set in
-``nbgrader_config.py``), and four cheating submissions get no point: answers read from the key
-(``answer_qN = q.qN.expected``), a patched checker in an answer cell, grade cells edited to check the key,
-and an untouched notebook beside a ``sympy.py`` that patches the checker.
+``nbgrader_config.py``; its log says each submission was graded in the sandbox), and six cheating
+submissions get no point: answers read from the key (``answer_qN = q.qN.expected``), a patched checker in an
+answer cell, grade cells edited to check the key, an untouched notebook beside a ``sympy.py`` that patches
+the checker, answers read from the key's file on the grading machine's disk, and a notebook that prints the
+gradebook into its own output (it finds nothing to print).
 """
 from __future__ import annotations
 
@@ -70,7 +72,6 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
         "c = get_config()\n"
         f"c.CourseDirectory.root = {str(course)!r}\n"
         "c.CourseDirectory.course_id = 'llm-latency'\n"
-        "c.Execute.timeout = 120\n"
         "from course_lib.authoring.nbgrader_autograde import configure\n"
         "configure(c)\n"
         "c.CourseAutograde.timeout = 120\n"
@@ -104,14 +105,16 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
     exercise_nb = nbformat.reads(exgen.exercise_text(solution), as_version=4)
     submissions = {"perfect": filled_in(release_nb), "blank": release_nb,
                    "exercise-solved": filled_in(exercise_nb), "exercise-blank": exercise_nb}
-    submissions.update(_cheats(exercise_nb))  # the exercise notebook: its answers are `answer_qN = ____`
+    submissions.update(_cheats(exercise_nb, set_name, course))  # the exercise notebook: `answer_qN = ____`
     for student, nb in submissions.items():
         target = course / "submitted" / student / "ps1"
         target.mkdir(parents=True)
         nbformat.write(nb, str(target / solution.name))
     (course / "submitted" / "shadow" / "ps1" / "sympy.py").write_text(SHADOW_SYMPY)
 
-    _run(exe, ["autograde", "ps1", "--force"], course)
+    done = _run(exe, ["autograde", "ps1", "--force"], course)
+    modes = re.findall(r"course grader: \S+: grading in the (\w+) mode", done.stdout + done.stderr)
+    assert modes == ["sandbox"] * len(submissions), f"configure(c) graded each submission in the sandbox: {modes}"
 
     from nbgrader.api import Gradebook
 
@@ -132,16 +135,51 @@ def test_solution_autogrades_to_full_points(tmp_path, require_tool):
     graded = nbformat.read(str(course / "autograded" / "perfect" / "ps1" / solution.name), as_version=4)
     errors = [o for c in graded.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
+    roster = nbformat.read(str(course / "autograded" / "roster" / "ps1" / solution.name), as_version=4)
+    shown = nbformat.writes(roster)
+    assert "LEAK" in shown and "exercise-solved" not in shown, "the gradebook is out of graded code's reach"
 
 
-CHEATS = ("key", "patched", "edited", "shadow")
+CHEATS = ("key", "patched", "edited", "shadow", "disk", "roster")
+
+#: Reads the answer key from the grading machine's disk (by its path, and through sys.path), loading the set's
+#: module from the file itself: the static scan sees no course_lib in it.
+DISK = """
+import importlib.util, os, sys
+def _stolen(qid):
+    for p in [{key!r}] + [os.path.join(e or ".", "course_lib", "checks", {name!r}) for e in sys.path]:
+        if os.path.exists(p) and os.sep + ".course" + os.sep not in p:
+            spec = importlib.util.spec_from_file_location("stolen", p)
+            m = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(m)
+            return getattr(m, qid).expected
+    return None
+"""
+#: Prints the gradebook (student ids, names, emails) into its own feedback.
+ROSTER_LEAK = """
+try:
+    _got = open({gradebook!r}, "rb").read().decode("latin-1")
+except Exception as exc:
+    _got = type(exc).__name__
+print("LEAK " + _got[-4000:])
+"""
 PATCH = ("import course_lib.checks.question as c\n"
          "c.Question.evaluate = lambda self, a, strict=False, **k: self._result('correct', '', strict)")
 
 
-def _cheats(nb) -> dict:
-    """The attacks of issue 18 on an unanswered notebook (its answers otherwise left blank)."""
-    key, patched, edited = (copy.deepcopy(nb) for _ in range(3))
+def _cheats(nb, set_name: str, course: Path) -> dict:
+    """The attacks of issues 18 and 32 on an unanswered notebook (its answers otherwise left blank)."""
+    key, patched, edited, disk, roster = (copy.deepcopy(nb) for _ in range(5))
+    import course_lib.checks
+
+    key_file = Path(course_lib.checks.__file__).resolve().parent / f"{set_name}.py"
+    for cell in disk.cells:  # every answer read from the key's file on the grading machine
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = re.sub(r"^answer_(q\d+) = ____.*$", r'answer_\1 = _stolen("\1")', cell.source,
+                                 flags=re.MULTILINE)
+    at = next(i for i, c in enumerate(disk.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    disk.cells.insert(at + 1, nbformat.v4.new_code_cell(DISK.format(key=str(key_file), name=key_file.name)))
+    roster.cells.insert(at + 1, nbformat.v4.new_code_cell(ROSTER_LEAK.format(gradebook=str(course / "gradebook.db"))))
     for cell in key.cells:  # every answer taken from the key the checks package ships
         if cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = re.sub(r"^answer_(q\d+) = ____.*$", r"answer_\1 = q.\1.expected", cell.source,
@@ -153,4 +191,5 @@ def _cheats(nb) -> dict:
         if meta.get("grade") and ".check(" in cell.source:
             qid = cell.source.split(".check(")[0].strip().splitlines()[-1]
             cell.source = f"{qid}.check({qid}.expected, strict=True)"
-    return {"key": key, "patched": patched, "edited": edited, "shadow": copy.deepcopy(nb)}
+    return {"key": key, "patched": patched, "edited": edited, "shadow": copy.deepcopy(nb), "disk": disk,
+            "roster": roster}

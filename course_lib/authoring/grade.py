@@ -3,10 +3,14 @@
 Lessons: none
 
 Each notebook is executed as a *copy*, in a fresh kernel, alone in a fresh temporary folder (no links to
-the learner's files, no ``PYTHONPATH`` into their folder; see :mod:`course_lib.authoring.sandbox` for the
-isolation and the limits: output bytes per cell and per notebook, kernel memory, an overall time budget
-besides the per-cell timeout, every child process ended), against a ``course_lib`` *without the answer
-key* (the key-less modules of its question sets: ``q.q1.expected`` is None there).
+the learner's files, no ``PYTHONPATH`` into their folder), inside an OS sandbox (bubblewrap: no key, no
+gradebook, no other submission, no grader process, no other kernel, no network; the grader refuses without
+it unless the insecure mode is chosen), against a ``course_lib`` *without the answer key* (the key-less
+modules of its question sets: ``q.q1.expected`` is None there).  See :mod:`course_lib.authoring.sandbox`
+for the sandbox and the limits: output bytes per cell and per notebook (every byte of a message), kernel
+memory, an overall time budget besides the per-cell timeout, every child process ended.  What graded code
+sends out (answers, a function's results) is read only as plain JSON data of bounded depth and size, and
+whatever it makes the grader raise fails that answer, or that notebook, only.
 
 The kernel is not trusted to judge: before each check of a grade cell the grader inserts
 :func:`course_lib.checks.answers.export_answer`, which sends the answer out as plain data (numbers,
@@ -74,7 +78,9 @@ BUDGET_PER_TIMEOUT = 5
 STUDENT_RE = r"(?:^|/)(?:submissions?|submitted|autograded)/(?P<student>[^/]+)/"
 _STATUS_ORDER = {INCORRECT: 0, NOT_ATTEMPTED: 1, CORRECT: 2}
 _TIMEOUT_ENAME = "CellTimeout"
-_IMPORT_RE = re.compile(r"^\s*from\s+course_lib\.checks\s+import\s+(\(?[^#\n]+(?:\n[^#)]*\))?)", re.MULTILINE)
+# [ \t]* after ^, not \s*: \s* also spans newlines, and a cell of 20,000 blank lines took 4 s (quadratic)
+_IMPORT_RE = re.compile(r"^[ \t]*from[ \t]+course_lib\.checks[ \t]+import[ \t]+(\(?[^#\n]+(?:\n[^#)]*\))?)",
+                        re.MULTILINE)
 _MODULE_RE = re.compile(r"course_lib\.checks\.(\w+)")
 _CHECK_CALL_RE = re.compile(r"\.(\w+)\s*\.\s*check\s*\(")
 
@@ -219,8 +225,8 @@ def _tail(fh, limit: int = 600) -> str:
 
 
 def _is_record(content: dict) -> bool:
-    data = content.get("data") or {}
-    return MIME_TYPE in data or ANSWER_MIME in data
+    data = content.get("data") if isinstance(content, dict) else None
+    return isinstance(data, dict) and (MIME_TYPE in data or ANSWER_MIME in data)
 
 
 @dataclass
@@ -230,6 +236,7 @@ class _Limits:
     max_memory: int
     max_cell_output: int
     max_output: int
+    isolation: str = sandbox.SANDBOX  # sandbox.SANDBOX or sandbox.INSECURE (already resolved)
 
 
 class _Where:
@@ -304,6 +311,19 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
         # the course's kernel environment, cleaned; COURSE_FAST as the caller has it, no figures
         env = kernel.launch_env(sandbox.clean_env(work, keyless=keyless), fast=None,
                                 backend=kernel.HEADLESS_BACKEND)
+        for sub in (".home", ".home/.matplotlib", sandbox.MODEL_CACHE_DIR):
+            (work / sub).mkdir(exist_ok=True)
+        env["COURSE_GGUF_CACHE"] = str(work / sandbox.MODEL_CACHE_DIR)  # the grader's GGUFs, read-only
+        manager = kernel.CurrentEnvKernelManager if kernel_name == kernel.KERNEL_NAME else None
+        sockets = None
+        if limits.isolation == sandbox.SANDBOX:  # the kernel in bubblewrap, over Unix sockets in the folder
+            from jupyter_client.manager import AsyncKernelManager
+
+            sockets = sandbox.socket_dir(work)
+            manager = sandbox.sandboxed_kernel_manager(manager or AsyncKernelManager, work, sockets)
+            sandbox.hand_over(work)
+        else:
+            warnings.append(sandbox.INSECURE_WARNING)
         client = sandbox.LimitedClient(
             nb,
             max_cell_output=limits.max_cell_output, max_output=limits.max_output, is_record=_is_record,
@@ -313,7 +333,7 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             startup_timeout=startup_timeout,
             kernel_name=kernel_name,
             # the default kernel is this interpreter's, whatever a user-level kernelspec says
-            **({"kernel_manager_class": kernel.CurrentEnvKernelManager} if kernel_name == kernel.KERNEL_NAME else {}),
+            **({"kernel_manager_class": manager} if manager is not None else {}),
             allow_errors=True,
             interrupt_on_timeout=True,
             error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": "cell did not finish within its time",
@@ -349,7 +369,7 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
                 problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the "
                                         "whole notebook); the kernel was stopped", last()))
             else:
-                tail = _tail(log)
+                tail = sandbox.scrub(_tail(log))
                 problems.append(Problem("dead_kernel", f"the kernel died ({exc}); later cells were not run"
                                         + (f"; kernel log: {tail}" if tail else ""), last()))
         except Exception as exc:  # kernel failed to start, etc.
@@ -359,6 +379,12 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
         finally:
             watch.stop()
             log.close()
+            if sockets is not None and not sockets.is_relative_to(work):
+                import shutil
+
+                shutil.rmtree(sockets, ignore_errors=True)
+            if sockets is not None:  # the sandbox's PID namespace ends with its kernel: let it finish ending
+                sandbox.settle(watch.seen)
             left = sandbox.end_processes(before, watch.seen)
             if left:
                 warnings.append(f"ended {left} process(es) the notebook left running")
@@ -469,14 +495,18 @@ def _answer_records(cell) -> list[dict]:
     out = []
     for o in cell.get("outputs", []):
         data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
-        rec = data.get(ANSWER_MIME)
+        rec = data.get(ANSWER_MIME) if isinstance(data, dict) else None
         if isinstance(rec, str):
             try:
                 rec = json.loads(rec)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):
                 rec = None
-        if isinstance(rec, dict) and isinstance(rec.get("set"), str) and isinstance(rec.get("question"), str):
-            out.append(rec)
+        if not (isinstance(rec, dict) and isinstance(rec.get("set"), str) and isinstance(rec.get("question"), str)):
+            continue
+        if not _plain_data(rec):  # forged or too deep or too large: the check ran, its answer is unreadable
+            rec = {"set": rec["set"], "question": rec["question"],
+                   "error": "the exported answer was not plain data within the limits (forged or too large)"}
+        out.append(rec)
     return out
 
 
@@ -549,9 +579,12 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="fn-", dir=str(work)))
+    if limits.isolation == sandbox.SANDBOX:
+        sandbox.hand_over(work)  # the grading folder, this fresh subfolder included
     rc, out, reason = sandbox.run_python(_CHILD, base64.b64encode(pickle.dumps(request)), env=env, cwd=folder,
                                          timeout=limits.timeout, max_memory=limits.max_memory,
-                                         max_output=limits.max_cell_output)
+                                         max_output=limits.max_cell_output,
+                                         work=work if limits.isolation == sandbox.SANDBOX else None)
     if reason == "timeout":
         return None, f"did not finish within {limits.timeout:g} s"
     if reason == "memory":
@@ -560,9 +593,33 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
     if at < 0:
         return None, f"ended without a result (exit status {rc})"
     try:
-        return json.loads(out[at + len(_MARK):].strip().splitlines()[0]), ""
-    except (ValueError, IndexError):
-        return None, "its result could not be read"
+        got = json.loads(out[at + len(_MARK):].strip().splitlines()[0])
+    except (ValueError, IndexError, RecursionError, MemoryError):
+        return None, "gave a result the grader could not read"
+    if not isinstance(got, dict) or not _plain_data(got):
+        return None, "gave a result the grader could not read (not plain data within the limits)"
+    return got, ""
+
+
+#: How deep and how many items the data that crosses from graded code may be (answers, results).
+MAX_DATA_DEPTH, MAX_DATA_ITEMS, MAX_DATA_TEXT = 12, 20000, 1 << 20
+
+
+def _plain_data(x, depth: int = 0, count=None) -> bool:
+    """Whether ``x`` is JSON data (dict with str keys, list, str, int, float, bool, None) at most
+    :data:`MAX_DATA_DEPTH` deep with at most :data:`MAX_DATA_ITEMS` items: what graded code sends out is
+    checked so before the grader reads it."""
+    count = [0] if count is None else count
+    count[0] += 1
+    if depth > MAX_DATA_DEPTH or count[0] > MAX_DATA_ITEMS:
+        return False
+    if x is None or isinstance(x, (str, int, float, bool)):  # parsed from JSON (nbformat's dict subclass)
+        return not isinstance(x, str) or len(x) <= MAX_DATA_TEXT
+    if isinstance(x, list):
+        return all(_plain_data(v, depth + 1, count) for v in x)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and _plain_data(v, depth + 1, count) for k, v in x.items())
+    return False
 
 
 def _replay(name: str, calls: list, results: list[dict]):
@@ -639,8 +696,16 @@ def _judge(q, rec: dict, setup: list[str], work: Path, env: dict, limits: _Limit
         else:
             r = judge.evaluate(value, strict=True)
         return r.status, r.feedback
-    except (ValueError, TypeError, KeyError) as exc:
-        return INCORRECT, f"The answer exported from the notebook could not be read ({exc})."
+    except Exception as exc:  # noqa: BLE001 - whatever graded data makes a checker raise scores this answer only
+        text = " ".join(str(_safe_str(exc)).split())[:200]
+        return INCORRECT, f"The answer exported from the notebook could not be read ({type(exc).__name__}: {text})."
+
+
+def _safe_str(x) -> str:
+    try:
+        return str(x)
+    except Exception:  # noqa: BLE001 - a str() that raises
+        return "?"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -652,13 +717,13 @@ def _records(cell) -> list[dict]:
     out = []
     for o in cell.get("outputs", []):
         data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
-        rec = data.get(MIME_TYPE)
+        rec = data.get(MIME_TYPE) if isinstance(data, dict) else None
         if isinstance(rec, str):
             try:
                 rec = json.loads(rec)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):
                 rec = None
-        if isinstance(rec, dict) and {"set", "question", "status"} <= set(rec):
+        if isinstance(rec, dict) and {"set", "question", "status"} <= set(rec) and _plain_data(rec):
             out.append(rec)
     return out
 
@@ -683,7 +748,7 @@ def _collect(nb, replies: dict[int, dict], grade: NotebookGrade, where: _Where, 
         content = replies.get(i)
         if not content or content.get("status") != "error":
             continue
-        ename, evalue = content.get("ename", "Error"), str(content.get("evalue", "")).strip()
+        ename, evalue = str(content.get("ename", "Error"))[:100], sandbox.scrub(str(content.get("evalue", "")).strip())
         first = evalue.splitlines()[0] if evalue else ""
         here = [st for cell_judged in judged.values() for c, st, _ in cell_judged if c == i]
         if ename == _TIMEOUT_ENAME:
@@ -767,19 +832,10 @@ def student_id(path, pattern: str | None = None) -> str | None:
     return m.group(1) if m.re.groups else m.group(0)
 
 
-def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel_name: str = kernel.KERNEL_NAME,
-                   startup_timeout: float = kernel.STARTUP_TIMEOUT_S, time_budget: float | None = None,
-                   max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
-                   max_output: int = sandbox.MAX_OUTPUT, solutions=None,
-                   student_pattern: str | None = None) -> NotebookGrade:
-    """Execute a copy of the notebook at ``path`` alone in a fresh folder and grade it (the file itself is
-    never written).
-
-    ``time_budget``: seconds for the whole notebook (default :data:`BUDGET_PER_TIMEOUT` × ``timeout``);
-    ``max_memory``, ``max_cell_output``, ``max_output``: bytes (see :mod:`course_lib.authoring.sandbox`);
-    ``solutions``: the folder of solution notebooks whose grade cells are the reference (default the
-    course's ``solutions/``; False: do not verify grade cells).
-    """
+def _check_arguments(timeout: float = kernel.GRADE_CELL_TIMEOUT_S, time_budget: float | None = None,
+                     max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
+                     max_output: int = sandbox.MAX_OUTPUT) -> tuple[float, float]:
+    """The limits checked (a clear ValueError naming the argument): (timeout, time budget) in seconds."""
     from course_lib.core.validation import require_positive
 
     timeout = require_positive("timeout", timeout)
@@ -789,6 +845,27 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
             raise ValueError(f"{arg} must be a positive int (bytes), got {value!r}")
     if not math.isfinite(timeout) or not math.isfinite(budget):
         raise ValueError(f"timeout and time_budget must be finite seconds, got {timeout!r} and {budget!r}")
+    return timeout, budget
+
+
+def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel_name: str = kernel.KERNEL_NAME,
+                   startup_timeout: float = kernel.STARTUP_TIMEOUT_S, time_budget: float | None = None,
+                   max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
+                   max_output: int = sandbox.MAX_OUTPUT, solutions=None,
+                   student_pattern: str | None = None, isolation: str | None = None) -> NotebookGrade:
+    """Execute a copy of the notebook at ``path`` alone in a fresh folder and grade it (the file itself is
+    never written).
+
+    ``time_budget``: seconds for the whole notebook (default :data:`BUDGET_PER_TIMEOUT` × ``timeout``);
+    ``max_memory``, ``max_cell_output``, ``max_output``: bytes (see :mod:`course_lib.authoring.sandbox`);
+    ``solutions``: the folder of solution notebooks whose grade cells are the reference (default the
+    course's ``solutions/``; False: do not verify grade cells);
+    ``isolation``: :data:`~course_lib.authoring.sandbox.SANDBOX` (default, unless ``$COURSE_GRADE_ISOLATION``
+    says otherwise: graded code in bubblewrap; :class:`~course_lib.authoring.sandbox.IsolationUnavailable`
+    when it cannot start) or :data:`~course_lib.authoring.sandbox.INSECURE` (opt-in, a warning per notebook).
+    """
+    isolation = sandbox.resolve_isolation(isolation)
+    timeout, budget = _check_arguments(timeout, time_budget, max_memory, max_cell_output, max_output)
     src = Path(path)
     grade = NotebookGrade(path=str(path), student=student_id(path, student_pattern))
     try:
@@ -832,7 +909,7 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
         else:
             pre.append(Problem(f.kind, f.message, f.cell))
 
-    limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output)
+    limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output, isolation)
     replies, problems, warnings, judged = run_and_judge(nb, src.name, grade.sets, limits, kernel_name,
                                                         startup_timeout, where, reference)
     grade.warnings += warnings
@@ -878,6 +955,7 @@ def run_and_judge(nb, name: str, sets, limits: _Limits, kernel_name: str, startu
     questions = {(s_, q.id): q for s_ in sets for q in (_load_questions(s_) or [])}
 
     def after(work, env):
+        deadline = time.monotonic() + limits.budget  # judging has the notebook's time budget of its own
         for e in exports:
             q = questions.get((e.set, e.question))
             if q is None:
@@ -888,26 +966,44 @@ def run_and_judge(nb, name: str, sets, limits: _Limits, kernel_name: str, startu
             rec = recs[-1]
             if "error" in rec:
                 status, feedback = MISSING, str(rec["error"])[:300]
+            elif time.monotonic() > deadline:
+                status, feedback = MISSING, (f"not judged: judging this notebook's answers took more than its time "
+                                             f"budget ({limits.budget:g} s)")
             else:
                 status, feedback = _judge(q, rec, setup, work, env, limits)
-            judged.setdefault((e.set, e.question), []).append((e.cell, status, feedback))
+            judged.setdefault((e.set, e.question), []).append((e.cell, status, sandbox.scrub(feedback)))
 
     replies, problems, warnings = _execute(nb, name, limits, kernel_name, startup_timeout, where, sets, after)
     return replies, problems, warnings, judged
 
 
 def _grade_one(args: tuple) -> NotebookGrade:
+    """:func:`grade_notebook`, whatever happens a grade: an error of the grader on one notebook (a bug that
+    hostile data found) fails that notebook only, with its reason, and the class goes on."""
     path, kwargs = args
-    return grade_notebook(path, **kwargs)
+    try:
+        return grade_notebook(path, **kwargs)
+    except sandbox.IsolationUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything, on this notebook only
+        reason = exc
+    text = " ".join(sandbox.scrub(_safe_str(reason)).split())[:300]
+    return NotebookGrade(path=str(path), student=student_id(path, kwargs.get("student_pattern")),
+                         problems=[Problem("not_run", f"the grader could not grade this notebook "
+                                           f"({type(reason).__name__}: {text}); the other notebooks are not affected")])
 
 
 def grade_notebooks(paths, *, jobs: int = 1, **kwargs) -> list[NotebookGrade]:
-    """:func:`grade_notebook` on each path, ``jobs`` at a time (worker processes), in the order given."""
+    """:func:`grade_notebook` on each path, ``jobs`` at a time (worker processes), in the order given; a
+    notebook the grader fails on is reported ``failed`` (problem ``not_run``), the others are graded."""
     paths = list(paths)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    kwargs["isolation"] = sandbox.resolve_isolation(kwargs.get("isolation"))  # refuse once, before any notebook
+    _check_arguments(**{k: kwargs[k] for k in ("timeout", "time_budget", "max_memory", "max_cell_output",
+                                                "max_output") if k in kwargs})
     if jobs == 1 or len(paths) <= 1:
-        return [grade_notebook(p, **kwargs) for p in paths]
+        return [_grade_one((p, kwargs)) for p in paths]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -1085,17 +1181,26 @@ def main(argv=None) -> int:
                         help="regular expression searched in each notebook's path; its group 'student' (or "
                              "first group) is the student id (default: the folder after submissions/, "
                              "submitted/ or autograded/)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="grade without the sandbox (graded code runs as your user and can read the answer "
+                             "key, the gradebook and other submissions): only for notebooks you trust")
     parser.add_argument("--kernel", default=kernel.KERNEL_NAME,
                         help=f"Jupyter kernel name (default {kernel.KERNEL_NAME}: the ipykernel of this Python)")
     args = parser.parse_args(argv)
     _check_outputs(parser, args)
     if args.solutions is not None and not Path(args.solutions).is_dir():
         parser.error(f"--solutions {args.solutions}: no such directory")
+    try:
+        isolation = sandbox.resolve_isolation(sandbox.INSECURE if args.insecure else None)
+    except sandbox.IsolationUnavailable as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if isolation == sandbox.INSECURE:
+        sys.stderr.write(f"WARNING: {sandbox.INSECURE_WARNING.replace('graded', 'grading', 1)}\n")
     grades = grade_notebooks(
         args.notebooks, jobs=args.jobs, timeout=args.timeout, kernel_name=args.kernel,
         time_budget=args.time_budget, max_memory=args.max_memory, max_cell_output=args.max_cell_output,
         max_output=args.max_output, solutions=False if args.no_verify else args.solutions,
-        student_pattern=args.student_id_from)
+        student_pattern=args.student_id_from, isolation=isolation)
     graded = [g for g in grades if g.status != "failed"]
     report = {
         "notebooks": [g.to_dict() for g in grades],

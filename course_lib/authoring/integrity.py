@@ -19,7 +19,9 @@ Lessons: none
   a module the checks rely on: sympy, math, builtins, ...), ``setattr``/``delattr`` on them, rebinding a
   name imported from ``course_lib.checks``, and reads of the answer key (``.expected``, ``.cases``,
   ``.mistakes``, private attributes).  It is a static scan: code built at run time (``exec`` of a string,
-  ``getattr`` with a computed name) is not seen.
+  ``getattr`` with a computed name) is not seen.  It is linear in the code's size (aliases are followed
+  as a graph, in any order) and stops at :data:`SCAN_TIME_S` seconds with a warning: the sandbox, not the
+  scan, is what keeps graded code from the key.
 * :func:`shadowing` lists modules beside the learner's notebook that would shadow an import (a
   ``sympy.py``); they are not copied into the grading folder, and are reported.
 
@@ -33,6 +35,7 @@ import functools
 import importlib.machinery
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +51,8 @@ JUDGE_MODULES = frozenset({
 #: Attributes of a question that carry the answer key.
 KEY_ATTRS = frozenset({"expected", "cases", "mistakes"})
 _WRAPPERS = frozenset({"type", "vars", "getattr"})
+#: Seconds the static scan of one notebook may take; past it, the rest is not scanned (a warning).
+SCAN_TIME_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,7 @@ def _python(source: str) -> ast.AST | None:
         pass
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):  # 3.11: SystemError past the depth
         return None
 
 
@@ -262,26 +267,41 @@ def _imports(trees, roots) -> tuple[set[str], set[str]]:
     return names, checks
 
 
-def _aliases(trees, tainted: set[str]) -> set[str]:
-    """``tainted`` with every name assigned an alias of a tainted object (``Q = q.q1``, ``C = type(Q)``)."""
+class _ScanTimeout(Exception):
+    pass
+
+
+def _tick(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise _ScanTimeout
+
+
+def _aliases(trees, tainted: set[str], deadline: float | None = None) -> set[str]:
+    """``tainted`` with every name assigned an alias of a tainted object (``Q = q.q1``, ``C = type(Q)``),
+    in whatever order the assignments come: one pass collects ``name -> names assigned from it``, a graph
+    search follows it (linear in the code's size)."""
     tainted = set(tainted)
-    changed = True
-    while changed:
-        changed = False
-        for _, tree in trees:
-            for node in ast.walk(tree) if tree is not None else ():
-                if not isinstance(node, ast.Assign):
-                    continue
-                v = node.value
-                if isinstance(v, ast.Call) and not _alias_call(v):
-                    continue  # a call's result is data (get_model(...)), not the object
-                if not (_tainted_expr(v, tainted) or _sys_modules_item(v)):
-                    continue
-                for t in node.targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Name) and n.id not in tainted:
-                            tainted.add(n.id)
-                            changed = True
+    edges: dict[str, set[str]] = {}
+    for _, tree in trees:
+        for node in ast.walk(tree) if tree is not None else ():
+            _tick(deadline)
+            if not isinstance(node, ast.Assign):
+                continue
+            v = node.value
+            if isinstance(v, ast.Call) and not _alias_call(v):
+                continue  # a call's result is data (get_model(...)), not the object
+            targets = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            root = _root(v)
+            if _sys_modules_item(v) or (isinstance(root, ast.Call) and _tainted_expr(v, set())):
+                tainted |= targets  # sys.modules["course_lib..."], import_module("course_lib...")
+            elif isinstance(root, ast.Name):
+                edges.setdefault(root.id, set()).update(targets)
+    todo = list(tainted)
+    while todo:
+        for t in edges.get(todo.pop(), ()):
+            if t not in tainted:
+                tainted.add(t)
+                todo.append(t)
     return tainted
 
 
@@ -296,18 +316,32 @@ def _alias_call(call: ast.Call) -> bool:
 def scan_patching(cells, context=()) -> list[Finding]:
     """Findings in ``cells``, a list of ``(cell index, source)`` of the learner's code (in order);
     ``context``: other code cells of the notebook (the restored ones), whose imports count too."""
-    trees = [(i, _python(src)) for i, src in cells]
+    findings: list[Finding] = []
+    deadline = time.monotonic() + SCAN_TIME_S
+    try:
+        _scan(cells, context, findings, deadline)
+    except _ScanTimeout:
+        findings.append(Finding("warning", f"the static scan stopped at its time limit ({SCAN_TIME_S:g} s); the "
+                                "rest of the code was not scanned (graded code runs in the sandbox all the same)"))
+    return _dedupe(findings)
+
+
+def _scan(cells, context, findings: list[Finding], deadline: float) -> None:
+    trees = []
+    for i, src in cells:
+        _tick(deadline)
+        trees.append((i, _python(src)))
     every = trees + [(i, _python(src)) for i, src in context]
     judge_names, checks_names = _imports(every, JUDGE_MODULES)
     course_names, _ = _imports(every, {"course_lib"})
-    judged = _aliases(every, judge_names | JUDGE_MODULES)
-    course = _aliases(every, course_names | {"course_lib"})
+    judged = _aliases(every, judge_names | JUDGE_MODULES, deadline)
+    course = _aliases(every, course_names | {"course_lib"}, deadline)
 
-    findings: list[Finding] = []
     for i, tree in trees:
         if tree is None:
             continue
         for node in ast.walk(tree):
+            _tick(deadline)
             targets = []
             if isinstance(node, (ast.Assign, ast.Delete)):
                 targets = node.targets
@@ -337,7 +371,6 @@ def scan_patching(cells, context=()) -> list[Finding]:
                     and _tainted_expr(node.value, course):
                 findings.append(Finding("tampered", f"cell {i} reads the answer key or checker internals "
                                         f"({_label(node)})", i))
-    return _dedupe(findings)
 
 
 def _dedupe(findings):

@@ -13,7 +13,11 @@ the verdict as its outputs: a line "✔ ex01.q1: correct (judged by the course g
 error output when the answer is not right (nbgrader then gives the cell no points).  A patched checker in
 the kernel, an edited grade cell (nbgrader's ``OverwriteCells`` restores it first) or a ``sympy.py``
 beside the notebook therefore cannot earn points; what the static scan and the shadowing check find is
-logged as a warning.
+logged as a warning.  Graded code runs in the grader's OS sandbox (bubblewrap: no key, no gradebook, no
+other submission, no network; :mod:`course_lib.authoring.sandbox`); without bubblewrap the preprocessor
+refuses unless ``c.CourseAutograde.insecure = True``.  Its limits are ``c.CourseAutograde.timeout`` (per
+cell), ``time_budget``, ``max_memory``, ``max_cell_output`` and ``max_output`` (``c.Execute.*`` no longer
+applies: ``Execute`` is replaced).
 
 Configure it in ``nbgrader_config.py``::
 
@@ -28,7 +32,7 @@ import copy
 from pathlib import Path
 
 from nbformat.v4 import new_output
-from traitlets import Float, Integer, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 
 try:
     from nbgrader.preprocessors import Execute, NbGraderPreprocessor
@@ -53,14 +57,18 @@ class CourseAutograde(NbGraderPreprocessor):
     max_cell_output = Integer(sandbox.MAX_CELL_OUTPUT, help="bytes of output kept per cell").tag(config=True)
     max_output = Integer(sandbox.MAX_OUTPUT, help="bytes of output a notebook may send").tag(config=True)
     kernel_name = Unicode(kernel.KERNEL_NAME, help="Jupyter kernel name").tag(config=True)
+    insecure = Bool(False, help="grade without the sandbox (graded code runs as the grader's user and can read the "
+                               "answer key and the gradebook): only for notebooks you trust").tag(config=True)
 
     def preprocess(self, nb, resources):
         name = f"{resources.get('unique_key') or 'notebook'}.ipynb"
         folder = (resources.get("metadata") or {}).get("path")
         sets = grade.sets_in_source(nb)
         budget = self.time_budget or grade.BUDGET_PER_TIMEOUT * self.timeout
+        isolation = sandbox.resolve_isolation(sandbox.INSECURE if self.insecure else None)  # refuses without bwrap
+        self.log.info("course grader: %s: grading in the %s mode", name, isolation)
         limits = grade._Limits(float(self.timeout), float(budget), int(self.max_memory), int(self.max_cell_output),
-                               int(self.max_output))
+                               int(self.max_output), isolation)
         run = copy.deepcopy(nb)
         where = grade._Where(run)
         cells = [(i, c.source) for i, c in enumerate(run.cells) if c.cell_type == "code"]

@@ -12,13 +12,32 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   are the key-less modules of the notebook's sets only, written into the grading folder and put first on
   ``PYTHONPATH``; :func:`run_python` starts the fresh interpreters that run a learner's function (same
   environment, watched like the kernel);
-* **a clean environment** (:func:`clean_env`): the grader's own, without ``PYTHONPATH``, ``PYTHONSTARTUP``,
-  ``PYTHONHOME``, ``PYTHONUSERBASE``, ``JPY_*`` or Jupyter path overrides; the course root is put on
-  ``PYTHONPATH`` only when ``course_lib`` is not importable otherwise (not installed);
+* **an OS sandbox** (:func:`isolation_prefix`, mode :data:`SANDBOX`, the default): the kernel and every
+  fresh interpreter run under bubblewrap (``bwrap``) as an unprivileged user (uid 65534, no capabilities)
+  in their own mount, PID, IPC, UTS and network namespaces.  An unprivileged grader adds a user namespace
+  (its uid is ``nobody`` inside); a grader running as root does not (a user namespace would map ``nobody``
+  to root outside, whose ``/etc/shadow`` it could read): bubblewrap makes the mounts as root, then
+  ``setpriv`` becomes the real ``nobody`` with no groups, capabilities or new privileges, and the grading
+  folder is handed to that user (:func:`hand_over`).  They see a read-only view of the system
+  folders (``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and of Python's prefixes, with the course's
+  own package and source folder masked; a private ``/proc`` (only their own processes: not the grader,
+  not other notebooks' kernels), a private ``/dev`` and ``/tmp``; and, read-write, only the notebook's
+  grading folder (its key-less ``course_lib`` read-only).  No network, not even the host's 127.0.0.1
+  (a local Jupyter server): the grader talks to the kernel over Unix sockets in the grading folder.
+  Files are limited to :data:`MAX_FILE_SIZE` bytes each.  When bubblewrap is not usable the grader
+  refuses (:class:`IsolationUnavailable`, with the reason) unless the caller opts into the
+  :data:`INSECURE` mode (``--insecure``, ``COURSE_GRADE_ISOLATION=insecure``), where graded code runs as
+  the grader's user and can read whatever that user can; each notebook graded so carries a warning;
+* **a clean environment** (:func:`clean_env`): only the variables of :data:`KEEP_ENV` (``PATH``, the
+  locale, thread counts, ``COURSE_FAST``), with ``HOME``, ``TMPDIR`` and ``IPYTHONDIR`` inside the grading
+  folder and ``PYTHONPATH`` the key-less course: no grader secret reaches graded code;
 * **output caps while the cell runs** (:class:`LimitedClient`, nbclient's ``process_message`` hook): output
   beyond ``max_cell_output`` bytes of one cell is dropped; once the notebook has *sent* ``max_output`` bytes
-  the cell that keeps printing is interrupted and later output is dropped (check records are kept, up to
-  :data:`MAX_RECORDS`), so ``while True: print(...)`` cannot grow the grader's memory;
+  the cell that keeps printing is interrupted and later output is dropped, so ``while True: print(...)``
+  cannot grow the grader's memory.  A message's size counts everything it carries (display metadata,
+  every MIME key); check records (the answer exports) are kept apart, up to :data:`MAX_RECORDS` of at
+  most :data:`MAX_RECORD_BYTES` each and ``max_output`` bytes in all, so a flood before a grade cell does
+  not drop its answer;
 * **a memory watch and an overall time budget** (:class:`Watch`, a thread polling psutil): the kernel and
   its descendants are killed when their summed RSS passes ``max_memory`` bytes (an address-space limit would
   break ``import torch``) or when the budget plus :data:`BUDGET_GRACE_S` has passed (the per-cell timeouts
@@ -29,8 +48,8 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   Elsewhere (macOS, Windows) only the processes seen under the kernel while the watch polled (every
   :data:`POLL_S` s) are killed; a process that detaches between two polls escapes.
 
-Not a sandbox: graded code runs as the grader's user and can read and write whatever that user can by
-absolute path. Grade untrusted notebooks as a separate user or in a container.
+In the insecure mode there is no sandbox: graded code runs as the grader's user and can read and write
+whatever that user can by absolute path (the answer key included).  Use it only for notebooks you trust.
 
 Serves no lesson: an authoring tool.
 """
@@ -58,6 +77,9 @@ __all__ = [
     "MAX_CELL_OUTPUT", "MAX_OUTPUT", "MAX_MEMORY", "MAX_RECORDS", "POLL_S", "BUDGET_GRACE_S",
     "become_subreaper", "kernel_arguments", "workdir", "clean_env", "LimitedClient", "Watch", "snapshot",
     "end_processes", "BudgetExceeded", "keyless_files", "write_keyless", "run_python", "KEYLESS_DIR", "public_names",
+    "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
+    "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
+    "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "settle", "MODEL_CACHE_DIR", "model_cache_files",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -68,6 +90,10 @@ MAX_OUTPUT = 16 << 20
 MAX_MEMORY = 4 << 30
 #: Check records kept per notebook (more are dropped as output).
 MAX_RECORDS = 2000
+#: Bytes of one check record (an answer export); a larger one is dropped.
+MAX_RECORD_BYTES = 256 << 10
+#: Bytes of one file graded code writes (``RLIMIT_FSIZE`` in the sandbox).
+MAX_FILE_SIZE = 4 << 30  # a lesson writes a model file (ex08: 262 MB in fast mode, GBs at full size)
 #: Bytes a single kernel message may have beyond ``max_cell_output`` (headers, metadata).
 MESSAGE_SLACK = 64 << 10
 #: Kernel output messages the grader's transport holds before it drops new ones.
@@ -80,6 +106,19 @@ BUDGET_GRACE_S = 5.0
 PR_SET_CHILD_SUBREAPER = 36
 _DROP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
              "IPYTHONDIR", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR")
+#: The grader's environment variables graded code gets (every other one is dropped), and prefixes of such.
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COURSE_FAST", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS", "LC_")
+#: Isolation modes: graded code in an OS sandbox (bubblewrap), or run as the grader's user (opt-in).
+SANDBOX, INSECURE = "sandbox", "insecure"
+#: Environment variable that chooses the isolation mode when the caller does not (``insecure`` to opt in).
+ISOLATION_ENV = "COURSE_GRADE_ISOLATION"
+#: The uid and gid graded code runs as inside the sandbox (``nobody``).
+SANDBOX_UID = 65534
+
+
+class IsolationUnavailable(RuntimeError):
+    """The sandbox cannot be started here and the insecure mode was not chosen."""
 
 
 class BudgetExceeded(Exception):
@@ -126,14 +165,18 @@ def _course_lib_installed() -> bool:
 
 
 def clean_env(work: Path, base=None, keyless: Path | None = None) -> dict[str, str]:
-    """The kernel's environment: ``base`` (default: this process's) without what points into other folders.
+    """The kernel's environment: of ``base`` (default: this process's), only the variables of
+    :data:`KEEP_ENV`; ``HOME``, ``TMPDIR`` and ``IPYTHONDIR`` inside ``work``.
 
-    ``keyless``: the folder of a key-less ``course_lib`` (:func:`write_keyless`), put first on
-    ``PYTHONPATH`` (before an installed course_lib, whose question sets carry the key)."""
+    ``keyless``: the folder of a key-less ``course_lib`` (:func:`write_keyless`), put on ``PYTHONPATH``
+    (before an installed course_lib, whose question sets carry the key); without it the course root is put
+    there only when ``course_lib`` is not importable otherwise (not installed)."""
     base = os.environ if base is None else base
-    env = {k: v for k, v in base.items() if k not in _DROP_ENV and not k.startswith("JPY_")}
+    env = {k: v for k, v in base.items() if k in KEEP_ENV or any(k.startswith(p) for p in KEEP_ENV if p.endswith("_"))}
+    env.setdefault("PATH", os.defpath)
     tmp = str(work / ".tmp")
-    env.update(TMPDIR=tmp, TEMP=tmp, TMP=tmp, IPYTHONDIR=str(work / ".ipython"))
+    env.update(TMPDIR=tmp, TEMP=tmp, TMP=tmp, IPYTHONDIR=str(work / ".ipython"), HOME=str(work / ".home"),
+               MPLCONFIGDIR=str(work / ".home" / ".matplotlib"), PYTHONDONTWRITEBYTECODE="1")
     if keyless is not None:
         env["PYTHONPATH"] = str(keyless)
     elif not _course_lib_installed():
@@ -141,16 +184,257 @@ def clean_env(work: Path, base=None, keyless: Path | None = None) -> dict[str, s
     return env
 
 
-def _size(content: dict) -> int:
-    """Bytes of one output message's payload (text, data values, traceback)."""
-    if "text" in content:
-        return len(str(content["text"]))
-    n = 0
-    for v in (content.get("data") or {}).values():
-        n += len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
-    for v in content.get("traceback") or ():
-        n += len(str(v))
-    return n + 64
+def scrub(text: str, base=None) -> str:
+    """``text`` without the values of the grader's environment variables that graded code does not get
+    (``base``, default this process's; values of 6 characters or more): what crosses into feedback."""
+    base = os.environ if base is None else base
+    text = str(text)
+    for k, v in base.items():
+        if len(v) >= 6 and not (k in KEEP_ENV or any(k.startswith(p) for p in KEEP_ENV if p.endswith("_"))) \
+                and v in text:
+            text = text.replace(v, "[hidden]")
+    return text
+
+
+# ------------------------------------------------------------------------------------------------
+# The OS sandbox (bubblewrap)
+# ------------------------------------------------------------------------------------------------
+
+
+def _system_paths() -> list[str]:
+    """Folders graded code sees read-only: the system's and Python's (prefixes, site folders)."""
+    import site
+
+    paths = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc"]
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()):
+        paths += [p, os.path.realpath(p)]
+    out: list[str] = []
+    for p in paths:
+        if p and os.path.isabs(p) and os.path.exists(p) and p not in out:
+            out.append(p)
+    return out
+
+
+def _masked(paths: list[str]) -> list[str]:
+    """Folders inside ``paths`` graded code must not see: the course's package (the key) and source."""
+    import course_lib
+
+    hide = {str(_course_root()), os.path.dirname(os.path.realpath(course_lib.__file__))}
+    for entry in sys.path:  # an installed copy of the course elsewhere (site-packages/course_lib)
+        candidate = os.path.join(entry or ".", "course_lib")
+        if os.path.isabs(candidate) and os.path.isdir(candidate):
+            hide.add(os.path.realpath(candidate))
+    out = []
+    for h in sorted(hide):
+        if any(h == p or h.startswith(p.rstrip("/") + "/") for p in paths):
+            out.append(h)
+    return out
+
+
+def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = None, also=()) -> list[str]:
+    """The ``bwrap`` command line (up to ``--``) that runs a command in the sandbox of grading folder
+    ``work``, in ``cwd`` (default ``work``); see the module's docstring for what it sees.  ``also``: more
+    folders it may write (the kernel's sockets, when the grading folder's path is too long for them)."""
+    bwrap = bwrap or bwrap_status()[0] or "bwrap"
+    work = Path(work)
+    paths = _system_paths()
+    root = _as_root()
+    args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session"]
+    if not root:  # an unprivileged grader: a user namespace, its uid mapped to nobody inside
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
+    bound: list[str] = []
+    for p in paths:
+        args += _parents(p, bound) + ["--ro-bind", p, p]
+        bound.append(p)
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for h in _masked(paths):
+        args += ["--tmpfs", h]
+    for folder in (work, *also):
+        args += _parents(str(folder), bound, made=("/tmp", "/run")) + ["--bind", str(folder), str(folder)]
+    if (work / KEYLESS_DIR).is_dir():
+        args += ["--ro-bind", str(work / KEYLESS_DIR), str(work / KEYLESS_DIR)]
+    if (work / MODEL_CACHE_DIR).is_dir():
+        for f in model_cache_files():
+            args += ["--ro-bind", str(f), str(work / MODEL_CACHE_DIR / f.name)]
+    args += ["--chdir", str(cwd or work), "--setenv", "JPY_PARENT_PID", "1", "--"]
+    return args + _drop_root() + _limits_prefix()
+
+
+#: Folder, inside a grading folder, where graded code finds the grader's built model files (GGUFs, read-only;
+#: ``COURSE_GGUF_CACHE`` points there) and writes those it builds (deleted with the folder).
+MODEL_CACHE_DIR = ".gguf-cache"
+
+
+def model_cache_files(limit: int = 64) -> list[Path]:
+    """The grader's cached GGUF files (:func:`course_lib.measure.engines.llamacpp.cache_dir`, then
+    ``~/.cache/course_lib/gguf``), shown read-only in the sandbox: a lesson that reads a built model (ex08)
+    does not rebuild it per notebook, and cannot change it for the next one."""
+    found: dict[str, Path] = {}
+    try:
+        from course_lib.measure.engines import llamacpp
+
+        folders = [llamacpp.cache_dir(), Path.home() / ".cache" / "course_lib" / "gguf"]  # checkout's, user's
+    except Exception:  # noqa: BLE001 - no cache: graded code builds its own
+        return []
+    for folder in folders:
+        for f in sorted(folder.glob("*.gguf")) if folder.is_dir() else ():
+            if f.is_file() and not f.is_symlink():
+                found.setdefault(f.name, f)
+    return list(found.values())[:limit]
+
+
+def _as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _parents(path: str, bound: list[str], made=()) -> list[str]:
+    """``--dir`` arguments (mode 0755) for the folders above ``path`` that no bound folder provides, so that
+    the unprivileged user reaches ``path`` (bubblewrap would copy a 0700 ``/root`` otherwise)."""
+    out = []
+    parts = Path(path).parts
+    for i in range(2, len(parts)):
+        a = str(Path(*parts[:i]))
+        if a not in made and not any(a == b or a.startswith(b.rstrip("/") + "/") for b in bound):
+            out += ["--perms", "0755", "--dir", a]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _drop_root() -> list[str]:
+    """For a grader that runs as root: the command that becomes ``nobody`` (uid and gid :data:`SANDBOX_UID`, no
+    groups, no capabilities, no new privileges) inside the sandbox, after bubblewrap made its mounts.  A user
+    namespace would map the sandbox's user to root outside, whose files (``/etc/shadow``) it could then read."""
+    import shutil
+
+    if not _as_root():
+        return []
+    setpriv = shutil.which("setpriv") or "setpriv"
+    return [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs"]
+
+
+def hand_over(path: Path) -> None:
+    """Make ``path`` (a grading folder, or a folder or file inside it) and what it holds the sandbox user's,
+    when the grader runs as root (graded code then runs as ``nobody`` and writes only there)."""
+    if not _as_root():
+        return
+    path = Path(path)
+    todo = [path]
+    if path.is_dir():
+        todo += list(path.rglob("*"))
+    for p in todo:
+        try:
+            os.chown(p, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+        except OSError:
+            pass
+
+
+@functools.lru_cache(maxsize=1)
+def _limits_prefix() -> list[str]:
+    import shutil
+
+    prlimit = shutil.which("prlimit")
+    return [prlimit, f"--fsize={MAX_FILE_SIZE}", "--core=0"] if prlimit else []
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_status() -> tuple[str | None, str]:
+    """``(path of bwrap, "")`` when a sandbox starts here (tried once: Python runs in it), else
+    ``(None, why not)``."""
+    import shutil
+
+    if not sys.platform.startswith("linux"):
+        return None, f"bubblewrap runs on Linux only (this is {sys.platform})"
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    with tempfile.TemporaryDirectory(prefix="course-grade-probe-") as tmp:
+        hand_over(Path(tmp))
+        try:
+            done = subprocess.run(isolation_prefix(Path(tmp), bwrap=path) + [sys.executable, "-c", "print(6 * 7)"],
+                                  capture_output=True, timeout=60, env={"PATH": os.defpath})
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"bwrap could not be started: {type(exc).__name__}: {exc}"
+    if done.returncode != 0 or done.stdout.strip() != b"42":
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return None, (f"bwrap cannot start a sandbox here ({why[-1] if why else f'exit status {done.returncode}'}; "
+                      "unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone=1, "
+                      "or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0)")
+    return path, ""
+
+
+def resolve_isolation(mode: str | None = None) -> str:
+    """The isolation mode to grade with: ``mode``, else ``$COURSE_GRADE_ISOLATION``, else
+    :data:`SANDBOX`.  Raises :class:`IsolationUnavailable` when the sandbox is asked for and cannot start."""
+    mode = mode or os.environ.get(ISOLATION_ENV) or SANDBOX
+    if mode not in (SANDBOX, INSECURE):
+        raise ValueError(f"isolation must be {SANDBOX!r} or {INSECURE!r}, got {mode!r}")
+    if mode == SANDBOX:
+        path, why = bwrap_status()
+        if path is None:
+            raise IsolationUnavailable(
+                f"cannot grade in a sandbox: {why}. Graded code would run as the grader's user and could read "
+                f"the answer key, the gradebook and other submissions. Install bubblewrap, or choose the insecure "
+                f"mode ({ISOLATION_ENV}=insecure, --insecure, CourseAutograde.insecure=True) for notebooks you trust.")
+    return mode
+
+
+#: The warning every notebook graded in the insecure mode carries.
+INSECURE_WARNING = ("graded in the INSECURE mode (no sandbox): its code ran as the grader's user and could read the "
+                    "answer key, the gradebook and other submissions")
+
+
+#: Longest path of a Unix socket (``sun_path`` holds 108 bytes with its NUL), less room for ``-65535``.
+MAX_SOCKET_DIR = 90
+
+
+def socket_dir(work: Path) -> Path:
+    """Where the kernel's Unix sockets go: ``work/.ipc``, or a fresh short folder in ``/tmp`` when that path
+    is too long for a socket (a deep ``TMPDIR``); the caller removes the latter."""
+    ipc = Path(work) / ".ipc"
+    if len(str(ipc / "k")) > MAX_SOCKET_DIR:
+        ipc = Path(tempfile.mkdtemp(prefix="cg-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    ipc.mkdir(exist_ok=True)
+    return ipc
+
+
+def sandboxed_kernel_manager(base, work: Path, ipc: Path | None = None):
+    """A subclass of kernel manager class ``base`` whose kernel runs in the sandbox of ``work``, talks
+    over Unix sockets in ``ipc`` (default ``work/.ipc``; see :func:`socket_dir`) and is interrupted by a
+    message (signals do not cross into it)."""
+    ipc = Path(ipc) if ipc is not None else socket_dir(work)
+    also = () if ipc.is_relative_to(work) else (ipc,)
+
+    class SandboxedKernelManager(base):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.transport, self.ip = "ipc", str(ipc / "k")
+            self.connection_file = str(ipc / "kernel.json")
+
+        def write_connection_file(self, **kw):
+            out = super().write_connection_file(**kw)
+            hand_over(ipc)  # the kernel, as the sandbox user, reads it and makes its sockets there
+            return out
+
+        def format_kernel_cmd(self, extra_arguments=None):
+            cmd = super().format_kernel_cmd(extra_arguments)
+            self.kernel_spec.interrupt_mode = "message"
+            return isolation_prefix(work, also=also) + cmd
+
+    return SandboxedKernelManager
+
+
+def message_size(content) -> int:
+    """Bytes of one output message's content, everything it carries counted (text, every MIME key's data,
+    display metadata, traceback); a content too deep to measure counts as :data:`MAX_OUTPUT` bytes."""
+    try:
+        return len(json.dumps(content, default=str)) + 64
+    except (ValueError, TypeError, RecursionError):
+        return MAX_OUTPUT
+
+
+_size = message_size
 
 
 #: Bytes a kernel stream buffers before it sends them (ipykernel otherwise sends what 0.2 s of printing made).
@@ -200,6 +484,8 @@ class LimitedClient(NotebookClient):
         self.cell_bytes: dict[int, int] = {}
         self.total_bytes = 0
         self.records = 0
+        self.record_bytes = 0
+        self.over: dict[int, int] = {}
         self.capped: dict[int, str] = {}
         self.interrupted: set[int] = set()
         self._tasks: list = []
@@ -235,15 +521,26 @@ class LimitedClient(NotebookClient):
         if msg_type in ("stream", "display_data", "execute_result", "update_display_data", "error") \
                 or msg_type.startswith("comm"):
             content = msg.get("content") or {}
-            size = _size(content)
+            size = message_size(content)
+            if self._is_record(content):  # the answer exports: a budget of their own, bounded too
+                if self.records < MAX_RECORDS and size <= MAX_RECORD_BYTES \
+                        and self.record_bytes + size <= self.max_output:
+                    self.records += 1
+                    self.record_bytes += size
+                    return super().process_message(msg, cell, cell_index)
+                self.capped.setdefault(cell_index, f"a check record beyond the limits ({MAX_RECORDS} records of "
+                                                   f"{MAX_RECORD_BYTES} bytes) was dropped")
+                return None
             self.total_bytes += size
-            if self._is_record(content) and self.records < MAX_RECORDS:
-                self.records += 1
-                return super().process_message(msg, cell, cell_index)
             if self.total_bytes > self.max_output:
-                self.capped[cell_index] = (f"the notebook sent more than {self.max_output} bytes of output; the "
-                                           "cell was interrupted and later output dropped")
-                self._interrupt(cell_index)
+                # interrupt the cell that floods, not one that prints a line after the flood (an interrupt
+                # that reaches an idle kernel can end it)
+                self.over[cell_index] = self.over.get(cell_index, 0) + size
+                if self.over[cell_index] > MESSAGE_SLACK:
+                    self._interrupt(cell_index)
+                self.capped[cell_index] = (f"the notebook sent more than {self.max_output} bytes of output; "
+                                           + ("the cell was interrupted and " if cell_index in self.interrupted
+                                              else "") + "later output dropped")
                 return None
             used = self.cell_bytes.get(cell_index, 0) + size
             if used > self.max_cell_output:
@@ -360,6 +657,14 @@ def end_processes(before: set, seen: dict | None = None) -> int:
     return len(running)
 
 
+def settle(seen: dict, timeout: float = 2.0) -> None:
+    """Wait up to ``timeout`` s for the processes of ``seen`` (a watch's) to end on their own: a sandbox's
+    processes die with its namespace when the kernel is stopped, and are not left running by the notebook."""
+    procs = [p for p in seen.values() if _running(p)]
+    if procs:
+        psutil.wait_procs(procs, timeout=timeout)
+
+
 def _running(p: psutil.Process) -> bool:
     try:
         return p.status() != psutil.STATUS_ZOMBIE
@@ -457,12 +762,14 @@ def write_keyless(folder: Path, sets=()) -> Path:
 
 
 def run_python(code: str, stdin: bytes, *, env: dict, cwd: Path, timeout: float, max_memory: int,
-               max_output: int = MAX_CELL_OUTPUT) -> tuple[int | None, str, str | None]:
+               max_output: int = MAX_CELL_OUTPUT, work: Path | None = None) -> tuple[int | None, str, str | None]:
     """Run ``python -c code`` with ``stdin`` in ``cwd`` and ``env``: ``(exit status or None, the last
     ``max_output`` characters of its stdout, why it was stopped: "timeout" | "memory" | None)``.  Its
-    memory is watched like a kernel's (:class:`Watch`); it and every process it started are ended."""
+    memory is watched like a kernel's (:class:`Watch`); it and every process it started are ended.
+    ``work``: run it in the sandbox of that grading folder (:func:`isolation_prefix`)."""
     before = snapshot()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    prefix = isolation_prefix(work, cwd) if work is not None else []
+    proc = subprocess.Popen(prefix + [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=str(cwd), env=env)
     watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S)
     watch.attach(proc.pid)
