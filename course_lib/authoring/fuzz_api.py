@@ -1,0 +1,492 @@
+"""Fuzz the public API: every public callable, one hostile value per argument, each outcome classified.
+
+    python -m course_lib.authoring.fuzz_api              # every callable, every hostile value
+    python -m course_lib.authoring.fuzz_api --sample 500 --seed 1
+    python -m course_lib.authoring.fuzz_api --only relative_error fixed_cost_reading --examples 5
+
+The callables are the ``__all__`` of ``course_lib`` and ``course_lib.core`` (the flattened core), of the core
+modules it does not flatten (``numeric``, ``quality``, ``serving``, ``app``, ``forecast``, ``core.claims.*``),
+the torch-free arithmetic of ``course_lib.measure`` that a lesson calls without timing anything
+(:data:`MEASURE_NAMES`) and the public helpers of ``course_lib.checks`` (:data:`CHECKS_NAMES`). Dataclasses
+without ``__post_init__`` are records the library builds and returns, not inputs; they are listed, not fuzzed.
+
+For each callable a *baseline* call is found first: every required argument gets the first value of its
+candidates (:data:`VALID` by argument name, then :data:`GENERIC`) that the callable accepts. Then each argument
+in turn (required or not) is replaced by each value of :data:`HOSTILE` (0, negatives, nan, +-inf, 10**400,
+huge ints, bools, text, None, numpy arrays, lists, wrong catalog names, empty containers). Each call is:
+
+* ``value``   a sensible result: finite, no nan, no undocumented inf or negative number (:func:`problems`);
+* ``error``   a clear error: a ValueError, TypeError or KeyError whose message names the replaced argument;
+* ``nonsense`` silent nonsense: nan, inf or a negative number in the result, or a nan / infinity accepted
+  as an argument (a verdict read from nan means nothing);
+* ``unclear`` anything else: a message that does not name the argument, or another exception
+  (OverflowError, ZeroDivisionError, RecursionError, numpy's "truth value of an array is ambiguous", ...),
+  or a call that runs longer than :data:`TIME_LIMIT_S`.
+
+It prints one table row per callable that is not all ``value``/``error``, and a last summary line::
+
+    calls 30123  value 9000  error 21123  nonsense 0  unclear 0  (372 callables, 12 records, 0 without a baseline)
+
+``tests/test_api_fuzz.py`` runs a deterministic sample in the suite; ``tests/test_api_edges.py`` reuses the
+classifier (:func:`outcome`, :func:`problems`) for its hypothesis strategies.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import io
+import math
+import numbers
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+
+TIME_LIMIT_S = 2.0
+
+#: (label, value): what every argument is replaced with, one at a time
+HOSTILE: list[tuple[str, object]] = [
+    ("0", 0), ("0.0", 0.0), ("-1", -1), ("-0.5", -0.5), ("0.5", 0.5), ("1e-300", 1e-300), ("5e-324", 5e-324),
+    ("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf), ("1e308", 1e308), ("-1e308", -1e308),
+    ("10**400", 10**400), ("-10**400", -(10**400)), ("2**63", 2**63), ("10**15+1", 10**15 + 1),
+    ("True", True), ("False", False), ("None", None), ("''", ""), ("'14'", "14"), ("'nan'", "nan"),
+    ("'no-such-name'", "no-such-name"), ("b'512'", b"512"), ("np.array([1, 2])", np.array([1, 2])),
+    ("np.array(['1', '2'])", np.array(["1", "2"])), ("np.array(3.0)", np.array(3.0)),
+    ("np.float64(nan)", np.float64("nan")), ("np.int64(-3)", np.int64(-3)), ("3j", 3j),
+    ("10**6", 10**6), ("1e12", 1e12), ("Fraction(10**400)", Fraction(10**400)), ("[]", []), ("[1, 2]", [1, 2]), ("[nan]", [math.nan]),
+    ("[-1.0, 2.0]", [-1.0, 2.0]), ("{}", {}), ("()", ()), ("object()", object()),
+]
+
+#: valid values by argument name, tried in order until the baseline call is accepted
+VALID: dict[str, list] = {
+    "model": ["mistral-7b"], "models": [["mistral-7b", "llama-3-8b"]], "hardware": ["h100-sxm"], "hw": ["h100-sxm"],
+    "precision": ["fp16"], "kv_precision": ["fp16"], "activation_precision": ["fp16"], "compute_dtype": ["fp16"],
+    "dtype": ["fp16"], "name": ["fp16", "mistral-7b", "weight_bytes", "ex01", "x"], "engine": ["vllm", "hf"],
+    "metric": ["tpot"], "algorithm": ["ring"], "collective": ["all-reduce"], "ceilings": ["datasheet"],
+    "phase": ["decode"], "direction": ["lower"], "relation": ["close"], "verdict": ["reliable"],
+    "dimension": ["bytes"], "convention": ["si"], "system": ["si"], "unit": ["s"], "text": ["14 GB", "1"],
+    "record_id": ["llamacpp-llama-2-7b-f16-rtx-4080-16gb"], "case": ["c"], "source": ["published"],
+    "label": ["x"], "description": [""], "doc": [""], "by": ["group"], "where": ["x"], "problem": [""],
+    "options": [("fp16", "bf16")], "value": [1.0, "fp16"], "values": [[1.0, 2.0]], "name_or_expr": ["weight_bytes"],
+    "state": [lambda: _core("DashboardState")()],
+    "plan": [lambda: _core("continuous_plan")(_core("DashboardState")(prompt_tokens=64, new_tokens=8), 10)],
+    "result": [lambda: _core("compute")(_core("DashboardState")())],
+    "spec": [lambda: _core("get_model")("mistral-7b")],
+    "estimate": [lambda: _core("estimate")("mistral-7b", "h100-sxm", 512, 128)], "est": [
+        lambda: _core("estimate")("mistral-7b", "h100-sxm", 512, 128)],
+    "requests": [[[1, 2, 3, 4], [1, 2, 3, 5]], 10], "prompts": [[[1, 2, 3, 4], [1, 2, 3, 5]]],
+    "rows": [lambda: list(_core("published_cases")()), 64], "row": [lambda: _core("published_cases")()[0]],
+    "times": [[0.010, 0.011, 0.012, 0.010, 0.011]], "timings": [[[0.010, 0.011, 0.012], [0.020, 0.021, 0.022]]],
+    "timing": [[0.010, 0.011, 0.012, 0.010, 0.011]], "measured": [[0.010, 0.011, 0.012, 0.010, 0.011], 0.01],
+    "a_times": [[0.010, 0.011, 0.012]], "b_times": [[0.020, 0.021, 0.022]],
+    "xs": [[1.0, 2.0, 3.0]], "ys": [[2.0, 4.0, 6.0]], "batches": [[1, 8, 32]], "budgets_bytes": [[1e3, 1e6]],
+    "module_tokens": [[100, 200, 300]], "cached": [[True, False, True], True, 0], "new_tokens": [128, [64, 128]],
+    "decode": [[(128, 0.01)]], "prefill": [[(128, 0.05)]], "sizes": [[(64, 64)]],
+    "config": [{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}],
+    "block": [(1, 2)], "parent_key": [None], "formats": [(("mlp", "fp16"),)],
+    "a": [lambda: _core("published_cases")()[0], 1.0], "b": [lambda: _core("published_cases")()[1], 1.0],
+}
+#: values tried for an argument not in VALID (a count, a quantity, a fraction, a name, a list)
+GENERIC = [1, 0.5, 1e9, 10, "x", [1.0, 2.0], None]
+
+#: core modules not flattened into course_lib.core, fuzzed through their own ``__all__``
+MODULES = ["course_lib", "course_lib.core", "course_lib.core.numeric", "course_lib.core.quality",
+           "course_lib.core.serving", "course_lib.core.app", "course_lib.core.forecast",
+           "course_lib.core.claims.caching", "course_lib.core.claims.compare", "course_lib.core.claims.gemv",
+           "course_lib.core.claims.phases"]
+#: the arithmetic of course_lib.measure a lesson calls without timing anything
+MEASURE_NAMES = ["probes.gemv_bytes", "probes.gemv_flops", "probes.cache_verdict", "probes.rotation_buffers",
+                 "probes.beyond_cache_size", "probes.gemv_shapes", "sysinfo.parse_cpu_list", "sysinfo.parse_size",
+                 "timing.quartiles", "predict.count_ops"]
+#: the public helpers of course_lib.checks
+CHECKS_NAMES = ["is_placeholder", "cmath_isclose", "load_set", "questions", "available_sets"]
+
+#: (function name -> paths inside the result) where a documented value may be infinite or negative;
+#: "" is the whole result
+DOCUMENTED: dict[str, dict[str, tuple[str, ...]]] = {
+    "inf": {
+        "crossover_context": ("",),             # a sliding-window model whose cache never outgrows the weights
+        "tokens_that_fit": ("",),               # ... or whose whole window fits
+        "PrefixCache": ("capacity_bytes",),     # math.inf: an unbounded cache
+        "simulate": ("capacity_bytes",),
+        # "never" under a sliding window whose cache stays below the weights
+        "kv_crossover": ("context", "tokens_that_fit", "context_times_batch"),
+        "KVCrossover": ("context", "tokens_that_fit", "context_times_batch"),
+    },
+    "negative": {
+        "fixed_cost_fit": ("[0]",),             # the fitted fixed time t0 (an intercept)
+        "default_hash": ("",),                  # a hash
+        "relative_error": ("",),                # (predicted - measured) / measured: signed
+        "require_real": ("",),                  # a real number of either sign, by definition
+        "as_real": ("",),                       # the same, without a limit
+        "convention_gap_percent": ("",),        # negative when the second reading is the smaller one
+    },
+}
+#: fields that are signed wherever they appear (their docstrings say so)
+SIGNED_FIELDS = {
+    "line",       # Estimate.line = (b, k) of total ~ b + k n: b = ttft - k is below 0 when a step outlasts the prefill
+    "excess_s",   # Comparison.excess_s = measured - predicted: negative when a measurement beats its floor
+    "difference_bytes",  # BytesPerToken: streamed - stored, negative when a step reads less than the file holds
+}
+#: arguments that accept an infinity as "no limit" (their docstrings say so)
+INFINITY_MEANS_NO_LIMIT = {"capacity_bytes"}
+
+
+def _core(name: str):
+    import course_lib.core as core
+
+    return getattr(core, name)
+
+
+# ---- the classifier -----------------------------------------------------------------------------------
+def _documented(kind: str, label: str, path: str) -> bool:
+    if kind == "negative" and any(part.split("[")[0] in SIGNED_FIELDS for part in path.split(".")):
+        return True
+    allowed = DOCUMENTED[kind].get(label, ())
+    return any(a == "" or path == a or path.startswith(a + ".") or path.startswith(a + "[") for a in allowed)
+
+
+_SKIP_TYPES = (str, bytes, type(None), type, type(math), type(len))
+
+
+def problems(value, label: str, path: str = "", depth: int = 0, seen=None) -> list[str]:
+    """nan anywhere; inf or a negative number where it is not documented (walks fields and properties)."""
+    seen = set() if seen is None else seen
+    out: list[str] = []
+    if isinstance(value, bool) or isinstance(value, _SKIP_TYPES) or depth > 3:
+        return out
+    if isinstance(value, numbers.Real) and not hasattr(value, "free_symbols"):
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond a float: finite
+            v = sys.float_info.max if value > 0 else -sys.float_info.max
+        if math.isnan(v):
+            out.append(f"{path or 'result'} is nan")
+        elif math.isinf(v) and not _documented("inf", label, path):
+            out.append(f"{path or 'result'} is {v}")
+        elif v < 0 and not _documented("negative", label, path):
+            out.append(f"{path or 'result'} is negative ({v:g})")
+        return out
+    if id(value) in seen:
+        return out
+    seen.add(id(value))
+
+    def join(k):
+        return f"{path}.{k}" if path else str(k)
+
+    if isinstance(value, dict):
+        for k, v in list(value.items())[:60]:
+            if not (isinstance(k, str) and k.startswith("_")):
+                out += problems(v, label, join(k), depth + 1, seen)
+        return out
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value[:60]):
+            out += problems(v, label, f"{path}[{i}]", depth + 1, seen)
+        return out
+    if type(value).__module__.startswith("course_lib"):
+        names = [f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else [
+            k for k in vars(value) if not k.startswith("_")] if hasattr(value, "__dict__") else []
+        names += [k for k, v in vars(type(value)).items() if isinstance(v, property) and not k.startswith("_")]
+        for k in dict.fromkeys(names):
+            try:
+                v = getattr(value, k)
+            except (ValueError, TypeError):
+                continue  # a property that cannot be computed for this value says so with a clear error
+            except Exception as exc:  # noqa: BLE001 - any other exception is a finding
+                out.append(f"{join(k)} raised {type(exc).__name__}: {str(exc)[:100]}")
+                continue
+            out += problems(v, label, join(k), depth + 1, seen)
+    return out
+
+
+class CallTookTooLong(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise CallTookTooLong(f"call took more than {TIME_LIMIT_S} s")
+
+
+def timed(fn, kwargs: dict):
+    """("result", value), ("raised", exception) or ("slow", None): ``fn(**kwargs)``, stopped after TIME_LIMIT_S.
+
+    When another alarm is already set (a test-timeout plugin), it is left alone and only the elapsed time
+    is judged.
+    """
+    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        try:
+            return "result", fn(**kwargs)
+        except Exception as exc:  # judged by the caller
+            return "raised", exc
+    old = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        try:
+            # fires again every 0.2 s: a timeout raised where Python swallows it (a gc callback) cannot end the watch
+            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S, 0.2)
+            try:
+                return "result", fn(**kwargs)
+            except CallTookTooLong:
+                return "slow", None
+            except RecursionError as exc:
+                return "raised", exc
+            except Exception as exc:  # judged by the caller
+                return "raised", exc
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except CallTookTooLong:  # fired between the end of the call and the disarm
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return "slow", None
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+CLEAR_ERRORS = (ValueError, TypeError, KeyError)
+
+
+def outcome(fn, kwargs: dict, label: str, names=(), *, errors=(ValueError, TypeError)) -> tuple[str, str]:
+    """('ok', ''), ('error', message) for a clear error, or ('bad', what went wrong).
+
+    A clear error is one of ``errors`` whose message names one of ``names`` (any message when ``names``
+    is empty); a result is checked by :func:`problems`.
+    """
+    t0 = time.perf_counter()
+    kind, value = timed(fn, kwargs)
+    took = time.perf_counter() - t0
+    if kind == "slow" or took > TIME_LIMIT_S:
+        return "bad", f"call took more than {TIME_LIMIT_S} s"
+    if kind == "raised":
+        msg = str(value)
+        if not isinstance(value, errors):
+            return "bad", f"{type(value).__name__}: {msg[:300]}"
+        if names and not any(n in msg for n in names):
+            return "bad", f"{type(value).__name__} names none of {tuple(names)}: {msg[:300]}"
+        return "error", msg
+    found = problems(value, label)
+    if found:
+        return "bad", "silent nonsense: " + "; ".join(found[:5])
+    return "ok", ""
+
+
+def _non_finite(value) -> bool:
+    """nan or an infinity, also inside a numpy scalar, a 0-d array or a short list."""
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value[:8])
+    try:
+        if isinstance(value, (bool, str, bytes)) or not isinstance(value, (numbers.Real, np.ndarray, np.generic)):
+            return False
+        arr = np.asarray(value, dtype=float)
+        return bool(arr.size) and not bool(np.isfinite(arr).all())
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def classify(fn, kwargs: dict, label: str, argument: str, aliases=()) -> tuple[str, str]:
+    """One of ``value``, ``error``, ``nonsense``, ``unclear`` and what happened, for ``fn(**kwargs)`` where
+    ``argument`` holds the hostile value."""
+    kind, what = outcome(fn, kwargs, label, (argument, *aliases), errors=CLEAR_ERRORS)
+    if kind == "ok":
+        value = kwargs[argument]
+        if _non_finite(value) and not (argument in INFINITY_MEANS_NO_LIMIT and not _is_nan(value)):
+            return "nonsense", f"accepted {argument}={value!r} (not a finite number) and returned"
+        return "value", ""
+    if kind == "error":
+        return "error", what
+    return ("nonsense" if what.startswith("silent") else "unclear"), what
+
+
+def _is_nan(value) -> bool:
+    try:
+        return bool(np.isnan(np.asarray(value, dtype=float)).any())
+    except (TypeError, ValueError):
+        return False
+
+
+# ---- the callables ----------------------------------------------------------------------------------------
+def _is_record(obj) -> bool:
+    """A dataclass that checks nothing (no ``__post_init__``): a record the library builds and returns; or a
+    mixin without a constructor of its own."""
+    if not inspect.isclass(obj):
+        return False
+    if dataclasses.is_dataclass(obj):
+        return not hasattr(obj, "__post_init__")
+    return obj.__init__ is object.__init__
+
+
+def targets() -> tuple[dict[str, object], list[str]]:
+    """{qualified name: callable} to fuzz, and the names of the records left out."""
+    found: dict[str, object] = {}
+    records: list[str] = []
+    seen: set[int] = set()
+
+    def add(qualified: str, obj):
+        if not callable(obj) or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            return
+        if _is_record(obj):
+            records.append(qualified)
+            return
+        found[qualified] = obj
+
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            add(f"{module_name}.{name}", getattr(module, name))
+    for path in MEASURE_NAMES:
+        module_name, _, name = path.rpartition(".")
+        add(f"course_lib.measure.{path}", getattr(importlib.import_module(f"course_lib.measure.{module_name}"), name))
+    checks = importlib.import_module("course_lib.checks")
+    for name in CHECKS_NAMES:
+        add(f"course_lib.checks.{name}", getattr(checks, name))
+    return found, records
+
+
+def _parameters(fn) -> list[inspect.Parameter]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and p.kind != p.POSITIONAL_ONLY]
+
+
+def _candidates(name: str) -> list:
+    out = list(VALID.get(name, []))
+    return out + [g for g in GENERIC if not any(g is o for o in out)]
+
+
+def _value(v):
+    return v() if callable(v) and getattr(v, "__name__", "") == "<lambda>" else v
+
+
+def baseline(fn, label: str) -> dict | None:
+    """Keyword arguments for which ``fn`` returns a sensible value, or None when none was found.
+
+    Required arguments start at their first candidate; an error naming one of them moves it to its next
+    candidate (at most 40 tries).
+    """
+    required = [p.name for p in _parameters(fn) if p.default is inspect.Parameter.empty]
+    choice = {n: 0 for n in required}
+    cands = {n: _candidates(n) for n in required}
+    for _ in range(40):
+        try:
+            kwargs = {n: _value(cands[n][choice[n]]) for n in required}
+        except Exception:  # a valid value that could not be built
+            return None
+        kind, what = outcome(fn, kwargs, label)
+        if kind == "ok":
+            return kwargs
+        named = [n for n in required if n in what and choice[n] + 1 < len(cands[n])]
+        if not named:
+            movable = [n for n in required if choice[n] + 1 < len(cands[n])]
+            if not movable:
+                return None
+            named = movable[:1]
+        choice[named[0]] += 1
+    return None
+
+
+@dataclasses.dataclass
+class Report:
+    """What a fuzz run found: counts per callable and examples of the bad outcomes."""
+
+    counts: dict[str, Counter]
+    examples: dict[str, list[str]]
+    records: list[str]
+    no_baseline: list[str]
+
+    def totals(self) -> Counter:
+        out: Counter = Counter()
+        for c in self.counts.values():
+            out.update(c)
+        return out
+
+    def summary(self) -> str:
+        t = self.totals()
+        return (f"calls {sum(t.values())}  value {t['value']}  error {t['error']}  nonsense {t['nonsense']}  "
+                f"unclear {t['unclear']}  ({len(self.counts)} callables, {len(self.records)} records not fuzzed, "
+                f"{len(self.no_baseline)} without a baseline)")
+
+
+def _short(qualified: str) -> str:
+    return qualified.rpartition(".")[2]
+
+
+def plan(names=None) -> tuple[list[tuple[str, object, dict, str, str, object]], list[str], list[str]]:
+    """Every (name, callable, baseline, argument, hostile label, hostile value), the records, the callables
+    without a baseline."""
+    found, records = targets()
+    calls = []
+    no_baseline = []
+    for qualified, fn in found.items():
+        if names and _short(qualified) not in names and qualified not in names:
+            continue
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            base = baseline(fn, _short(qualified))
+        if base is None:
+            no_baseline.append(qualified)
+            continue
+        for p in _parameters(fn):
+            for label, value in HOSTILE:
+                calls.append((qualified, fn, base, p.name, label, value))
+    return calls, records, no_baseline
+
+
+def run(names=None, *, sample: int | None = None, seed: int = 0, examples: int = 3) -> Report:
+    """Fuzz the public API (or the callables ``names``); with ``sample``, a deterministic sample of the calls."""
+    calls, records, no_baseline = plan(names)
+    if sample is not None and sample < len(calls):
+        calls = random.Random(seed).sample(calls, sample)
+    counts: dict[str, Counter] = {}
+    found: dict[str, list[str]] = {}
+    for qualified, fn, base, argument, label, value in calls:
+        kwargs = {**base, argument: value}
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            kind, what = classify(fn, kwargs, _short(qualified), argument)
+        counts.setdefault(qualified, Counter())[kind] += 1
+        if kind in ("nonsense", "unclear") and len(found.setdefault(qualified, [])) < examples:
+            found[qualified].append(f"{kind}: {argument}={label}: {what}"[:300])
+    return Report(counts, found, records, no_baseline)
+
+
+def table(report: Report, *, everything: bool = False) -> str:
+    rows = [f"{'callable':60s} {'calls':>6s} {'value':>6s} {'error':>6s} {'nonsense':>8s} {'unclear':>7s}"]
+    for name, c in sorted(report.counts.items()):
+        if everything or c["nonsense"] or c["unclear"]:
+            rows.append(f"{name:60s} {sum(c.values()):6d} {c['value']:6d} {c['error']:6d} {c['nonsense']:8d} "
+                        f"{c['unclear']:7d}")
+            rows += [f"    {line}" for line in report.examples.get(name, [])]
+    for name in report.no_baseline:
+        rows.append(f"{name:60s} no baseline call found (not fuzzed)")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.authoring.fuzz_api", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", help="callables to fuzz (short or qualified names)")
+    parser.add_argument("--sample", type=int, help="fuzz a deterministic sample of this many calls")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--examples", type=int, default=3, help="bad outcomes shown per callable")
+    parser.add_argument("--all", action="store_true", help="a row for every callable, not only the bad ones")
+    args = parser.parse_args(argv)
+    import resource
+
+    # a call that builds a huge list must fail with MemoryError here, not exhaust the machine
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    report = run(args.only, sample=args.sample, seed=args.seed, examples=args.examples)
+    print(table(report, everything=args.all))
+    print(report.summary())
+    t = report.totals()
+    return 1 if t["nonsense"] or t["unclear"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
