@@ -68,7 +68,7 @@ HOSTILE: list[tuple[str, object]] = [
 VALID: dict[str, list] = {
     "model": ["mistral-7b"], "models": [["mistral-7b", "llama-3-8b"]], "hardware": ["h100-sxm"], "hw": ["h100-sxm"],
     "precision": ["fp16"], "kv_precision": ["fp16"], "activation_precision": ["fp16"], "compute_dtype": ["fp16"],
-    "dtype": ["fp16"], "name": ["fp16", "mistral-7b", "weight_bytes", "ex01", "x"], "engine": ["vllm", "hf"],
+    "dtype": ["fp16"], "name": ["fp16", "mistral-7b", "weight_bytes", "ex01", "x_arg"], "engine": ["vllm", "hf"],
     "metric": ["tpot"], "algorithm": ["ring"], "collective": ["all-reduce"], "ceilings": ["datasheet"],
     "phase": ["decode"], "direction": ["lower"], "relation": ["close"], "verdict": ["reliable"],
     "dimension": ["bytes"], "convention": ["si"], "system": ["si"], "unit": ["s"], "text": ["14 GB", "1"],
@@ -122,6 +122,7 @@ DOCUMENTED: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "negative": {
         "fixed_cost_fit": ("[0]",),             # the fitted fixed time t0 (an intercept)
+        "fixed_cost_fit_fixed_time": ("",),     # the same intercept, as a formula (numeric.SIGNED)
         "default_hash": ("",),                  # a hash
         "relative_error": ("",),                # (predicted - measured) / measured: signed
         "require_real": ("",),                  # a real number of either sign, by definition
@@ -134,9 +135,22 @@ SIGNED_FIELDS = {
     "line",       # Estimate.line = (b, k) of total ~ b + k n: b = ttft - k is below 0 when a step outlasts the prefill
     "excess_s",   # Comparison.excess_s = measured - predicted: negative when a measurement beats its floor
     "difference_bytes",  # BytesPerToken: streamed - stored, negative when a step reads less than the file holds
+    "t0",         # fixed_cost_reading's operand: the fitted fixed time, an intercept
+    "seed",       # a random seed: any integer
 }
 #: arguments that accept an infinity as "no limit" (their docstrings say so)
 INFINITY_MEANS_NO_LIMIT = {"capacity_bytes"}
+#: arguments that are labels, shown as text and never computed with: any value is fine
+LABELS = {"name", "label", "case", "source", "description", "doc", "where", "problem", "budget_note", "what"}
+#: (callable, argument) -> the words its error may use instead of the argument's name: the argument called
+#: ``name`` stands for the concept the callable looks up
+ALIASES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("get_precision", "name"): ("precision",), ("bytes_per_element", "name"): ("precision",),
+    ("catalog_entry", "name"): ("model",), ("load_set", "name"): ("question set",),
+    ("questions", "name"): ("question set",),
+}
+#: callables that take any value by design (they ask what it is)
+ANY_VALUE = {"is_placeholder", "default_hash"}
 
 
 def _core(name: str):
@@ -293,7 +307,8 @@ def classify(fn, kwargs: dict, label: str, argument: str, aliases=()) -> tuple[s
     kind, what = outcome(fn, kwargs, label, (argument, *aliases), errors=CLEAR_ERRORS)
     if kind == "ok":
         value = kwargs[argument]
-        if _non_finite(value) and not (argument in INFINITY_MEANS_NO_LIMIT and not _is_nan(value)):
+        exempt = argument in LABELS or label in ANY_VALUE or (argument in INFINITY_MEANS_NO_LIMIT and not _is_nan(value))
+        if _non_finite(value) and not exempt:
             return "nonsense", f"accepted {argument}={value!r} (not a finite number) and returned"
         return "value", ""
     if kind == "error":
@@ -449,8 +464,11 @@ def run(names=None, *, sample: int | None = None, seed: int = 0, examples: int =
     found: dict[str, list[str]] = {}
     for qualified, fn, base, argument, label, value in calls:
         kwargs = {**base, argument: value}
+        aliases = ALIASES.get((_short(qualified), argument), ())
+        if qualified.startswith("course_lib.core.validation.") or fn.__module__ == "course_lib.core.validation":
+            aliases += (str(kwargs.get("name")),)  # the checks name what they check by their ``name``
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            kind, what = classify(fn, kwargs, _short(qualified), argument)
+            kind, what = classify(fn, kwargs, _short(qualified), argument, aliases)
         counts.setdefault(qualified, Counter())[kind] += 1
         if kind in ("nonsense", "unclear") and len(found.setdefault(qualified, [])) < examples:
             found[qualified].append(f"{kind}: {argument}={label}: {what}"[:300])

@@ -162,7 +162,7 @@ class DashboardState:
         set_(self, "precision", get_precision(self.precision).name)
         if self.kv_precision is not None:
             try:
-                set_(self, "kv_precision", get_precision(self.kv_precision).name)
+                set_(self, "kv_precision", get_precision(self.kv_precision, argument="kv_precision").name)
             except (ValueError, TypeError) as e:
                 raise type(e)(str(e).replace("precision", "kv_precision", 1)) from None
         set_(self, "batch", require_count("batch", self.batch, minimum=1))

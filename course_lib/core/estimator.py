@@ -602,7 +602,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     wname = layout.name
     kv_precision = layout.kv_precision if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
-    kvname = get_precision(kv_precision).name
+    kvname = get_precision(kv_precision, argument="kv_precision").name
     dtype = compute_dtype(layout.compute_format, hw)
     peak = hw.compute_rate(dtype)
     k_tok = m.kv_bytes_per_token(kvname)

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from course_lib.core.numeric import raw as g
 from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
-from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_nonnegative
+from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_flag, require_nonnegative
 
 __all__ = ["ModelSpec", "get_model", "list_models", "catalog_entry"]
 
@@ -82,6 +82,8 @@ class ModelSpec:
             raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
             require_count(f, getattr(self, f), minimum=1)
+        for f in ("tied_embeddings", "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "attention_sinks", "router_bias"):
+            require_flag(f, getattr(self, f))
         require_choice("mlp", self.mlp, ("gated", "plain"))
         require_choice("norm", self.norm, ("rmsnorm", "layernorm"))
         require_choice("positional", self.positional, ("rope", "learned"))

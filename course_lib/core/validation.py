@@ -40,6 +40,8 @@ __all__ = [
     "as_real",
     "require_fraction",
     "require_choice",
+    "require_flag",
+    "require_callable",
     "suggest",
 ]
 
@@ -216,6 +218,24 @@ def require_fraction(name: str, value, *, allow_zero: bool = False) -> float:
         raise ValueError(f"{name} must be a fraction in {rng} (non-zero values at least "
                          f"{_limit(MIN_POSITIVE)}), got {v:g}")
     return v
+
+
+def require_flag(name: str, value) -> bool:
+    """A yes/no switch: True or False (numpy booleans too). Numbers, text and None are TypeErrors: ``dense=nan``
+    or ``rotate="no"`` would otherwise be read as true."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__name__ == "bool_" and getattr(value, "shape", None) == ():  # numpy.bool_
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_show(value)}")
+
+
+def require_callable(name: str, value, what: str = "a function", *, allow_none: bool = True):
+    """A function to call back (a progress report, a hash), or None where ``allow_none``."""
+    if (value is None and allow_none) or callable(value):
+        return value
+    raise TypeError(f"{name} must be {what}{' or None' if allow_none else ''}, got {type(value).__name__} "
+                    f"{_show(value)}")
 
 
 def suggest(value: str, options: Iterable[str]) -> str:

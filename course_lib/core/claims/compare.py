@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_list, require_positive, require_real
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
@@ -112,11 +112,10 @@ def fixed_cost_reading(t0: float, eta: float) -> Claim:
     (eta in [:data:`CLOSE`, :data:`ABOVE`]: the bytes move at the floor's rate and a fixed cost per step explains
     the rest), "impossible_eta" (eta > :data:`ABOVE`: the two runs do not lie on one line) or "both" (eta below
     :data:`CLOSE`: a slow bandwidth and a fixed cost)."""
-    if isinstance(t0, bool) or not isinstance(t0, (int, float)):
-        raise TypeError(f"t0 must be seconds (a number), got {type(t0).__name__}")
+    t0 = require_real("t0", t0)     # an intercept: either sign, finite
     eta = require_positive("eta", eta, maximum=1e6)
     relation = "impossible_eta" if eta > ABOVE else ("fixed_cost_only" if eta >= CLOSE else "both")
-    return Claim("fixed_cost_reading", relation, {"t0": float(t0), "eta": eta})
+    return Claim("fixed_cost_reading", relation, {"t0": t0, "eta": eta})
 
 
 def _timing_of(name: str, timing):
