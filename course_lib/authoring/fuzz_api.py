@@ -60,7 +60,8 @@ HOSTILE: list[tuple[str, object]] = [
     ("'no-such-name'", "no-such-name"), ("b'512'", b"512"), ("np.array([1, 2])", np.array([1, 2])),
     ("np.array(['1', '2'])", np.array(["1", "2"])), ("np.array(3.0)", np.array(3.0)),
     ("np.float64(nan)", np.float64("nan")), ("np.int64(-3)", np.int64(-3)), ("3j", 3j),
-    ("10**6", 10**6), ("1e12", 1e12), ("Fraction(10**400)", Fraction(10**400)), ("[]", []), ("[1, 2]", [1, 2]), ("[nan]", [math.nan]),
+    ("10**6", 10**6), ("1e12", 1e12), ("Fraction(10**400)", Fraction(10**400)),
+    ("[]", []), ("[1, 2]", [1, 2]), ("[nan]", [math.nan]),
     ("[-1.0, 2.0]", [-1.0, 2.0]), ("{}", {}), ("()", ()), ("object()", object()),
 ]
 
@@ -137,6 +138,8 @@ SIGNED_FIELDS = {
     "difference_bytes",  # BytesPerToken: streamed - stored, negative when a step reads less than the file holds
     "t0",         # fixed_cost_reading's operand: the fitted fixed time, an intercept
     "seed",       # a random seed: any integer
+    # relative errors (predicted / measured - 1) and their intervals, and a measurement minus its floor: signed
+    "error", "error_interval", "calibrated_error", "uncalibrated_error", "beyond",
 }
 #: arguments that accept an infinity as "no limit" (their docstrings say so)
 INFINITY_MEANS_NO_LIMIT = {"capacity_bytes"}
@@ -197,7 +200,7 @@ def problems(value, label: str, path: str = "", depth: int = 0, seen=None) -> li
 
     if isinstance(value, dict):
         for k, v in list(value.items())[:60]:
-            if not (isinstance(k, str) and k.startswith("_")):
+            if not (isinstance(k, str) and (k.startswith("_") or k in LABELS)):
                 out += problems(v, label, join(k), depth + 1, seen)
         return out
     if isinstance(value, (list, tuple)):
@@ -209,6 +212,8 @@ def problems(value, label: str, path: str = "", depth: int = 0, seen=None) -> li
             k for k in vars(value) if not k.startswith("_")] if hasattr(value, "__dict__") else []
         names += [k for k, v in vars(type(value)).items() if isinstance(v, property) and not k.startswith("_")]
         for k in dict.fromkeys(names):
+            if k in LABELS:
+                continue
             try:
                 v = getattr(value, k)
             except (ValueError, TypeError):
@@ -307,7 +312,8 @@ def classify(fn, kwargs: dict, label: str, argument: str, aliases=()) -> tuple[s
     kind, what = outcome(fn, kwargs, label, (argument, *aliases), errors=CLEAR_ERRORS)
     if kind == "ok":
         value = kwargs[argument]
-        exempt = argument in LABELS or label in ANY_VALUE or (argument in INFINITY_MEANS_NO_LIMIT and not _is_nan(value))
+        exempt = (argument in LABELS or label in ANY_VALUE
+                  or (argument in INFINITY_MEANS_NO_LIMIT and not _is_nan(value)))
         if _non_finite(value) and not exempt:
             return "nonsense", f"accepted {argument}={value!r} (not a finite number) and returned"
         return "value", ""

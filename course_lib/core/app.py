@@ -232,7 +232,13 @@ def parse_time_field(text, unit: str, label: str) -> float:
 
 def link_hint(hardware, machine: HardwareSpec | None = None) -> str:
     """A sentence on the GPU-to-GPU link the catalog lists for ``hardware`` (its figure per direction), or on
-    its absence; '' for an unknown device."""
+    its absence; '' for an unknown device (or None)."""
+    if hardware is not None and not isinstance(hardware, (str, HardwareSpec)):
+        raise TypeError(f"hardware must be a device name or a HardwareSpec, got {type(hardware).__name__}")
+    if machine is not None and not isinstance(machine, HardwareSpec):
+        raise TypeError(f"machine must be a HardwareSpec or None, got {type(machine).__name__}")
+    if hardware is None:
+        return ""
     if hardware == THIS_MACHINE:
         hw = machine
     else:

@@ -62,6 +62,7 @@ from course_lib.core import measurements, prefix_cache
 from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
+from course_lib.core.precision import get_precision
 from course_lib.core.validation import (MAX_COUNT, require_count, require_fraction, require_nonnegative,
                                         require_positive)
 
@@ -162,7 +163,7 @@ def write_overhead_time(model, tokens, bandwidth, kv_precision="fp16") -> float:
     wrote it pays (almost) nothing either way.
     """
     bw = require_positive("bandwidth", bandwidth)
-    return g.memory_time(kv_cache_bytes(model, tokens, kv_precision), bw, 1.0)
+    return g.memory_time(kv_cache_bytes(model, tokens, get_precision(kv_precision, argument="kv_precision")), bw, 1.0)
 
 
 class HitMiss:
@@ -485,7 +486,7 @@ def cache_memory_bytes(model, cached_tokens, sessions=1, kv_precision="fp16") ->
     """
     t = require_count("cached_tokens", cached_tokens)
     n = require_count("sessions", sessions, minimum=1)
-    return kv_cache_bytes(model, t, kv_precision, batch=n)
+    return kv_cache_bytes(model, t, get_precision(kv_precision, argument="kv_precision"), batch=n)
 
 
 def sessions_in_budget(model, budget_bytes, session_tokens, kv_precision="fp16") -> int:
@@ -512,7 +513,7 @@ def sessions_fit(model, hardware, session_tokens, precision="fp16", kv_precision
     reserve = require_nonnegative("reserve_bytes", reserve_bytes)
     if hw.capacity is None:
         raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
-    k_tok = kv_cache_bytes(m, 1, kv_precision)
+    k_tok = kv_cache_bytes(m, 1, get_precision(kv_precision, argument="kv_precision"))
     w = m.weight_bytes(precision)
     free = hw.capacity - reserve
     if free <= w:

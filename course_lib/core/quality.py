@@ -206,7 +206,7 @@ def _checked_summary(name: str, values: dict) -> TimingSummary:
     return TimingSummary(**_validated(name, values))
 
 
-def summarize_timing(timing, name: str = "times") -> TimingSummary:
+def summarize_timing(timing, name: str = "timing") -> TimingSummary:
     """A :class:`TimingSummary` of ``timing`` in any of the accepted shapes (see the module docstring).
 
     ``name`` is the argument named in the ValueError/TypeError for bad input.
@@ -554,12 +554,14 @@ class Agreement:
 
 
 def within(predicted: float, measured_times, tolerance: float, *, steal: float | None = None,
-           thresholds: Thresholds = THRESHOLDS) -> Agreement:
-    """Is the ``predicted`` time (seconds) within ``tolerance`` (a fraction, e.g. 0.15) of the measured one?"""
+           thresholds: Thresholds = THRESHOLDS, names: tuple[str, str] = ("predicted", "measured_times")) -> Agreement:
+    """Is the ``predicted`` time (seconds) within ``tolerance`` (a fraction, e.g. 0.15) of the measured one?
+
+    ``names``: what a bad ``predicted`` and ``measured_times`` are called in the error (the caller's arguments)."""
     th = _thresholds(thresholds)
-    predicted = _seconds("predicted", predicted)
+    predicted = _seconds(names[0], predicted)
     tolerance = require_positive("tolerance", tolerance, maximum=1e6)
-    m = timing_verdict(measured_times, steal=steal, thresholds=th, name="measured_times")
+    m = timing_verdict(measured_times, steal=steal, thresholds=th, name=names[1])
     error = predicted / m.median - 1
     lo, hi = ((predicted / m.q3 - 1, predicted / m.q1 - 1) if m.q1 is not None else (error, error))
     relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, _named, _worst
 from course_lib.core.claims.phases import CONSISTENT_RATIO
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_choice, require_list, require_positive
 
 __all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_case", "calibrated_cases",
            "calibrated_summary", "roofline_vs_measured", "largest_gap", "profile_vs_measured", "module_positions",
@@ -154,12 +154,10 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
         m = require_positive("measured", measured, maximum=1e6)
         error = predicted / m - 1
         relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")
-        v = verdict or "reliable"
-        if v not in quality.VERDICTS:
-            raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {v!r}")
+        v = "reliable" if verdict is None else require_choice("verdict", verdict, quality.VERDICTS)
         why = tuple(reasons) if v != "reliable" else ()
     else:
-        a = quality.within(predicted, measured, tolerance)
+        a = quality.within(predicted, measured, tolerance, names=("predicted", "measured"))
         m, error, relation, v = a.measured.median, a.error, a.relation, a.verdict
         if verdict is not None:
             v = _worst(v, verdict)

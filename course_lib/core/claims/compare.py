@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
-from course_lib.core.validation import require_list, require_positive, require_real
+from course_lib.core.validation import require_choice, require_list, require_positive, require_real
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
@@ -129,10 +129,10 @@ def engine_vs_prediction(timing, predicted_seconds: float, *, tolerance: float =
     """The engine's measured TPOT or TTFT (``timing``: ``EngineTiming.step_times`` / ``ttft_times`` or a
     record) against the calibrated prediction: "within" ``tolerance``, "over" (predicted too long) or "under".
     Operands: ``measured``, ``predicted``, ``error`` = (predicted - measured) / measured, ``metric``."""
-    if metric not in ("tpot", "ttft"):
-        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    metric = require_choice("metric", metric, ("tpot", "ttft"))
     a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6),
-                       _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0))
+                       _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0),
+                       names=("predicted_seconds", "timing"))
     m = a.measured
     return Claim("engine_vs_prediction", a.relation,
                  {"measured": m.median, "predicted": predicted_seconds, "error": a.error, "tolerance": tolerance,

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from course_lib.core import quality
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_choice, require_flag, require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
@@ -87,9 +87,10 @@ class Claim:
 
 def outcome_of(relation: str, verdict: str, settled: bool = False) -> str:
     """The relation when the verdict is reliable or the relation is settled, else the verdict."""
-    if verdict not in quality.VERDICTS:
-        raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {verdict!r}")
-    return relation if verdict == "reliable" or settled else verdict
+    if not isinstance(relation, str):
+        raise TypeError(f"relation must be a string (the claim's relation), got {type(relation).__name__}")
+    verdict = require_choice("verdict", verdict, quality.VERDICTS)
+    return relation if verdict == "reliable" or require_flag("settled", settled) else verdict
 
 
 def _log(x: float) -> float:
@@ -98,7 +99,7 @@ def _log(x: float) -> float:
 
 def verdict(timing, steal: float | None = None) -> str:
     """One timing's verdict ("reliable", "noisy", "contended"): :func:`quality.timing_verdict`'s, for a table column."""
-    return quality.timing_verdict(timing, steal=steal).verdict
+    return quality.timing_verdict(timing, steal=steal, name="timing").verdict
 
 
 def _get(obj, key: str, default=None):
@@ -425,13 +426,13 @@ def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = 
     ``busy_run`` (operand): why the calibration is unsettled, if it is: then other work shared the machine during
     the run, and a gap is not attributed to the model's own costs.
     """
-    a = quality.within(require_positive("predicted_seconds", predicted_seconds), measured, tolerance, steal=steal)
+    a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("predicted_seconds", "measured"))
     relation = {"within": "matches", "over": "faster", "under": "slower"}[a.relation]
     m = a.measured
     reasons = (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ()
     verdict, settled = a.verdict, a.settled
-    if bound not in ("memory", "compute"):
-        raise ValueError(f"bound must be 'memory' or 'compute' (what bounds the estimate), got {bound!r}")
+    bound = require_choice("bound", bound, ("memory", "compute"))
     if basis is not None:
         if not isinstance(basis, Claim) or basis.name != "calibration":
             raise TypeError("basis must be the calibration claim the estimate was computed on")

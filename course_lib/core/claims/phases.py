@@ -155,9 +155,10 @@ def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: 
     allows either way), "uncalibrated_better", "no_difference"; operands: both errors, both
     :func:`quality.within` relations at ``tolerance``.
     """
-    a = quality.within(require_positive("calibrated_seconds", calibrated_seconds), measured, tolerance, steal=steal)
-    b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds), measured, tolerance,
-                       steal=steal)
+    a = quality.within(require_positive("calibrated_seconds", calibrated_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("calibrated_seconds", "measured"))
+    b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("uncalibrated_seconds", "measured"))
     ea, eb = abs(a.error), abs(b.error)
     spread = a.measured.spread or 0.0
     if ea + spread < eb:
