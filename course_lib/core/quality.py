@@ -476,32 +476,35 @@ class Trend:
         return "; ".join(self.reasons)
 
 
-def trend(xs, times_per_x, *, steal: float | None = None, thresholds: Thresholds = THRESHOLDS) -> Trend:
+def trend(xs, times_per_x, *, steal: float | None = None, thresholds: Thresholds = THRESHOLDS,
+          names: tuple[str, str] = ("xs", "times_per_x")) -> Trend:
     """Does the time grow, fall or stay flat as x grows? "inconclusive" when the numbers cannot say.
 
     "grows": the last point is slower than the first (:func:`compare_timings`) and no step falls; "falls": the
     mirror image; "flat": last and first indistinguishable and no step either way; "inconclusive":
     the steps disagree (e.g. up, then down), or a point is not reliable, unless the last point against the
     first is settled (:func:`settles`) and no step goes against it: then "grows" or "falls" stands.
+    ``names``: what bad ``xs`` and ``times_per_x`` are called in the error (the caller's arguments).
     """
+    nx, nt = names
     th = _thresholds(thresholds)
-    xs = _sequence("xs", xs, "a list of numbers")
-    series = _sequence("times_per_x", times_per_x, "a list of timings, one per x")
+    xs = _sequence(nx, xs, "a list of numbers")
+    series = _sequence(nt, times_per_x, "a list of timings, one per x")
     if len(xs) != len(series):
-        raise ValueError(f"xs and times_per_x must have the same length, got {len(xs)} and {len(series)}")
+        raise ValueError(f"{nx} and {nt} must have the same length, got {len(xs)} and {len(series)}")
     if len(xs) < 2:
-        raise ValueError(f"xs must hold at least 2 points for a trend, got {len(xs)}")
+        raise ValueError(f"{nx} must hold at least 2 points for a trend, got {len(xs)}")
     if len(xs) > 10**4:
-        raise ValueError(f"xs may hold at most 10**4 points, got {len(xs)}")
+        raise ValueError(f"{nx} may hold at most 10**4 points, got {len(xs)}")
     for i, x in enumerate(xs):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise TypeError(f"xs[{i}] must be a number, got {type(x).__name__}")
+            raise TypeError(f"{nx}[{i}] must be a number, got {type(x).__name__}")
         if not math.isfinite(x):
-            raise ValueError(f"xs[{i}] must be finite, got {x}")
+            raise ValueError(f"{nx}[{i}] must be finite, got {x}")
     if len(set(xs)) != len(xs):
-        raise ValueError("xs must not repeat a value")
+        raise ValueError(f"{nx} must not repeat a value")
     order = sorted(range(len(xs)), key=lambda i: xs[i])
-    points = [timing_verdict(series[i], steal=steal, thresholds=th, name=f"times_per_x[{i}]") for i in order]
+    points = [timing_verdict(series[i], steal=steal, thresholds=th, name=f"{nt}[{i}]") for i in order]
     sx = tuple(xs[i] for i in order)
     step_cmp = [compare_timings(points[i + 1], points[i], thresholds=th) for i in range(len(points) - 1)]
     steps = [c.relation for c in step_cmp]
