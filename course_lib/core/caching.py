@@ -63,8 +63,8 @@ from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import get_precision
-from course_lib.core.validation import (MAX_COUNT, require_count, require_fraction, require_nonnegative,
-                                        require_positive)
+from course_lib.core.validation import (MAX_COUNT, require_count, require_flag, require_fraction, require_list,
+                                        require_nonnegative, require_positive)
 
 __all__ = [
     "HitMiss", "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft",
@@ -288,15 +288,16 @@ def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence
     """
     m = get_model(model)
     hw = get_hardware(hardware)
-    if isinstance(module_tokens, (str, bytes, bytearray)) or not hasattr(module_tokens, "__len__"):
-        raise TypeError(f"module_tokens must be a list of token counts, got {type(module_tokens).__name__}")
-    if not 1 <= len(module_tokens) <= MAX_MODULES:
-        raise ValueError(f"module_tokens must hold 1 to {MAX_MODULES} modules, got {len(module_tokens)}")
+    module_tokens = require_list("module_tokens", module_tokens, "a list of token counts",
+                                 maximum_items=MAX_MODULES)
+    if not module_tokens:
+        raise ValueError(f"module_tokens must hold 1 to {MAX_MODULES} modules, got none")
     mods = tuple(require_count(f"module_tokens[{i}]", t, minimum=1) for i, t in enumerate(module_tokens))
-    if isinstance(cached, (str, bytes, bytearray)) or not hasattr(cached, "__len__") or len(cached) != len(mods):
-        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module, got {type(cached).__name__}"
-                         f" of {len(cached) if hasattr(cached, '__len__') else 'no'} items")
-    flags = tuple(bool(c) for c in cached)
+    cached = require_list("cached", cached, "a list of booleans, one per module", maximum_items=MAX_MODULES)
+    if len(cached) != len(mods):
+        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module of module_tokens, "
+                         f"got {len(cached)} items")
+    flags = tuple(require_flag(f"cached[{i}]", c) for i, c in enumerate(cached))
     n = require_count("new_tokens", new_tokens, minimum=1)
     kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
@@ -320,7 +321,10 @@ def check_session(system_tokens, user_tokens, reply_tokens, turns, *, min_user_t
     Every session function here (and :mod:`course_lib.measure.cache_timing`) checks its arguments with it.
     """
     S = require_count("system_tokens", system_tokens)
-    u = require_count("user_tokens", user_tokens, minimum=require_count("min_user_tokens", min_user_tokens))
+    least = require_count("min_user_tokens", min_user_tokens)
+    u = require_count("user_tokens", user_tokens)
+    if u < least:
+        raise ValueError(f"user_tokens must be >= min_user_tokens ({least}), got {u}")
     r = require_count("reply_tokens", reply_tokens)
     T = require_count("turns", turns, minimum=1, maximum=require_count("max_turns", max_turns, minimum=1))
     _total("system_tokens + turns * (user_tokens + reply_tokens)", S + T * (u + r))
@@ -557,19 +561,13 @@ def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16
     ``token_hit_rate`` (reused tokens / prompt tokens), ``hit_tokens``, ``evictions``, ``bytes_used``.
     One replay per budget: at most :data:`MAX_REPLAY_TOKENS` tokens (tokens in ``requests`` x budgets).
     """
-    if isinstance(requests, (str, bytes, bytearray)) or not hasattr(requests, "__len__"):
-        raise TypeError(f"requests must be a non-empty list of token-id lists, got {type(requests).__name__}")
-    if not len(requests):
+    requests = require_list("requests", requests, "a non-empty list of token-id lists")
+    if not requests:
         raise ValueError("requests must be a non-empty list of token-id lists, got an empty one")
-    tokens = 0
-    for i, r in enumerate(requests):
-        if isinstance(r, (str, bytes, bytearray)) or not hasattr(r, "__len__"):
-            raise TypeError(f"requests[{i}] must be a list of token ids, got {type(r).__name__}")
-        tokens += len(r)
-    if isinstance(budgets_bytes, (str, bytes, bytearray)) or not hasattr(budgets_bytes, "__iter__"):
-        raise TypeError(f"budgets_bytes must be a list of byte budgets, got {type(budgets_bytes).__name__}")
+    requests = [require_list(f"requests[{i}]", r, "a list of token ids") for i, r in enumerate(requests)]
+    tokens = sum(len(r) for r in requests)
     budgets = []
-    for i, b in enumerate(budgets_bytes):
+    for i, b in enumerate(require_list("budgets_bytes", budgets_bytes, "a list of byte budgets")):
         budgets.append(require_positive(f"budgets_bytes[{i}]", b))
         if len(budgets) * tokens > MAX_REPLAY_TOKENS:
             raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of {len(budgets)} "

@@ -376,7 +376,7 @@ def critical_batch(hardware, precision="fp16", dtype: str | None = None) -> floa
     """
     hw = get_hardware(hardware)
     p = get_precision(precision)
-    return g.critical_batch(hw.flops(dtype or compute_dtype(p.name, hw)), p.bytes, hw.bandwidth)
+    return g.critical_batch(hw.flops(compute_dtype(p.name, hw) if dtype is None else dtype), p.bytes, hw.bandwidth)
 
 
 def batch_curve(model, hardware, batches: Iterable[int], context: int = 1024, precision: str = "fp16",

@@ -150,11 +150,15 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
         raise ValueError(f"kind must be 'time' or 'ratio', got {kind!r}")
     tolerance = require_positive("tolerance", tolerance, maximum=10.0)
     predicted = require_positive("predicted", predicted, maximum=1e6)
+    verdict = None if verdict is None else require_choice("verdict", verdict, quality.VERDICTS)
+    reasons = require_list("reasons", reasons, "a list of sentences")
+    if not all(isinstance(r, str) for r in reasons):
+        raise TypeError("reasons must be a list of sentences (strings)")
     if isinstance(measured, (int, float)) and not isinstance(measured, bool):
         m = require_positive("measured", measured, maximum=1e6)
         error = predicted / m - 1
         relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")
-        v = "reliable" if verdict is None else require_choice("verdict", verdict, quality.VERDICTS)
+        v = verdict or "reliable"
         why = tuple(reasons) if v != "reliable" else ()
     else:
         a = quality.within(predicted, measured, tolerance, names=("predicted", "measured"))

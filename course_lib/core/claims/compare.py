@@ -103,6 +103,9 @@ def floor_beaten(rows) -> Claim:
     """Did any measurement beat its floor? "none_beat" or "some_beat" (a floor beaten means one of its inputs
     is wrong). Operands: ``beat`` (case names), ``cases`` (how many)."""
     rows = require_list("rows", rows, "a list of Comparison rows")
+    for i, r in enumerate(rows):
+        require_positive(f"rows[{i}].predicted_s", _get(r, "predicted_s"))
+        require_positive(f"rows[{i}].measured_s", _get(r, "measured_s"))
     beat = tuple(_get(r, "case") for r in rows if _get(r, "predicted_s") >= _get(r, "measured_s"))
     return Claim("floor_beaten", "some_beat" if beat else "none_beat", {"beat": beat, "cases": len(rows)})
 
@@ -145,8 +148,7 @@ def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot", basis
     measured ceilings): the efficiency bands of :func:`efficiency`; ``basis``: the claim of the ceilings the floor
     rests on, whose verdict the claim inherits. Operands: ``efficiency``, ``slowdown``, ``beyond`` (measured -
     floor, seconds)."""
-    if metric not in ("tpot", "ttft"):
-        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    metric = require_choice("metric", metric, ("tpot", "ttft"))
     floor = require_positive("floor_seconds", floor_seconds, maximum=1e6)
     v = quality.timing_verdict(_timing_of("timing", timing), name="timing")
     b_verdict, b_reasons = _basis(basis)

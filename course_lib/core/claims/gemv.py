@@ -342,6 +342,9 @@ def dtype_summary(rows) -> list[Claim]:
     changed between the rows): those claims are replaced by one "disagree" claim, verdict "noisy", whose
     operands list each shape's ``ratios``."""
     rows = require_list("rows", rows, "a list of GEMV rows")
+    for i, r in enumerate(rows):
+        if not isinstance(_get(r, "dtype"), str):
+            raise TypeError(f"rows[{i}] must be a GEMV row (with a 'dtype'), got {type(r).__name__}")
     out = []
     for r in rows:
         if _get(r, "dtype") == "fp32":
