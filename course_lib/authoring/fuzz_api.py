@@ -20,12 +20,13 @@ huge ints, bools, text, None, numpy arrays, lists, wrong catalog names, empty co
 * ``nonsense`` silent nonsense: nan, inf or a negative number in the result, or a nan / infinity accepted
   as an argument (a verdict read from nan means nothing);
 * ``unclear`` anything else: a message that does not name the argument, or another exception
-  (OverflowError, ZeroDivisionError, RecursionError, numpy's "truth value of an array is ambiguous", ...),
-  or a call that runs longer than :data:`TIME_LIMIT_S`.
+  (OverflowError, ZeroDivisionError, RecursionError, numpy's "truth value of an array is ambiguous", ...);
+* ``slow``    a call stopped after :data:`TIME_LIMIT_S` (e.g. a simulation of 10**6 requests, within the
+  simulator's documented MAX_REQUESTS): not judged, but counted and listed.
 
 It prints one table row per callable that is not all ``value``/``error``, and a last summary line::
 
-    calls 30123  value 9000  error 21123  nonsense 0  unclear 0  (372 callables, 12 records, 0 without a baseline)
+    calls 40600  value 4868  error 35651  nonsense 0  unclear 0  slow 3  (267 callables, 51 records not fuzzed, ...)
 
 ``tests/test_api_fuzz.py`` runs a deterministic sample in the suite; ``tests/test_api_edges.py`` reuses the
 classifier (:func:`outcome`, :func:`problems`) for its hypothesis strategies.
@@ -138,6 +139,7 @@ SIGNED_FIELDS = {
     "difference_bytes",  # BytesPerToken: streamed - stored, negative when a step reads less than the file holds
     "t0",         # fixed_cost_reading's operand: the fitted fixed time, an intercept
     "seed",       # a random seed: any integer
+    "intercept", "slope",  # a fitted line's b and k (ttft_vs_prompt's fit): either sign, judged by "physical"
     # relative errors (predicted / measured - 1) and their intervals, and a measurement minus its floor: signed
     "error", "error_interval", "calibrated_error", "uncalibrated_error", "beyond",
 }
@@ -151,9 +153,18 @@ ALIASES: dict[tuple[str, str], tuple[str, ...]] = {
     ("get_precision", "name"): ("precision",), ("bytes_per_element", "name"): ("precision",),
     ("catalog_entry", "name"): ("model",), ("load_set", "name"): ("question set",),
     ("questions", "name"): ("question set",),
+    # the dashboard's text fields: the error names the field the learner typed in
+    ("parse_link_bandwidth", "text"): ("Link bandwidth",), ("parse_time_field", "text"): ("budget",),
 }
-#: callables that take any value by design (they ask what it is)
-ANY_VALUE = {"is_placeholder", "default_hash"}
+#: callables that take any value by design (they ask what it is, hash it, or hand its items back)
+ANY_VALUE = {"is_placeholder", "default_hash", "require_list"}
+#: arguments a library caller sets, never a learner, left at their defaults: the limits and names the checks of
+#: ``course_lib.core.validation`` take from the function that calls them, and the names an error reports under
+DEVELOPER_ARGUMENTS: dict[str, set[str]] = {
+    "course_lib.core.validation": {"minimum", "maximum", "maximum_items", "allow_zero", "allow_none", "single",
+                                   "what", "options"},
+    "*": {"names", "argument"},
+}
 
 
 def _core(name: str):
@@ -310,6 +321,10 @@ def classify(fn, kwargs: dict, label: str, argument: str, aliases=()) -> tuple[s
     """One of ``value``, ``error``, ``nonsense``, ``unclear`` and what happened, for ``fn(**kwargs)`` where
     ``argument`` holds the hostile value."""
     kind, what = outcome(fn, kwargs, label, (argument, *aliases), errors=CLEAR_ERRORS)
+    if kind == "bad" and what.startswith("call took more"):
+        return "slow", what
+    if kind == "bad" and what.startswith("silent") and label in ANY_VALUE:
+        kind = "ok"
     if kind == "ok":
         value = kwargs[argument]
         exempt = (argument in LABELS or label in ANY_VALUE
@@ -432,8 +447,8 @@ class Report:
 
     def summary(self) -> str:
         t = self.totals()
-        return (f"calls {sum(t.values())}  value {t['value']}  error {t['error']}  nonsense {t['nonsense']}  "
-                f"unclear {t['unclear']}  ({len(self.counts)} callables, {len(self.records)} records not fuzzed, "
+        return (f"calls {sum(t.values())}  value {t['value']}  error {t['error']}  "
+                f"nonsense {t['nonsense']}  unclear {t['unclear']}  slow {t['slow']}  ({len(self.counts)} callables, {len(self.records)} records not fuzzed, "
                 f"{len(self.no_baseline)} without a baseline)")
 
 
@@ -455,7 +470,10 @@ def plan(names=None) -> tuple[list[tuple[str, object, dict, str, str, object]], 
         if base is None:
             no_baseline.append(qualified)
             continue
+        skip = DEVELOPER_ARGUMENTS["*"] | DEVELOPER_ARGUMENTS.get(getattr(fn, "__module__", ""), set())
         for p in _parameters(fn):
+            if p.name in skip:
+                continue
             for label, value in HOSTILE:
                 calls.append((qualified, fn, base, p.name, label, value))
     return calls, records, no_baseline
@@ -471,22 +489,25 @@ def run(names=None, *, sample: int | None = None, seed: int = 0, examples: int =
     for qualified, fn, base, argument, label, value in calls:
         kwargs = {**base, argument: value}
         aliases = ALIASES.get((_short(qualified), argument), ())
+        if argument.endswith("s") and len(argument) > 3:
+            aliases += (argument[:-1],)   # an error about one item of a list: "unknown model" for models
         if qualified.startswith("course_lib.core.validation.") or fn.__module__ == "course_lib.core.validation":
             aliases += (str(kwargs.get("name")),)  # the checks name what they check by their ``name``
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             kind, what = classify(fn, kwargs, _short(qualified), argument, aliases)
         counts.setdefault(qualified, Counter())[kind] += 1
-        if kind in ("nonsense", "unclear") and len(found.setdefault(qualified, [])) < examples:
+        if kind in ("nonsense", "unclear", "slow") and len(found.setdefault(qualified, [])) < examples:
             found[qualified].append(f"{kind}: {argument}={label}: {what}"[:300])
     return Report(counts, found, records, no_baseline)
 
 
 def table(report: Report, *, everything: bool = False) -> str:
-    rows = [f"{'callable':60s} {'calls':>6s} {'value':>6s} {'error':>6s} {'nonsense':>8s} {'unclear':>7s}"]
+    rows = [f"{'callable':60s} {'calls':>6s} {'value':>6s} {'error':>6s} {'nonsense':>8s} {'unclear':>7s} "
+            f"{'slow':>4s}"]
     for name, c in sorted(report.counts.items()):
-        if everything or c["nonsense"] or c["unclear"]:
+        if everything or c["nonsense"] or c["unclear"] or c["slow"]:
             rows.append(f"{name:60s} {sum(c.values()):6d} {c['value']:6d} {c['error']:6d} {c['nonsense']:8d} "
-                        f"{c['unclear']:7d}")
+                        f"{c['unclear']:7d} {c['slow']:4d}")
             rows += [f"    {line}" for line in report.examples.get(name, [])]
     for name in report.no_baseline:
         rows.append(f"{name:60s} no baseline call found (not fuzzed)")

@@ -240,6 +240,8 @@ def require_callable(name: str, value, what: str = "a function", *, allow_none: 
 
 def suggest(value: str, options: Iterable[str]) -> str:
     """' Did you mean ...?' with close matches, or ''."""
+    if not isinstance(value, str):
+        raise TypeError(f"value must be a string (a name to find close matches of), got {type(value).__name__}")
     names = [str(o) for o in require_list("options", options, "a list of names")]
     close = difflib.get_close_matches(str(value)[:200].lower(), names, n=3, cutoff=0.5)
     return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""

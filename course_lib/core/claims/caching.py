@@ -146,8 +146,7 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
     """
     if not isinstance(case, str) or not case:
         raise TypeError(f"case must be a non-empty string, got {case!r}")
-    if kind not in ("time", "ratio"):
-        raise ValueError(f"kind must be 'time' or 'ratio', got {kind!r}")
+    kind = require_choice("kind", kind, ("time", "ratio"))
     tolerance = require_positive("tolerance", tolerance, maximum=10.0)
     predicted = require_positive("predicted", predicted, maximum=1e6)
     verdict = None if verdict is None else require_choice("verdict", verdict, quality.VERDICTS)

@@ -90,7 +90,8 @@ def outcome_of(relation: str, verdict: str, settled: bool = False) -> str:
     if not isinstance(relation, str):
         raise TypeError(f"relation must be a string (the claim's relation), got {type(relation).__name__}")
     verdict = require_choice("verdict", verdict, quality.VERDICTS)
-    return relation if verdict == "reliable" or require_flag("settled", settled) else verdict
+    settled = require_flag("settled", settled)
+    return relation if verdict == "reliable" or settled else verdict
 
 
 def _log(x: float) -> float:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst
-from course_lib.core.validation import require_choice, require_list, require_positive
+from course_lib.core.validation import require_choice, require_list, require_positive, require_real
 
 __all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
            "roofline_sides", "below_roof", "calibration_gain", "single_max_vs_operators"]
@@ -72,7 +72,10 @@ def ttft_vs_prompt(prompts, timings, fit: tuple[float, float] | None = None, *, 
     c = _trend_claim("ttft_vs_prompt", xs, ts, steal, "prompt", "prompts")
     ops = dict(c.operands)
     if fit is not None:
-        b, k = fit
+        pair = require_list("fit", fit, "a pair (b, k): the fitted line's intercept and slope")
+        if len(pair) != 2:
+            raise ValueError(f"fit must be a pair (b, k), got {len(pair)} values")
+        b, k = require_real("fit[0]", pair[0]), require_real("fit[1]", pair[1])
         ops.update(intercept=b, slope=k, physical=bool(b >= 0 and k > 0))
     return Claim(c.name, c.relation, ops, c.verdict, c.reasons, c.settled)
 
