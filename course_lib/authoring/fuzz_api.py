@@ -448,8 +448,8 @@ class Report:
     def summary(self) -> str:
         t = self.totals()
         return (f"calls {sum(t.values())}  value {t['value']}  error {t['error']}  "
-                f"nonsense {t['nonsense']}  unclear {t['unclear']}  slow {t['slow']}  ({len(self.counts)} callables, {len(self.records)} records not fuzzed, "
-                f"{len(self.no_baseline)} without a baseline)")
+                f"nonsense {t['nonsense']}  unclear {t['unclear']}  slow {t['slow']}  ({len(self.counts)} callables, "
+                f"{len(self.records)} records not fuzzed, {len(self.no_baseline)} without a baseline)")
 
 
 def _short(qualified: str) -> str:
