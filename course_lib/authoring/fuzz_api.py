@@ -95,6 +95,77 @@ VALID: dict[str, list] = {
     "block": [(1, 2)], "parent_key": [None], "formats": [(("mlp", "fp16"),)],
     "a": [lambda: _core("published_cases")()[0], 1.0], "b": [lambda: _core("published_cases")()[1], 1.0],
 }
+def _timings():
+    return [0.010, 0.011, 0.012, 0.010, 0.011]
+
+
+#: baselines of callables whose arguments the name table cannot guess (short name -> {argument: value});
+#: a callable here and its other required arguments still go through :func:`baseline`
+BASELINES: dict[str, dict] = {
+    "require_flag": {"name": "x_arg", "value": True},
+    "format_quantity": {"q": lambda: _core("parse_quantity")("14 GB")},
+    "Layout": {"name": "l", "formats": lambda: tuple((grp, "fp16") for grp in _core("WEIGHT_GROUPS"))},
+    "load_catalog": {"name": "hardware"},
+    "PrefixCache": {"block_tokens": 4, "capacity_bytes": 1e6, "bytes_per_token": 2.0},
+    "simulate": {"requests": [[1, 2, 3, 4], [1, 2, 3, 5]], "block_tokens": 2, "capacity_bytes": 1e6,
+                 "bytes_per_token": 2.0},
+    "serving.simulate": {"model": "mistral-7b", "hardware": "h100-sxm", "arrival_rate": 1.0, "prompt_tokens": 128,
+                         "output_tokens": 16, "requests": 20},
+    "machine_cases": {"model": "mistral-7b", "hardware": "h100-sxm", "decode": [(128, 0.02)]},
+    "find": {"rows": lambda: list(_core("published_cases")()), "case": lambda: _core("published_cases")()[0].case},
+    "fixed_cost_fit_rate_fraction": {"predicted_a": 1.0, "predicted_b": 2.0, "measured_a": 1.5, "measured_b": 2.5},
+    "settles": {"beyond": 0.1, "timings": lambda: [_module("quality").timing_verdict(_timings())]},
+    "trend": {"xs": [1, 2, 3], "times_per_x": [_timings(), [t * 2 for t in _timings()], [t * 3 for t in _timings()]]},
+    "summarize_verdicts": {"items": ["reliable", "noisy"]},
+    "read_cpu_steal": {"before": "cpu  1 2 3 4 5 6 7 8 0 0\n", "after": "cpu  2 3 4 5 6 7 8 9 0 0\n"},
+    "weighted_percentile": {"pairs": [(0.01, 3), (0.02, 1)], "q": 50},
+    "continuous_batching_plan": {"users": 10, "prompt_tokens": 128, "output_tokens": 16},
+    "kv_transfer": {"prompt_tokens": 128, "output_tokens": 16, "link_bandwidth": 50e9},
+    "device_word": {"hw": lambda: _core("get_hardware")("h100-sxm")},
+    "is_gpu": {"hw": lambda: _core("get_hardware")("h100-sxm")},
+    "memory_words": {"hw": lambda: _core("get_hardware")("h100-sxm")},
+    "parse_time_field": {"text": "50 ms", "unit": "ms", "label": "TTFT budget"},
+    "check_record": {"r": lambda: _module("forecast").load_published()[0]},
+    "predict_record": {"r": lambda: _module("forecast").load_published()[0]},
+    "calibrated_summary": {"cases": lambda: [_module("claims.caching").model_case("a", 0.01, 0.011)]},
+    "same_step": {"timings": {"a": _timings(), "b": _timings()}},
+    "below_roof": {"fractions": {"a": 0.5, "b": 0.8}},
+    "single_max_vs_operators": {"phase": lambda: _core("estimate")("mistral-7b", "h100-sxm", 512, 128).prefill},
+    "cmath_isclose": {"a": 1 + 2j, "b": 1 + 2j},
+}
+
+
+def _row(n: int, dtype: str = "fp32", rotate: bool = True, scale: float = 1.0) -> dict:
+    """A GEMV row as lesson 05's probe records it (shape, dtype, bytes moved, per-run seconds)."""
+    size = {"fp32": 4, "fp16": 2}[dtype]
+    return {"m": n, "k": n, "dtype": dtype, "rotate": rotate, "bytes": (n * n + 2 * n) * size,
+            "times": [t * scale * n * n / 1e6 for t in _timings()]}
+
+
+_COPY = {"bytes": 1e8, "times": [0.010, 0.0101, 0.0102, 0.0100, 0.0101]}
+BASELINES.update({
+    "gemv_vs_copy": {"gemv": lambda: _row(1024), "copy": _COPY},
+    "small_matrix": {"row": lambda: _row(64), "copy": _COPY},
+    "dtype_speed": {"half": lambda: _row(1024, "fp16", scale=0.6), "fp32": lambda: _row(1024)},
+    "dtype_summary": {"rows": lambda: [_row(1024), _row(1024, "fp16", scale=0.6)]},
+    "time_vs_size": {"rows": lambda: [_row(256), _row(1024), _row(4096)]},
+    "calibration": {"bandwidth": 1e10, "copy": _COPY, "rows": lambda: [_row(1024), _row(4096)]},
+    "cache_reuse": {"rotated": lambda: [_row(1024), _row(4096)],
+                    "same": lambda: [_row(1024, rotate=False, scale=0.5), _row(4096, rotate=False, scale=0.9)],
+                    "llc_bytes": 32 * 2**20},
+    "beyond_cache": {"rotated": lambda: [_row(1024), _row(4096)],
+                     "same": lambda: [_row(1024, rotate=False, scale=0.5), _row(4096, rotate=False, scale=0.9)],
+                     "llc_bytes": 32 * 2**20},
+    "decode_from_gemv": {"weight_bytes": {"fp32": 2.8e10, "fp16": 1.4e10},
+                         "rows": lambda: [_row(4096), _row(4096, "fp16", scale=0.6)]},
+    "engine_time_split": {"terms": {"weights": 0.01, "kv": 0.002, "overhead": 0.003}},
+})
+
+
+def _module(name: str):
+    return importlib.import_module(f"course_lib.core.{name}")
+
+
 #: values tried for an argument not in VALID (a count, a quantity, a fraction, a name, a list)
 GENERIC = [1, 0.5, 1e9, 10, "x", [1.0, 2.0], None]
 
@@ -106,7 +177,7 @@ MODULES = ["course_lib", "course_lib.core", "course_lib.core.numeric", "course_l
 #: the arithmetic of course_lib.measure a lesson calls without timing anything
 MEASURE_NAMES = ["probes.gemv_bytes", "probes.gemv_flops", "probes.cache_verdict", "probes.rotation_buffers",
                  "probes.beyond_cache_size", "probes.gemv_shapes", "sysinfo.parse_cpu_list", "sysinfo.parse_size",
-                 "timing.quartiles", "predict.count_ops"]
+                 "timing.quartiles"]
 #: the public helpers of course_lib.checks
 CHECKS_NAMES = ["is_placeholder", "cmath_isclose", "load_set", "questions", "available_sets"]
 
@@ -403,15 +474,22 @@ def _value(v):
     return v() if callable(v) and getattr(v, "__name__", "") == "<lambda>" else v
 
 
-def baseline(fn, label: str) -> dict | None:
+def baseline(fn, label: str, qualified: str = "") -> dict | None:
     """Keyword arguments for which ``fn`` returns a sensible value, or None when none was found.
 
     Required arguments start at their first candidate; an error naming one of them moves it to its next
     candidate (at most 40 tries).
     """
     required = [p.name for p in _parameters(fn) if p.default is inspect.Parameter.empty]
+    given = BASELINES.get(qualified.removeprefix("course_lib.core."), BASELINES.get(label, {}))
+    known = {p.name for p in _parameters(fn)}
     choice = {n: 0 for n in required}
     cands = {n: _candidates(n) for n in required}
+    for n, v in given.items():   # the given value first (and given optional arguments join the baseline)
+        if n in known:
+            cands[n] = [v]
+            choice[n] = 0
+    required = list(dict.fromkeys(required + [n for n in given if n in known]))
     for _ in range(40):
         try:
             kwargs = {n: _value(cands[n][choice[n]]) for n in required}
@@ -466,7 +544,7 @@ def plan(names=None) -> tuple[list[tuple[str, object, dict, str, str, object]], 
         if names and _short(qualified) not in names and qualified not in names:
             continue
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            base = baseline(fn, _short(qualified))
+            base = baseline(fn, _short(qualified), qualified)
         if base is None:
             no_baseline.append(qualified)
             continue
