@@ -267,6 +267,8 @@ def link_hint(hardware, machine: HardwareSpec | None = None) -> str:
 
 def is_gpu(hw: HardwareSpec) -> bool:
     """False for a CPU's DRAM or unified (LPDDR) memory; True otherwise (a GPU's HBM/GDDR, or unknown)."""
+    if not isinstance(hw, HardwareSpec):
+        raise TypeError(f"hw must be a HardwareSpec (get_hardware(...)), got {type(hw).__name__}")
     mt = hw.memory_type.lower()
     return not ("dram" in mt or "unified" in mt or "lpddr" in mt)
 

@@ -487,6 +487,13 @@ def _fit_profiles(records: list[dict]) -> dict:
 def predict_record(r: dict, profile: EngineProfile | None = None) -> dict:
     """{'measured', 'floor', 'predicted'} in the record's metric and unit (``predicted`` with ``profile``, default
     the stored profile of the record's engine)."""
+    check_record(r)
+    if profile is not None and not isinstance(profile, EngineProfile):
+        raise TypeError(f"profile must be an EngineProfile (get_profile(...)) or None, got {type(profile).__name__}")
+    return _predict_record(r, profile)
+
+
+def _predict_record(r: dict, profile: EngineProfile | None) -> dict:
     profile = get_profile(r["engine"]) if profile is None else profile
     y, w = _cached_work(r, profile.engine if profile.engine in _CONSTS else r["engine"])
     return {"measured": float(r["value"]), "floor": _to_metric(r, w.floor, y),
@@ -532,7 +539,7 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
         fitted = _fit_profiles([r for r in records if source_of(r, by) != s])
         for r in records:
             if source_of(r, by) == s:
-                p = predict_record(r, fitted[r["engine"]])
+                p = _predict_record(r, fitted[r["engine"]])
                 rows.append((r, p["floor"], p["predicted"]))
     return HeldOutReport(tuple(rows))
 

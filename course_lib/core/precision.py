@@ -213,11 +213,11 @@ class Layout:
                             "'bf16'), ...)")
         groups = [g_ for g_, _ in self.formats]
         if sorted(groups) != sorted(WEIGHT_GROUPS):
-            raise ValueError(f"precision: a layout names every group of {WEIGHT_GROUPS} once, got {groups}")
-        for _, f in self.formats:
-            get_precision(f)
+            raise ValueError(f"precision: a layout's formats name every group of {WEIGHT_GROUPS} once, got {groups}")
+        for grp, f in self.formats:
+            get_precision(f, argument=f"precision (formats, group {grp!r})")
         if self.kv is not None:
-            get_precision(self.kv)
+            get_precision(self.kv, argument="kv (the KV cache's precision)")
 
     def format(self, group: str) -> Precision:
         """The :class:`Precision` of ``group`` (one of :data:`WEIGHT_GROUPS`)."""

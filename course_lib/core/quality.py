@@ -46,7 +46,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
-from course_lib.core.validation import require_count, require_list, require_positive
+from course_lib.core.validation import require_count, require_list, require_positive, require_real
 
 __all__ = ["VERDICTS", "RELATIONS", "DIRECTIONS", "Thresholds", "THRESHOLDS", "TimingSummary", "summarize_timing",
            "TimingVerdict", "timing_verdict", "settles", "TimingComparison", "compare_timings", "Trend", "trend",
@@ -349,9 +349,8 @@ def settles(beyond: float, timings, *, thresholds: Thresholds = THRESHOLDS) -> b
     against it. Reliable timings need no margin: a lesson asks this only of the others.
     """
     th = _thresholds(thresholds)
-    if isinstance(beyond, bool) or not isinstance(beyond, (int, float)) or math.isnan(beyond):
-        raise TypeError(f"beyond must be a number (a log ratio), got {beyond!r}")
-    verdicts = list(timings)
+    beyond = require_real("beyond", beyond)
+    verdicts = require_list("timings", timings, "a non-empty list of TimingVerdict (quality.timing_verdict results)")
     if not verdicts or not all(isinstance(v, TimingVerdict) for v in verdicts):
         raise TypeError("timings must be a non-empty list of TimingVerdict (quality.timing_verdict results)")
     us = [v.uncertainty for v in verdicts]

@@ -212,6 +212,8 @@ def calibrated_summary(cases) -> Claim:
     "none_within". ``verdict``: the worst of the cases'. Operands: ``inside``/``outside`` case names,
     ``unreliable`` (the cases whose measurements are not reliable)."""
     cases = require_list("cases", cases, "a list of model_case claims")
+    if not cases:
+        raise ValueError("cases must hold at least one model_case claim")
     for i, c in enumerate(cases):
         if not isinstance(c, Claim) or c.name != "model_case":
             raise TypeError(f"cases[{i}] must be a model_case Claim, got {type(c).__name__}")

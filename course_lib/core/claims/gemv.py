@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from course_lib.core import quality
-from course_lib.core.validation import require_choice, require_flag, require_list, require_positive
+from course_lib.core.validation import require_choice, require_count, require_flag, require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
@@ -210,7 +210,16 @@ def _pairs(rotated, same):
     if len(rotated) != len(same) or not rotated:
         raise ValueError(f"rotated and same must hold the same sizes (one row each), got {len(rotated)} "
                          f"and {len(same)}")
+    for name, rows in (("rotated", rotated), ("same", same)):
+        for i, r in enumerate(rows):
+            _bytes(f"{name}[{i}]", r)
+            _verdict(f"{name}[{i}]", r)
     return list(zip(rotated, same))
+
+
+def _llc(llc_bytes) -> int | None:
+    """The last-level cache in bytes; None (or 0) when the OS reported none."""
+    return None if llc_bytes is None else require_count("llc_bytes", llc_bytes)
 
 
 def _matrix_bytes(row) -> float:
@@ -226,6 +235,7 @@ def cache_reuse(rotated, same, llc_bytes: int | None, *, steal: float | None = N
     buffer against rotation: "cache_faster" (reuse is faster), "no_gain" (indistinguishable or slower),
     "none_fits" (no matrix of the sweep fits), "unknown_cache" (the OS reported no LLC)."""
     pairs = _pairs(rotated, same)
+    llc_bytes = _llc(llc_bytes)
     if not llc_bytes:
         return Claim("cache_reuse", "unknown_cache", {})
     fits = [(r, s) for r, s in pairs if _matrix_bytes(r) <= llc_bytes / 2]
@@ -250,6 +260,7 @@ def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = 
     the LLC: the sweep cannot show it), "unknown_cache". Operands also count the rotated rows whose
     working set exceeded 4 × the LLC (``rotated_beyond`` of ``rotated_rows``)."""
     pairs = _pairs(rotated, same)
+    llc_bytes = _llc(llc_bytes)
     beyond_rows = sum(1 for r, _ in pairs if _get(r, "beyond_cache") is True)
     base = {"llc_bytes": llc_bytes, "rotated_beyond": beyond_rows, "rotated_rows": len(pairs),
             "largest_bytes": max(_matrix_bytes(r) for r, _ in pairs),
@@ -307,8 +318,9 @@ def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
     work), "same" (indistinguishable), "slower" (slower although it reads half the bytes:
     compute-bound). Operands: ``ratio`` (time of half / time of fp32), ``predicted_ratio`` (bytes ratio).
     """
-    c = quality.compare_timings(half, fp32, steal=steal)
     predicted = _bytes("half", half) / _bytes("fp32", fp32)
+    _verdict("half", half), _verdict("fp32", fp32)
+    c = quality.compare_timings(half, fp32, steal=steal)
     if c.relation == "slower":
         relation = "slower"
     elif c.relation == "indistinguishable":
@@ -472,6 +484,8 @@ def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> 
             src, label = r, f"the {_shape(r)} GEMV"
             break
     sources = {label: _verdict(label, src)}
+    if matmul is not None and not isinstance(matmul, Mapping):
+        raise TypeError(f"matmul must be a dict {{dtype: matmul probe}} or None, got {type(matmul).__name__}")
     for d, mm in (matmul or {}).items():
         sources[f"the {d} matmul"] = _verdict(f"matmul[{d!r}]", mm)
     bad = tuple(k for k, v in sources.items() if not v.reliable)

@@ -30,6 +30,16 @@ def percentile(values, q: float) -> float:
 def weighted_percentile(pairs, q: float) -> float:
     """:func:`percentile` of the values ``pairs`` hold as ``(value, count)``: each value repeated ``count`` times
     (the simulator's inter-token gaps, one pair per step), without building the list."""
+    checked = []
+    for i, p in enumerate(require_list("pairs", pairs, "a list of (value, count) pairs")):
+        p = require_list(f"pairs[{i}]", p, "a (value, count) pair")
+        if len(p) != 2:
+            raise ValueError(f"pairs[{i}] must be a (value, count) pair, got {len(p)} items")
+        checked.append((require_nonnegative(f"pairs[{i}] value", p[0]), require_count(f"pairs[{i}] count", p[1])))
+    return _weighted_percentile(checked, q)
+
+
+def _weighted_percentile(pairs, q: float) -> float:
     q = require_nonnegative("q", q, maximum=100)
     xs = sorted((v, c) for v, c in pairs if c > 0)
     n = sum(c for _, c in xs)
@@ -258,7 +268,7 @@ class ServingResult:
             raise ValueError(f"metric must be one of 'ttft', 'tpot', 'itl', 'e2e', 'wait', got {metric!r}")
         if metric == "itl":
             pairs = self.itl_pairs()
-            return {q: weighted_percentile(pairs, q) if pairs else None for q in qs}
+            return {q: _weighted_percentile(pairs, q) if pairs else None for q in qs}
         values = getattr(self, metric)
         return {q: percentile(values, q) if values else None for q in qs}
 

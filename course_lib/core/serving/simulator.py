@@ -75,6 +75,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     k_prefix = require_count("cached_prefix_tokens", cached_prefix_tokens)
 
     closed = users is not None
+    think_time = None if think_time is None else require_nonnegative("think_time", think_time)
     if closed:
         if arrival_rate is not None or arrivals is not None:
             raise ValueError("users= closes the loop (each user sends its next request when the last one ended): "
