@@ -227,8 +227,9 @@ ALIASES: dict[tuple[str, str], tuple[str, ...]] = {
     # the dashboard's text fields: the error names the field the learner typed in
     ("parse_link_bandwidth", "text"): ("Link bandwidth",), ("parse_time_field", "text"): ("budget",),
 }
-#: callables that take any value by design (they ask what it is, hash it, or hand its items back)
-ANY_VALUE = {"is_placeholder", "default_hash", "require_list"}
+#: callables that take any value by design (they ask what it is, hash it, or hand its items back), and
+#: cmath_isclose, whose answer for inf and nan is documented (False: not close to anything)
+ANY_VALUE = {"is_placeholder", "default_hash", "require_list", "cmath_isclose"}
 #: arguments a library caller sets, never a learner, left at their defaults: the limits and names the checks of
 #: ``course_lib.core.validation`` take from the function that calls them, and the names an error reports under
 DEVELOPER_ARGUMENTS: dict[str, set[str]] = {
@@ -426,8 +427,9 @@ def _is_record(obj) -> bool:
     return obj.__init__ is object.__init__
 
 
-def targets() -> tuple[dict[str, object], list[str]]:
-    """{qualified name: callable} to fuzz, and the names of the records left out."""
+def targets(*, measure: bool = True) -> tuple[dict[str, object], list[str]]:
+    """{qualified name: callable} to fuzz, and the names of the records left out. ``measure=False`` leaves out
+    :data:`MEASURE_NAMES` (their modules import torch: seconds)."""
     found: dict[str, object] = {}
     records: list[str] = []
     seen: set[int] = set()
@@ -447,7 +449,7 @@ def targets() -> tuple[dict[str, object], list[str]]:
         module = importlib.import_module(module_name)
         for name in module.__all__:
             add(f"{module_name}.{name}", getattr(module, name))
-    for path in MEASURE_NAMES:
+    for path in MEASURE_NAMES if measure else ():
         module_name, _, name = path.rpartition(".")
         add(f"course_lib.measure.{path}", getattr(importlib.import_module(f"course_lib.measure.{module_name}"), name))
     checks = importlib.import_module("course_lib.checks")
@@ -534,15 +536,22 @@ def _short(qualified: str) -> str:
     return qualified.rpartition(".")[2]
 
 
-def plan(names=None) -> tuple[list[tuple[str, object, dict, str, str, object]], list[str], list[str]]:
+def plan(names=None, *, callables: int | None = None, seed: int = 0,
+         measure: bool = True) -> tuple[list[tuple[str, object, dict, str, str, object]], list[str], list[str]]:
     """Every (name, callable, baseline, argument, hostile label, hostile value), the records, the callables
-    without a baseline."""
-    found, records = targets()
+    without a baseline. ``names``: only these callables (short or qualified names); ``callables``: a
+    deterministic sample of that many callables (seeded by ``seed``)."""
+    found, records = targets(measure=measure)
+    if names:
+        found = {q: fn for q, fn in found.items() if q in names or _short(q) in names}
+    if callables is not None and callables < len(found):
+        keep = set(random.Random(seed).sample(sorted(found), callables))
+        found = {q: fn for q, fn in found.items() if q in keep}
     calls = []
     no_baseline = []
     for qualified, fn in found.items():
-        if names and _short(qualified) not in names and qualified not in names:
-            continue
+        if not _parameters(fn):
+            continue   # nothing to replace
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             base = baseline(fn, _short(qualified), qualified)
         if base is None:
@@ -557,9 +566,11 @@ def plan(names=None) -> tuple[list[tuple[str, object, dict, str, str, object]], 
     return calls, records, no_baseline
 
 
-def run(names=None, *, sample: int | None = None, seed: int = 0, examples: int = 3) -> Report:
-    """Fuzz the public API (or the callables ``names``); with ``sample``, a deterministic sample of the calls."""
-    calls, records, no_baseline = plan(names)
+def run(names=None, *, sample: int | None = None, callables: int | None = None, seed: int = 0,
+        examples: int = 3, measure: bool = True) -> Report:
+    """Fuzz the public API (or the callables ``names``, or a sample of ``callables`` of them); with ``sample``,
+    a deterministic sample of the calls."""
+    calls, records, no_baseline = plan(names, callables=callables, seed=seed, measure=measure)
     if sample is not None and sample < len(calls):
         calls = random.Random(seed).sample(calls, sample)
     counts: dict[str, Counter] = {}
@@ -596,6 +607,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.authoring.fuzz_api", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="callables to fuzz (short or qualified names)")
     parser.add_argument("--sample", type=int, help="fuzz a deterministic sample of this many calls")
+    parser.add_argument("--callables", type=int, help="fuzz a deterministic sample of this many callables")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=3, help="bad outcomes shown per callable")
     parser.add_argument("--all", action="store_true", help="a row for every callable, not only the bad ones")
@@ -604,7 +616,7 @@ def main(argv=None) -> int:
 
     # a call that builds a huge list must fail with MemoryError here, not exhaust the machine
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-    report = run(args.only, sample=args.sample, seed=args.seed, examples=args.examples)
+    report = run(args.only, sample=args.sample, callables=args.callables, seed=args.seed, examples=args.examples)
     print(table(report, everything=args.all))
     print(report.summary())
     t = report.totals()

@@ -225,7 +225,7 @@ def require_flag(name: str, value) -> bool:
     or ``rotate="no"`` would otherwise be read as true."""
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" and getattr(value, "shape", None) == ():  # numpy.bool_
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):  # numpy.bool_
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_show(value)}")
 
