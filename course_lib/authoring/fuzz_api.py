@@ -1,5 +1,7 @@
 """Fuzz the public API: every public callable, one hostile value per argument, each outcome classified.
 
+Lessons: none
+
     python -m course_lib.authoring.fuzz_api              # every callable, every hostile value
     python -m course_lib.authoring.fuzz_api --sample 500 --seed 1
     python -m course_lib.authoring.fuzz_api --only relative_error fixed_cost_reading --examples 5

@@ -566,13 +566,14 @@ def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16
         raise ValueError("requests must be a non-empty list of token-id lists, got an empty one")
     requests = [require_list(f"requests[{i}]", r, "a list of token ids") for i, r in enumerate(requests)]
     tokens = sum(len(r) for r in requests)
-    budgets = []
-    for i, b in enumerate(require_list("budgets_bytes", budgets_bytes, "a list of byte budgets")):
-        budgets.append(require_positive(f"budgets_bytes[{i}]", b))
-        if len(budgets) * tokens > MAX_REPLAY_TOKENS:
-            raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of {len(budgets)} "
-                             f"or more budgets exceeds {MAX_REPLAY_TOKENS:,} tokens (MAX_REPLAY_TOKENS); pass fewer "
-                             f"budgets or a shorter workload")
+    most = MAX_REPLAY_TOKENS // tokens if tokens else 10**6
+    try:   # read lazily up to the most budgets the replay limit allows (an endless generator stops there)
+        budgets = require_list("budgets_bytes", budgets_bytes, "a list of byte budgets", maximum_items=most)
+    except ValueError:
+        raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of more than {most:,} "
+                         f"budgets exceeds {MAX_REPLAY_TOKENS:,} tokens (MAX_REPLAY_TOKENS); pass fewer "
+                         f"budgets or a shorter workload") from None
+    budgets = [require_positive(f"budgets_bytes[{i}]", b) for i, b in enumerate(budgets)]
     bpt = require_positive("bytes_per_token", bytes_per_token)
     bt = require_count("block_tokens", block_tokens, minimum=1)
     out = []
