@@ -133,8 +133,9 @@ def roofline_sides(intensities, ridge: float, phase: str = "decode") -> Claim:
     Not a timing claim (the intensities are counted), but the ridge is measured: for small-batch
     ``phase="decode"`` points, "split" or "all_compute" means the measured matmul rate was low; for
     ``"prefill"`` "all_compute" is what is expected."""
-    xs = [require_positive(f"intensities[{i}]", x)
-          for i, x in enumerate(require_list("intensities", intensities, "a list of FLOP per byte"))]
+    xs = require_list("intensities", intensities, "a list of FLOP per byte")
+    for i, x in enumerate(xs):      # checked, kept as given
+        require_positive(f"intensities[{i}]", x)
     if not xs:
         raise ValueError("intensities must hold at least one point")
     ridge = require_positive("ridge", ridge)
