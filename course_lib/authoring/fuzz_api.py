@@ -16,8 +16,9 @@ without ``__post_init__`` are records the library builds and returns, not inputs
 For each callable a *baseline* call is found first: every required argument gets the first value of its
 candidates (:data:`BASELINES` for the callable, :data:`VALID` by argument name, then :data:`GENERIC`) that the
 callable accepts; a callable without one is listed. Then each argument in turn (required or not; not the
-:data:`DEVELOPER_ARGUMENTS` a library caller sets) is replaced by each value of :data:`HOSTILE` (0, negatives, nan, +-inf, 10**400,
-huge ints, bools, text, None, numpy arrays, lists, wrong catalog names, empty containers). Each call is:
+:data:`DEVELOPER_ARGUMENTS` a library caller sets) is replaced by each value of :data:`HOSTILE` (0, negatives,
+nan, +-inf, 10**400, huge ints, bools, text, None, numpy arrays, lists, wrong catalog names, empty containers).
+Each call is:
 
 * ``value``   a sensible result: finite, no nan, no undocumented inf or negative number (:func:`problems`);
 * ``error``   a clear error: a ValueError, TypeError or KeyError whose message names the replaced argument
