@@ -19,6 +19,9 @@ The limits, stated once (every ``require_*`` enforces them unless a caller narro
 * fractions (efficiencies, hit rates): in (0, 1] (or [0, 1]); non-zero ones at least 1e-30.
 * numbers are int, float, Fraction, Decimal, numpy/torch scalars or sympy numbers. bool, None,
   str, bytes, bytearray and arrays (also 0-d arrays holding text) are TypeErrors, never parsed.
+* switches (``dense``, ``rotate``, ``settled``, a model's ``qkv_bias`` ...) are True or False
+  (:func:`require_flag`): a number, text or None is a TypeError, never read as true; a callback is a function
+  or None (:func:`require_callable`).
 """
 from __future__ import annotations
 
