@@ -168,6 +168,7 @@ BASELINES.update({
     "decode_from_gemv": {"weight_bytes": {"fp32": 2.8e10, "fp16": 1.4e10},
                          "rows": lambda: [_row(4096), _row(4096, "fp16", scale=0.6)]},
     "engine_time_split": {"terms": {"weights": 0.01, "kv": 0.002, "overhead": 0.003}},
+    "reading": {"values": {"model": "mistral-7b", "hardware": "h100-sxm", "batch": 4}},
 })
 
 

@@ -343,6 +343,8 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
     """The app's reading for the controls' ``values`` (DashboardState fields; the link as the field's text)."""
     if not isinstance(values, dict):
         raise TypeError(f"values must be a dict of the controls' values, got {type(values).__name__}")
+    if machine is not None and not isinstance(machine, HardwareSpec):
+        raise TypeError(f"machine must be a HardwareSpec (the measured machine) or None, got {type(machine).__name__}")
     values = dict(values)
     tp = values.get("tensor_parallel", 1)
     link_note = []
