@@ -235,6 +235,7 @@ CASES = {
                          value=st.sampled_from([True, False, np.bool_(True)])),
     "require_callable": call("validation.require_callable", names=("fn_arg",), name=("fixed", "fn_arg"),
                              value=st.sampled_from([len, None, print]), allow_none=Keep(st.booleans())),
+    "in_argument": call("validation.in_argument", name=st.sampled_from(["prefix", "session"])),
     "suggest": call("validation.suggest", value=st.sampled_from(["fp16", "fq16", "x" * 300]),
                     options=st.sampled_from([("fp16", "bf16"), ()])),
     # units

@@ -151,6 +151,8 @@ def _row(n: int, dtype: str = "fp32", rotate: bool = True, scale: float = 1.0) -
             "times": [t * scale * n * n / 1e6 for t in _timings()]}
 
 
+_PREFIX = {"full_seconds": 0.05, "cached_seconds": 0.01, "repeats": 5, "prefix_tokens": 1024, "new_tokens": 32,
+           "full_q1": 0.049, "full_q3": 0.051, "cached_q1": 0.0098, "cached_q3": 0.0102}
 _COPY = {"bytes": 1e8, "times": [0.010, 0.0101, 0.0102, 0.0100, 0.0101]}
 BASELINES.update({
     "gemv_vs_copy": {"gemv": lambda: _row(1024), "copy": _COPY},
@@ -169,6 +171,31 @@ BASELINES.update({
                          "rows": lambda: [_row(4096), _row(4096, "fp16", scale=0.6)]},
     "engine_time_split": {"terms": {"weights": 0.01, "kv": 0.002, "overhead": 0.003}},
     "reading": {"values": {"model": "mistral-7b", "hardware": "h100-sxm", "batch": 4}},
+    # lesson 07's measurement records, as dicts of their fields
+    "prefix_timings": {"measurement": _PREFIX},
+    "prefix_cache": {"measurement": _PREFIX},
+    "session_cache": {"measurement": {"ttft_nocache": (0.02, 0.03, 0.04), "ttft_cached": (0.02, 0.012, 0.013),
+                                      "repeats": 3}},
+    "largest_gap": {"profile": {"matrix products": 0.2, "softmax and masking": 0.08, "other": 0.03, "total": 0.31},
+                    "terms": {"linear": 0.15, "attention": 0.1, "scores": 0.17, "overhead": 0.001, "views": 0.0003},
+                    "measured_seconds": 0.40},
+    "module_positions": {"agreement": {
+        "prefix_exact": {"top1_agreement": 0.1, "max_abs_diff": 1.6, "kl_mean": 1e-14},
+        "modules_in_place": {"top1_agreement": 0.1, "max_abs_diff": 1.6, "kl_mean": 0.060},
+        "modules_at_zero": {"top1_agreement": 0.1, "max_abs_diff": 1.6, "kl_mean": 0.061},
+        "module_tokens": (256,) * 3, "new_tokens": 32}},
+    "calibrated_cases": {"prefix": _PREFIX, "session": {"ttft_nocache": (0.02, 0.03, 0.04),
+                                                        "ttft_cached": (0.02, 0.012, 0.013), "repeats": 3},
+                         "prefix_pred": {"ttft_miss": 0.05, "ttft_hit": 0.011},
+                         "session_pred": {"total_nocache": 0.09, "total_cached": 0.045}},
+    # lesson 08's engine records, as dicts of their fields
+    "engine_row": {"timing": {"prompt": 128, "new_tokens": 16, "ttft": 0.3, "tpot": 0.05}, "model": "gpt2",
+                   "params": 124_439_808, "weight_bytes": 4.9e8},
+    "engine_overhead": {"probe": {"step_fixed": 0.281e-3, "step_per_layer": 0.305e-3, "layers": (2, 4), "clamped": (),
+                                  "decode": ({"step_times": [0.89e-3 * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]},
+                                             {"step_times": [1.5e-3 * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]})},
+                        "prediction": {"terms": {"engine": 1.43 * (0.281e-3 + 12 * 0.305e-3), "logits": 26e-6},
+                                       "counts": {"layers": 12, "cold_factor": 1.43}}},
 })
 
 

@@ -25,6 +25,7 @@ The limits, stated once (every ``require_*`` enforces them unless a caller narro
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import numbers
@@ -45,6 +46,7 @@ __all__ = [
     "require_choice",
     "require_flag",
     "require_callable",
+    "in_argument",
     "suggest",
 ]
 
@@ -239,6 +241,22 @@ def require_callable(name: str, value, what: str = "a function", *, allow_none: 
         return value
     raise TypeError(f"{name} must be {what}{' or None' if allow_none else ''}, got {type(value).__name__} "
                     f"{_show(value)}")
+
+
+@contextlib.contextmanager
+def in_argument(name: str):
+    """Checks of the parts of argument ``name`` (a record's fields, checked by another function): their
+    ValueError/TypeError is prefixed with ``name`` unless it names it already (``session: ttft_nocache must ...``)."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        if name in str(exc):
+            raise
+        try:
+            renamed = type(exc)(f"{name}: {exc}")
+        except Exception:  # an exception class with another constructor: its base kind
+            renamed = (TypeError if isinstance(exc, TypeError) else ValueError)(f"{name}: {exc}")
+        raise renamed from None
 
 
 def suggest(value: str, options: Iterable[str]) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, _named, _worst
 from course_lib.core.claims.phases import CONSISTENT_RATIO
-from course_lib.core.validation import require_choice, require_list, require_positive
+from course_lib.core.validation import in_argument, require_choice, require_count, require_list, require_positive
 
 __all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_case", "calibrated_cases",
            "calibrated_summary", "roofline_vs_measured", "largest_gap", "profile_vs_measured", "module_positions",
@@ -91,13 +91,14 @@ def session_cache(measurement, *, ratio: float = CONSISTENT_RATIO, min_repeats: 
     than ``quality.THRESHOLDS.min_repeats`` sessions were timed; else "reliable". Operands: per-turn
     seconds, ``turn1`` (no cache, cache), ``turn1_ratio``, the summed totals and their ``speedup``.
     """
-    nc = _per_turn("ttft_nocache", _get(measurement, "ttft_nocache"))
-    ca = _per_turn("ttft_cached", _get(measurement, "ttft_cached"))
+    nc = _per_turn("measurement.ttft_nocache", _get(measurement, "ttft_nocache"))
+    ca = _per_turn("measurement.ttft_cached", _get(measurement, "ttft_cached"))
     if len(nc) != len(ca):
         raise ValueError(f"ttft_nocache and ttft_cached must have one entry per turn, got {len(nc)} and {len(ca)}")
     ratio = require_positive("ratio", ratio, maximum=100.0)
     repeats = _get(measurement, "repeats")
-    need = quality.THRESHOLDS.min_repeats if min_repeats is None else min_repeats
+    repeats = None if repeats is None else require_count("measurement.repeats", repeats)
+    need = quality.THRESHOLDS.min_repeats if min_repeats is None else require_count("min_repeats", min_repeats)
     t1 = max(nc[0], ca[0]) / min(nc[0], ca[0])
     reasons = []
     if t1 > ratio:
@@ -189,15 +190,22 @@ def calibrated_cases(prefix, session, prefix_pred, session_pred, *, tolerance: f
         if unknown:
             raise ValueError(f"labels has unknown keys {sorted(unknown)}; known: {sorted(names)}")
         names.update(labels)
-    full, cached = prefix_timings(prefix)
-    pc, sc = prefix_cache(prefix), session_cache(session)
-    out = [model_case(names["full"], full, _get(prefix_pred, "ttft_miss"), tolerance=tolerance),
-           model_case(names["cached"], cached, _get(prefix_pred, "ttft_hit"), tolerance=tolerance)]
+    with in_argument("prefix"):
+        full, cached = prefix_timings(prefix)
+        pc = prefix_cache(prefix)
+    with in_argument("session"):
+        sc = session_cache(session)
+    pred = {attr: require_positive(f"{arg}.{attr}", _get(obj, attr), maximum=1e6)
+            for arg, obj, attrs in (("prefix_pred", prefix_pred, ("ttft_miss", "ttft_hit")),
+                                    ("session_pred", session_pred, ("total_nocache", "total_cached")))
+            for attr in attrs}
+    out = [model_case(names["full"], full, pred["ttft_miss"], tolerance=tolerance),
+           model_case(names["cached"], cached, pred["ttft_hit"], tolerance=tolerance)]
     for key, attr in (("nocache_sum", "total_nocache"), ("cached_sum", "total_cached")):
-        out.append(model_case(names[key], sc.operands[attr], _get(session_pred, attr), tolerance=tolerance,
+        out.append(model_case(names[key], sc.operands[attr], pred[attr], tolerance=tolerance,
                               verdict=sc.verdict, reasons=sc.reasons))
-    p_speed = _get(prefix_pred, "ttft_miss") / _get(prefix_pred, "ttft_hit")
-    s_speed = _get(session_pred, "total_nocache") / _get(session_pred, "total_cached")
+    p_speed = pred["ttft_miss"] / pred["ttft_hit"]
+    s_speed = pred["total_nocache"] / pred["total_cached"]
     pv = _worst(quality.timing_verdict(full).verdict, quality.timing_verdict(cached).verdict)
     out.append(model_case(names["prefix_speedup"], pc.operands["speedup"], p_speed, tolerance=tolerance,
                           verdict=pv, reasons=("a ratio of two timings, at least one of them not reliable",),

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get
-from course_lib.core.validation import require_choice, require_list, require_positive, require_real
+from course_lib.core.validation import (require_choice, require_count, require_list, require_nonnegative,
+                                        require_positive, require_real)
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
@@ -192,30 +193,36 @@ def engine_overhead(probe, prediction) -> Claim:
     ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer), ``cold_factor``, ``engine``
     (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine + logits: the table's
     "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
-    fixed = float(_get(probe, "step_fixed"))
-    per = float(_get(probe, "step_per_layer"))
+    fixed = require_nonnegative("probe.step_fixed", _get(probe, "step_fixed"), maximum=1e6)
+    per = require_nonnegative("probe.step_per_layer", _get(probe, "step_per_layer"), maximum=1e6)
     terms, counts = _get(prediction, "terms"), _get(prediction, "counts")
     if not isinstance(terms, Mapping) or not isinstance(counts, Mapping):
         raise TypeError("prediction must be hf.predict_engine_tpot's result (with terms and counts)")
-    layers_m = int(counts["layers"])
-    cold = float(counts.get("cold_factor", 1.0))
+    layers_m = require_count("prediction.counts['layers']", counts.get("layers"), minimum=1)
+    cold = require_positive("prediction.counts['cold_factor']", counts.get("cold_factor", 1.0), maximum=1e6)
     uncorrected = fixed + layers_m * per
-    engine = float(terms["engine"])
+    engine = require_nonnegative("prediction.terms['engine']", terms.get("engine"), maximum=1e6)
+    logits = require_nonnegative("prediction.terms['logits']", terms.get("logits", 0.0), maximum=1e6)
     if not math.isclose(engine, cold * uncorrected, rel_tol=1e-9, abs_tol=1e-15):
         raise ValueError(f"the prediction's engine term {engine!r} is not cold_factor x (fixed + layers x per "
                          f"layer) = {cold * uncorrected!r}: the prediction and the probe do not belong together")
-    verdicts = [quality.timing_verdict(t.step_times, name="probe") for t in _get(probe, "decode")]
+    verdicts = [quality.timing_verdict(_get(t, "step_times"), name=f"probe.decode[{i}].step_times")
+                for i, t in enumerate(require_list("probe.decode", _get(probe, "decode"), "the copies' timings"))]
+    layers = require_list("probe.layers", _get(probe, "layers"), "the copies' layer counts")
+    if len(layers) != len(verdicts):
+        raise ValueError(f"probe.layers and probe.decode must have one entry per copy, got {len(layers)} and "
+                         f"{len(verdicts)}")
     clamped = tuple(_get(probe, "clamped", ()) or ())
     verdict = max([v.verdict for v in verdicts] + (["noisy"] if any("decode" in c for c in clamped) else []),
                   key=quality.VERDICTS.index)
     reasons = tuple(f"the {n}-layer copy's steps are {v.verdict}: {v.reason}"
-                    for n, v in zip(_get(probe, "layers"), verdicts) if not v.reliable)
+                    for n, v in zip(layers, verdicts) if not v.reliable)
     if any("decode" in c for c in clamped):
         reasons += (f"the split was clamped at 0 ({', '.join(c for c in clamped if 'decode' in c)})",)
     return Claim("engine_overhead", "clamped" if any("decode" in c for c in clamped) else "split",
-                 {"layers": tuple(_get(probe, "layers")), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
+                 {"layers": tuple(layers), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
                   "uncorrected": uncorrected, "cold_factor": cold, "engine": engine,
-                  "logits": float(terms.get("logits", 0.0)), "total": engine + float(terms.get("logits", 0.0)),
+                  "logits": logits, "total": engine + logits,
                   "copy_steps": tuple(v.median for v in verdicts)},
                  verdict, reasons)
 
@@ -225,10 +232,13 @@ def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra)
     ``prompt``, ``new_tokens``, ``ttft_seconds`` and ``tpot_seconds`` (medians) of an ``hf.EngineTiming``
     (or anything with those attributes), the model's ``model``, ``params``, ``weight_bytes`` (read per decode
     step), and any ``extra`` numbers (e.g. ``floor_tpot_seconds``)."""
-    row = {"model": str(model), "params": int(params), "weight_bytes": float(weight_bytes),
-           "prompt": int(_get(timing, "prompt")), "new_tokens": int(_get(timing, "new_tokens")),
-           "ttft_seconds": float(_get(timing, "ttft")), "tpot_seconds": float(_get(timing, "tpot"))}
-    for k in ("ttft_seconds", "tpot_seconds", "weight_bytes"):
-        require_positive(k, row[k], maximum=1e15)
-    row.update({k: float(v) for k, v in extra.items()})
+    if not isinstance(model, str):
+        raise TypeError(f"model must be the model's name (a string), got {type(model).__name__}")
+    row = {"model": model, "params": require_count("params", params, minimum=1),
+           "weight_bytes": require_positive("weight_bytes", weight_bytes, maximum=1e15),
+           "prompt": require_count("timing.prompt", _get(timing, "prompt"), minimum=1),
+           "new_tokens": require_count("timing.new_tokens", _get(timing, "new_tokens"), minimum=1),
+           "ttft_seconds": require_positive("timing.ttft", _get(timing, "ttft"), maximum=1e15),
+           "tpot_seconds": require_positive("timing.tpot", _get(timing, "tpot"), maximum=1e15)}
+    row.update({k: require_real(k, v) for k, v in extra.items()})
     return row
