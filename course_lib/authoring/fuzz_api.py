@@ -171,6 +171,9 @@ BASELINES.update({
     "decode_from_gemv": {"weight_bytes": {"fp32": 2.8e10, "fp16": 1.4e10},
                          "rows": lambda: [_row(4096), _row(4096, "fp16", scale=0.6)]},
     "engine_time_split": {"terms": {"weights": 0.01, "kv": 0.002, "overhead": 0.003}},
+    "steady_state_search": {"decode_tpot": lambda: (lambda c: 0.01 + 1e-4 * c), "memory": lambda: (lambda c: 1e9 * c),
+                            "t_pf": 0.05, "n": 128, "limit": 64e9, "tpot_budget": 0.05, "ttft_budget": None,
+                            "cap_c": 256},
     "reading": {"values": {"model": "mistral-7b", "hardware": "h100-sxm", "batch": 4}},
     # lesson 07's measurement records, as dicts of their fields
     "prefix_timings": {"measurement": _PREFIX},
