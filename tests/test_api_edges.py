@@ -10,7 +10,9 @@ must either
   dicts) is nan, and none is infinite or negative unless ``DOCUMENTED`` says so, or
 * raise a ValueError or TypeError whose message names one of the call's arguments;
 
-never any other exception, and within ``TIME_LIMIT_S`` (a SIGALRM stops a call that runs longer).
+never any other exception, and within ``fuzz_api.TIME_LIMIT_S`` (a SIGALRM stops a call that runs longer). The
+classifier is ``course_lib.authoring.fuzz_api``'s (``python -m course_lib.authoring.fuzz_api`` fuzzes every public
+callable from its signature; this registry draws richer valid values per callable with hypothesis).
 The same registry drives a larger fuzz run outside the suite: ``python tests/test_api_edges.py 2000``
 prints how many calls returned, raised a clear error, raised another exception, raised an error
 naming no argument, returned nonsense (nan, undocumented inf or negative) or ran too long.
@@ -20,10 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import numbers
-import signal
 import sys
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -31,7 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-TIME_LIMIT_S = 2.0
+from course_lib.authoring import fuzz_api as _fuzz
+
 EXAMPLES_PER_CALLABLE = 5
 
 BAD = [10**400, -(10**400), 2**53 + 1, 10**15 + 1, 10**16, 1e308, -1e308, math.inf, -math.inf, math.nan, 5e-324,
@@ -231,6 +231,11 @@ CASES = {
     "require_choice": call("validation.require_choice", names=("c_arg",), name=("fixed", "c_arg"),
                            value=st.sampled_from(["fp16", "FP16 ", "fq16", "x" * 300]),
                            options=("fixed", ("fp16", "bf16"))),
+    "require_flag": call("validation.require_flag", names=("b_arg",), name=("fixed", "b_arg"),
+                         value=st.sampled_from([True, False, np.bool_(True)])),
+    "require_callable": call("validation.require_callable", names=("fn_arg",), name=("fixed", "fn_arg"),
+                             value=st.sampled_from([len, None, print]), allow_none=Keep(st.booleans())),
+    "in_argument": call("validation.in_argument", name=st.sampled_from(["prefix", "session"])),
     "suggest": call("validation.suggest", value=st.sampled_from(["fp16", "fq16", "x" * 300]),
                     options=st.sampled_from([("fp16", "bf16"), ()])),
     # units
@@ -591,146 +596,15 @@ CASES.update({
     "nominal_params": call("roofline.nominal_params", model=models()),
 })
 
-#: (registry name -> paths inside the result) where a documented value may be infinite or negative;
-#: "" is the whole result
-DOCUMENTED = {
-    "inf": {
-        "crossover_context": ("",),             # a sliding-window model whose cache never outgrows the weights
-        "tokens_that_fit": ("",),               # ... or whose whole window fits
-        "PrefixCache": ("capacity_bytes",),     # math.inf: an unbounded cache
-        "simulate": ("capacity_bytes",),
-        # "never" under a sliding window whose cache stays below the weights
-        "kv_crossover": ("context", "tokens_that_fit", "context_times_batch"),
-        "KVCrossover": ("context", "tokens_that_fit", "context_times_batch"),
-    },
-    "negative": {
-        "fixed_cost_fit": ("[0]",),             # the fitted fixed time t0 (an intercept)
-        "default_hash": ("",),                  # a hash
-        "relative_error": ("",),                # (predicted - measured) / measured: signed
-        "require_real": ("",),                  # a real number of either sign, by definition
-        "as_real": ("",),                       # the same, without a limit
-        "convention_gap_percent": ("",),        # negative when the second reading is the smaller one
-    },
-}
-#: fields that are signed wherever they appear (their docstrings say so)
-SIGNED_FIELDS = {
-    "line",       # Estimate.line = (b, k) of total ~ b + k n: b = ttft - k is below 0 when a step outlasts the prefill
-    "excess_s",   # Comparison.excess_s = measured - predicted: negative when a measurement beats its floor
-    "difference_bytes",  # BytesPerToken: streamed - stored, negative when a step reads less than the file holds
-}
-
-
-def _documented(kind: str, label: str, path: str) -> bool:
-    if kind == "negative" and any(part.split("[")[0] in SIGNED_FIELDS for part in path.split(".")):
-        return True
-    allowed = DOCUMENTED[kind].get(label, ())
-    return any(a == "" or path == a or path.startswith(a + ".") or path.startswith(a + "[") for a in allowed)
-
-
-_SKIP_TYPES = (str, bytes, type(None), type, type(math), type(len))
-
-
-def problems(value, label: str, path: str = "", depth: int = 0, seen=None) -> list[str]:
-    """nan anywhere; inf or a negative number where it is not documented (walks fields and properties)."""
-    seen = set() if seen is None else seen
-    out: list[str] = []
-    if isinstance(value, bool) or isinstance(value, _SKIP_TYPES) or depth > 3:
-        return out
-    if isinstance(value, numbers.Real) and not hasattr(value, "free_symbols"):
-        v = float(value)
-        if math.isnan(v):
-            out.append(f"{path or 'result'} is nan")
-        elif math.isinf(v) and not _documented("inf", label, path):
-            out.append(f"{path or 'result'} is {v}")
-        elif v < 0 and not _documented("negative", label, path):
-            out.append(f"{path or 'result'} is negative ({v:g})")
-        return out
-    if id(value) in seen:
-        return out
-    seen.add(id(value))
-
-    def join(k):
-        return f"{path}.{k}" if path else str(k)
-
-    if isinstance(value, dict):
-        for k, v in list(value.items())[:60]:
-            if not (isinstance(k, str) and k.startswith("_")):
-                out += problems(v, label, join(k), depth + 1, seen)
-        return out
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value[:60]):
-            out += problems(v, label, f"{path}[{i}]", depth + 1, seen)
-        return out
-    if type(value).__module__.startswith("course_lib"):
-        names = [f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else [
-            k for k in vars(value) if not k.startswith("_")] if hasattr(value, "__dict__") else []
-        names += [k for k, v in vars(type(value)).items() if isinstance(v, property) and not k.startswith("_")]
-        for k in dict.fromkeys(names):
-            try:
-                v = getattr(value, k)
-            except (ValueError, TypeError):
-                continue  # a property that cannot be computed for this value says so with a clear error
-            out += problems(v, label, join(k), depth + 1, seen)
-    return out
-
-
-class CallTookTooLong(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise CallTookTooLong(f"call took more than {TIME_LIMIT_S} s")
-
-
-def _timed(c: Call):
-    """("result", value), ("raised", exception) or ("slow", None): the call, stopped after TIME_LIMIT_S.
-
-    When another alarm is already set (a test-timeout plugin), it is left alone and only the elapsed time
-    is judged.
-    """
-    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-        try:
-            return "result", c.fn(**c.kwargs)
-        except Exception as exc:  # judged by the caller
-            return "raised", exc
-    old = signal.signal(signal.SIGALRM, _alarm)
-    try:
-        try:
-            # fires again every 0.2 s: a timeout raised where Python swallows it (a gc callback) cannot end the watch
-            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S, 0.2)
-            try:
-                return "result", c.fn(**c.kwargs)
-            except CallTookTooLong:
-                return "slow", None
-            except Exception as exc:  # judged by the caller
-                return "raised", exc
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except CallTookTooLong:  # fired between the end of the call and the disarm
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return "slow", None
-    finally:
-        signal.signal(signal.SIGALRM, old)
+# the classifier (what counts as a clear error, which negative or infinite values are documented, the time
+# limit) is the fuzz benchmark's, course_lib.authoring.fuzz_api, shared so that the two judge alike
+DOCUMENTED = _fuzz.DOCUMENTED
+problems = _fuzz.problems
 
 
 def outcome(c: Call, name: str = "") -> tuple[str, str]:
     """('ok', ''), ('error', message) for a clear ValueError/TypeError, or ('bad', what went wrong)."""
-    t0 = time.perf_counter()
-    kind, value = _timed(c)
-    took = time.perf_counter() - t0
-    if kind == "slow" or took > TIME_LIMIT_S:
-        return "bad", f"call took more than {TIME_LIMIT_S} s"
-    if kind == "raised":
-        msg = str(value)
-        if not isinstance(value, (ValueError, TypeError)):
-            return "bad", f"{type(value).__name__}: {msg[:300]}"
-        if c.names and not any(n in msg for n in c.names):
-            return "bad", f"{type(value).__name__} names none of {c.names}: {msg[:300]}"
-        return "error", msg
-    found = problems(value, name or c.label)
-    if found:
-        return "bad", "silent nonsense: " + "; ".join(found[:5])
-    return "ok", ""
+    return _fuzz.outcome(c.fn, c.kwargs, name or c.label, c.names)
 
 
 def _public() -> list[str]:
@@ -807,7 +681,7 @@ def test_the_known_failures_are_refused_with_clear_errors():
 
 
 def test_the_harness_catches_each_kind_of_failure(monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "TIME_LIMIT_S", 0.05)
+    monkeypatch.setattr(_fuzz, "TIME_LIMIT_S", 0.05)
 
     def spin(n):
         while True:

@@ -402,7 +402,7 @@ def test_roofline_helpers_validate_and_match_the_formulas():
         get_hardware("h200").flops("fp16") * 2 / (2 * get_hardware("h200").bandwidth))
     c = roofline.latency_conventions(0.5, 0.01, 101)
     assert (c.total, c.total_n_tpot) == pytest.approx((1.5, 1.51)) and c.tokens_per_second == pytest.approx(101 / 1.5)
-    assert roofline.relative_error(2.0, 2.5) == pytest.approx(0.25) and roofline.relative_error(2.0, -1) == -1.5
+    assert roofline.relative_error(2.0, 2.5) == pytest.approx(0.25) and roofline.relative_error(2.0, 1.0) == -0.5
     m = get_model("mistral-7b")
     assert roofline.decode_step_bytes(m, 2001) == m.decode_weight_bytes("fp16") + 2001 * m.kv_bytes_per_token("fp16")
     assert roofline.prefill_flops(m, 100, dense=True) > roofline.prefill_flops(m, 100)
@@ -411,6 +411,8 @@ def test_roofline_helpers_validate_and_match_the_formulas():
                         (lambda: roofline.memory_time(-1, 1e9), "nbytes"),
                         (lambda: roofline.latency_conventions(0.1, 0.01, 0), "n"),
                         (lambda: roofline.relative_error(0, 1), "measured"),
+                        (lambda: roofline.relative_error(2.0, -1), "predicted"),   # a time is never negative
+                        (lambda: roofline.relative_error(3, 0), "predicted"),      # issue 32: it gave -1.0
                         (lambda: roofline.roofline_curve(1e12, 1e11, 10, 1), "hi")]:
         with pytest.raises(ValueError, match=match):
             call()

@@ -32,6 +32,7 @@ from fractions import Fraction
 
 from course_lib.checks.answers import LIMITS, NotAttempted, Opaque, PrintedExpression, Unreadable, short
 from course_lib.checks.placeholder import contains_placeholder, is_placeholder
+from course_lib.core.validation import require_positive
 
 __all__ = ["ALLOWED_FUNCTIONS", "CONSTANTS", "parse_formula", "parse_expression", "sample_points", "equivalent",
            "cmath_isclose"]
@@ -479,6 +480,10 @@ def equivalent(a, b, points) -> bool:
 
 def cmath_isclose(a: complex, b: complex, rel: float = 1e-9) -> bool:
     """Close in the relative sense (or both essentially zero); False for inf/nan."""
+    for name, v in (("a", a), ("b", b)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Number):
+            raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+    rel = require_positive("rel", rel, maximum=1.0)
     try:
         diff = abs(a - b)
     except OverflowError:

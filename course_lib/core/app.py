@@ -238,7 +238,13 @@ def parse_time_field(text, unit: str, label: str) -> float:
 
 def link_hint(hardware, machine: HardwareSpec | None = None) -> str:
     """A sentence on the GPU-to-GPU link the catalog lists for ``hardware`` (its figure per direction), or on
-    its absence; '' for an unknown device."""
+    its absence; '' for an unknown device (or None)."""
+    if hardware is not None and not isinstance(hardware, (str, HardwareSpec)):
+        raise TypeError(f"hardware must be a device name or a HardwareSpec, got {type(hardware).__name__}")
+    if machine is not None and not isinstance(machine, HardwareSpec):
+        raise TypeError(f"machine must be a HardwareSpec or None, got {type(machine).__name__}")
+    if hardware is None:
+        return ""
     if hardware == THIS_MACHINE:
         hw = machine
     else:
@@ -267,6 +273,8 @@ def link_hint(hardware, machine: HardwareSpec | None = None) -> str:
 
 def is_gpu(hw: HardwareSpec) -> bool:
     """False for a CPU's DRAM or unified (LPDDR) memory; True otherwise (a GPU's HBM/GDDR, or unknown)."""
+    if not isinstance(hw, HardwareSpec):
+        raise TypeError(f"hw must be a HardwareSpec (get_hardware(...)), got {type(hw).__name__}")
     mt = hw.memory_type.lower()
     return not ("dram" in mt or "unified" in mt or "lpddr" in mt)
 
@@ -343,6 +351,8 @@ def reading(values: dict, machine: HardwareSpec | None = None) -> Reading:
     """The app's reading for the controls' ``values`` (DashboardState fields; the link as the field's text)."""
     if not isinstance(values, dict):
         raise TypeError(f"values must be a dict of the controls' values, got {type(values).__name__}")
+    if machine is not None and not isinstance(machine, HardwareSpec):
+        raise TypeError(f"machine must be a HardwareSpec (the measured machine) or None, got {type(machine).__name__}")
     values = dict(values)
     tp = values.get("tensor_parallel", 1)
     link_note = []

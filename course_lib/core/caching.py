@@ -62,8 +62,9 @@ from course_lib.core import measurements, prefix_cache
 from course_lib.core.estimator import Estimate, estimate, kv_cache_bytes
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
-from course_lib.core.validation import (MAX_COUNT, require_count, require_fraction, require_nonnegative,
-                                        require_positive)
+from course_lib.core.precision import get_precision
+from course_lib.core.validation import (MAX_COUNT, require_count, require_flag, require_fraction, require_list,
+                                        require_nonnegative, require_positive)
 
 __all__ = [
     "HitMiss", "PrefixReuse", "prefix_reuse", "ttft_with_cache", "reusable_tokens", "expected_ttft",
@@ -162,7 +163,7 @@ def write_overhead_time(model, tokens, bandwidth, kv_precision="fp16") -> float:
     wrote it pays (almost) nothing either way.
     """
     bw = require_positive("bandwidth", bandwidth)
-    return g.memory_time(kv_cache_bytes(model, tokens, kv_precision), bw, 1.0)
+    return g.memory_time(kv_cache_bytes(model, tokens, get_precision(kv_precision, argument="kv_precision")), bw, 1.0)
 
 
 class HitMiss:
@@ -287,15 +288,16 @@ def module_reuse(model, hardware, module_tokens: Sequence[int], cached: Sequence
     """
     m = get_model(model)
     hw = get_hardware(hardware)
-    if isinstance(module_tokens, (str, bytes, bytearray)) or not hasattr(module_tokens, "__len__"):
-        raise TypeError(f"module_tokens must be a list of token counts, got {type(module_tokens).__name__}")
-    if not 1 <= len(module_tokens) <= MAX_MODULES:
-        raise ValueError(f"module_tokens must hold 1 to {MAX_MODULES} modules, got {len(module_tokens)}")
+    module_tokens = require_list("module_tokens", module_tokens, "a list of token counts",
+                                 maximum_items=MAX_MODULES)
+    if not module_tokens:
+        raise ValueError(f"module_tokens must hold 1 to {MAX_MODULES} modules, got none")
     mods = tuple(require_count(f"module_tokens[{i}]", t, minimum=1) for i, t in enumerate(module_tokens))
-    if isinstance(cached, (str, bytes, bytearray)) or not hasattr(cached, "__len__") or len(cached) != len(mods):
-        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module, got {type(cached).__name__}"
-                         f" of {len(cached) if hasattr(cached, '__len__') else 'no'} items")
-    flags = tuple(bool(c) for c in cached)
+    cached = require_list("cached", cached, "a list of booleans, one per module", maximum_items=MAX_MODULES)
+    if len(cached) != len(mods):
+        raise ValueError(f"cached must be a list of {len(mods)} booleans, one per module of module_tokens, "
+                         f"got {len(cached)} items")
+    flags = tuple(require_flag(f"cached[{i}]", c) for i, c in enumerate(cached))
     n = require_count("new_tokens", new_tokens, minimum=1)
     kw = dict(precision=precision, kv_precision=kv_precision, compute_efficiency=compute_efficiency,
               bandwidth_efficiency=bandwidth_efficiency)
@@ -319,7 +321,10 @@ def check_session(system_tokens, user_tokens, reply_tokens, turns, *, min_user_t
     Every session function here (and :mod:`course_lib.measure.cache_timing`) checks its arguments with it.
     """
     S = require_count("system_tokens", system_tokens)
-    u = require_count("user_tokens", user_tokens, minimum=require_count("min_user_tokens", min_user_tokens))
+    least = require_count("min_user_tokens", min_user_tokens)
+    u = require_count("user_tokens", user_tokens)
+    if u < least:
+        raise ValueError(f"user_tokens must be >= min_user_tokens ({least}), got {u}")
     r = require_count("reply_tokens", reply_tokens)
     T = require_count("turns", turns, minimum=1, maximum=require_count("max_turns", max_turns, minimum=1))
     _total("system_tokens + turns * (user_tokens + reply_tokens)", S + T * (u + r))
@@ -485,7 +490,7 @@ def cache_memory_bytes(model, cached_tokens, sessions=1, kv_precision="fp16") ->
     """
     t = require_count("cached_tokens", cached_tokens)
     n = require_count("sessions", sessions, minimum=1)
-    return kv_cache_bytes(model, t, kv_precision, batch=n)
+    return kv_cache_bytes(model, t, get_precision(kv_precision, argument="kv_precision"), batch=n)
 
 
 def sessions_in_budget(model, budget_bytes, session_tokens, kv_precision="fp16") -> int:
@@ -512,7 +517,7 @@ def sessions_fit(model, hardware, session_tokens, precision="fp16", kv_precision
     reserve = require_nonnegative("reserve_bytes", reserve_bytes)
     if hw.capacity is None:
         raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
-    k_tok = kv_cache_bytes(m, 1, kv_precision)
+    k_tok = kv_cache_bytes(m, 1, get_precision(kv_precision, argument="kv_precision"))
     w = m.weight_bytes(precision)
     free = hw.capacity - reserve
     if free <= w:
@@ -556,24 +561,19 @@ def hit_rate_vs_budget(requests, budgets_bytes, bytes_per_token, block_tokens=16
     ``token_hit_rate`` (reused tokens / prompt tokens), ``hit_tokens``, ``evictions``, ``bytes_used``.
     One replay per budget: at most :data:`MAX_REPLAY_TOKENS` tokens (tokens in ``requests`` x budgets).
     """
-    if isinstance(requests, (str, bytes, bytearray)) or not hasattr(requests, "__len__"):
-        raise TypeError(f"requests must be a non-empty list of token-id lists, got {type(requests).__name__}")
-    if not len(requests):
+    requests = require_list("requests", requests, "a non-empty list of token-id lists")
+    if not requests:
         raise ValueError("requests must be a non-empty list of token-id lists, got an empty one")
-    tokens = 0
-    for i, r in enumerate(requests):
-        if isinstance(r, (str, bytes, bytearray)) or not hasattr(r, "__len__"):
-            raise TypeError(f"requests[{i}] must be a list of token ids, got {type(r).__name__}")
-        tokens += len(r)
-    if isinstance(budgets_bytes, (str, bytes, bytearray)) or not hasattr(budgets_bytes, "__iter__"):
-        raise TypeError(f"budgets_bytes must be a list of byte budgets, got {type(budgets_bytes).__name__}")
-    budgets = []
-    for i, b in enumerate(budgets_bytes):
-        budgets.append(require_positive(f"budgets_bytes[{i}]", b))
-        if len(budgets) * tokens > MAX_REPLAY_TOKENS:
-            raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of {len(budgets)} "
-                             f"or more budgets exceeds {MAX_REPLAY_TOKENS:,} tokens (MAX_REPLAY_TOKENS); pass fewer "
-                             f"budgets or a shorter workload")
+    requests = [require_list(f"requests[{i}]", r, "a list of token ids") for i, r in enumerate(requests)]
+    tokens = sum(len(r) for r in requests)
+    most = MAX_REPLAY_TOKENS // tokens if tokens else 10**6
+    try:   # read lazily up to the most budgets the replay limit allows (an endless generator stops there)
+        budgets = require_list("budgets_bytes", budgets_bytes, "a list of byte budgets", maximum_items=most)
+    except ValueError:
+        raise ValueError(f"requests x budgets_bytes: replaying {tokens:,} tokens for each of more than {most:,} "
+                         f"budgets exceeds {MAX_REPLAY_TOKENS:,} tokens (MAX_REPLAY_TOKENS); pass fewer "
+                         f"budgets or a shorter workload") from None
+    budgets = [require_positive(f"budgets_bytes[{i}]", b) for i, b in enumerate(budgets)]
     bpt = require_positive("bytes_per_token", bytes_per_token)
     bt = require_count("block_tokens", block_tokens, minimum=1)
     out = []

@@ -166,7 +166,7 @@ class DashboardState:
         set_(self, "precision", get_precision(self.precision).name)
         if self.kv_precision is not None:
             try:
-                set_(self, "kv_precision", get_precision(self.kv_precision).name)
+                set_(self, "kv_precision", get_precision(self.kv_precision, argument="kv_precision").name)
             except (ValueError, TypeError) as e:
                 raise type(e)(str(e).replace("precision", "kv_precision", 1)) from None
         set_(self, "batch", require_count("batch", self.batch, minimum=1))
@@ -299,11 +299,11 @@ def collective_time(collective: str, devices: int, message_bytes: float, link_ba
     devices = require_count("devices", devices, minimum=1)
     message_bytes = require_nonnegative("message_bytes", message_bytes)
     base, hop = collective_latency(algorithm, base_latency, hop_latency)
+    link = None if link_bandwidth is None else require_positive("link_bandwidth", link_bandwidth)
     if devices == 1:
         return 0.0
-    if link_bandwidth is None:
+    if link is None:
         raise ValueError("link_bandwidth is required for devices > 1")
-    link = require_positive("link_bandwidth", link_bandwidth)
     if collective == "all-reduce":
         if algorithm == "tree":                  # one node: NCCL's intra-node tree is a chain of G - 1 steps
             return g.allreduce_tree_time(devices - 1, message_bytes, link, base, hop)

@@ -35,7 +35,8 @@ from course_lib.core.numeric import raw as g
 from course_lib.core.hardware import HardwareSpec, get_hardware
 from course_lib.core.models import ModelSpec, get_model
 from course_lib.core.precision import WEIGHT_GROUPS, get_layout, get_precision
-from course_lib.core.validation import MAX_COUNT, require_count, require_fraction, require_nonnegative
+from course_lib.core.validation import (MAX_COUNT, MIN_POSITIVE, require_count, require_fraction, require_list,
+                                        require_nonnegative)
 
 __all__ = ["Estimate", "PhaseCost", "estimate", "weight_bytes", "kv_cache_bytes", "crossover_context",
            "tokens_that_fit", "compute_dtype"]
@@ -91,6 +92,7 @@ def crossover_context(model, batch: int = 1, precision: str = "fp16", kv_precisi
     """
     m = get_model(model)
     batch = require_count("batch", batch, minimum=1)
+    kv_precision = get_precision(kv_precision, argument="kv_precision")
     per_token = kv_cache_bytes(m, 1, kv_precision, batch)
     c = m.weight_bytes(precision) / per_token
     if m.sliding_window is not None and c > m.sliding_window:
@@ -113,6 +115,7 @@ def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv
     m = get_model(model)
     hw = get_hardware(hardware)
     batch = require_count("batch", batch, minimum=1)
+    kv_precision = get_precision(kv_precision, argument="kv_precision")
     if hw.capacity is None:
         raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
     free = hw.capacity - m.weight_bytes(precision)
@@ -130,12 +133,7 @@ def tokens_that_fit(model, hardware, batch: int = 1, precision: str = "fp16", kv
 
 
 def _prec(argname: str, value) -> float:
-    try:
-        return get_precision(value).bytes
-    except ValueError as e:
-        raise ValueError(str(e).replace("precision", argname, 1)) from None
-    except TypeError as e:
-        raise TypeError(str(e).replace("precision", argname, 1)) from None
+    return get_precision(value, argument=argname).bytes
 
 
 def _require_times(obj, names) -> None:
@@ -200,9 +198,10 @@ class PhaseCost:
 
     def __post_init__(self):
         _require_times(self, ("flops", "bytes", "compute_time", "memory_time"))
-        if self.bytes == 0:
-            raise ValueError("bytes must be > 0: every phase reads its weights")
-        ops = tuple(self.operators)
+        if self.bytes < MIN_POSITIVE:
+            raise ValueError(f"bytes must be at least {MIN_POSITIVE:g} (every phase reads its weights), "
+                             f"got {self.bytes!r}")
+        ops = tuple(require_list("operators", self.operators, "a list of OperatorCost"))
         if not all(isinstance(o, OperatorCost) for o in ops):
             raise TypeError("operators must be OperatorCost instances")
         object.__setattr__(self, "operators", ops)
@@ -602,7 +601,7 @@ def estimate(model, hardware, prompt_tokens, new_tokens, precision="fp16", kv_pr
     wname = layout.name
     kv_precision = layout.kv_precision if kv_precision is None else kv_precision
     b_kv = _prec("kv_precision", kv_precision)
-    kvname = get_precision(kv_precision).name
+    kvname = get_precision(kv_precision, argument="kv_precision").name
     dtype = compute_dtype(layout.compute_format, hw)
     peak = hw.compute_rate(dtype)
     k_tok = m.kv_bytes_per_token(kvname)

@@ -43,7 +43,7 @@ from course_lib.core import data
 from course_lib.core.hardware import get_hardware
 from course_lib.core.models import get_model
 from course_lib.core.precision import get_layout, get_precision
-from course_lib.core.validation import require_choice
+from course_lib.core.validation import require_choice, require_flag, require_list
 
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
@@ -484,10 +484,26 @@ def _rows(records, name):
     return out
 
 
+def _records(records) -> list[dict]:
+    """``records`` (default: all shipped) as a list, each checked by :func:`check_record`."""
+    if records is None:
+        return _published()
+    out = require_list("records", records, "a list of published-measurement records (dicts)")
+    for i, r in enumerate(out):
+        try:
+            check_record(r)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"records[{i}]: {e}") from None
+    return out
+
+
 def fit_profiles(records=None) -> dict:
     """Fit every engine's profile to ``records`` (default: all shipped). Returns {engine: EngineProfile}; the
     pooled fit of all engines is under the key None (the prior an engine with no points of its own gets)."""
-    records = _published() if records is None else records
+    return _fit_profiles(_records(records))
+
+
+def _fit_profiles(records: list[dict]) -> dict:
     by_engine = {name: [r for r in records if r["engine"] == name] for name in ENGINES}
     rows = {name: _rows(by_engine[name], name) for name in ENGINES}
     pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL, ENGINE_ONLY)
@@ -502,6 +518,13 @@ def fit_profiles(records=None) -> dict:
 def predict_record(r: dict, profile: EngineProfile | None = None) -> dict:
     """{'measured', 'floor', 'predicted'} in the record's metric and unit (``predicted`` with ``profile``, default
     the stored profile of the record's engine)."""
+    check_record(r)
+    if profile is not None and not isinstance(profile, EngineProfile):
+        raise TypeError(f"profile must be an EngineProfile (get_profile(...)) or None, got {type(profile).__name__}")
+    return _predict_record(r, profile)
+
+
+def _predict_record(r: dict, profile: EngineProfile | None) -> dict:
     profile = get_profile(r["engine"]) if profile is None else profile
     y, w = _cached_work(r, profile.engine if profile.engine in _CONSTS else r["engine"])
     return {"measured": float(r["value"]), "floor": _to_metric(r, w.floor, y),
@@ -537,16 +560,17 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
     """Refit with each source left out and predict that source's records: ``by='document'`` (a whole publication:
     the strict test) or ``'table'`` (one table of a publication: the rest of the campaign stays in)."""
     require_choice("by", by, ("document", "table"))
-    records = list(_published() if records is None else records)
+    progress = require_flag("progress", progress)
+    records = list(_records(records))
     sources = sorted({source_of(r, by) for r in records})
     rows = []
     for i, s in enumerate(sources):
         if progress:
             print(f"  [{i + 1}/{len(sources)}] leaving out {s[:90]}", file=sys.stderr)
-        fitted = fit_profiles([r for r in records if source_of(r, by) != s])
+        fitted = _fit_profiles([r for r in records if source_of(r, by) != s])
         for r in records:
             if source_of(r, by) == s:
-                p = predict_record(r, fitted[r["engine"]])
+                p = _predict_record(r, fitted[r["engine"]])
                 rows.append((r, p["floor"], p["predicted"]))
     return HeldOutReport(tuple(rows))
 
@@ -635,6 +659,10 @@ def with_engine(est, engine):
     """``est`` (a floor :class:`Estimate` at efficiency 1) with the engine's times: TTFT = its prefill under the
     profile plus one request's fixed cost, each decode step the profile's time at that context. ``engine``: a name
     (the stored profile) or an :class:`EngineProfile` (e.g. one of :func:`fit_profiles`' held-out fits)."""
+    from course_lib.core.estimator import Estimate   # the estimator imports this module
+
+    if not isinstance(est, Estimate):
+        raise TypeError(f"est must be an Estimate (from estimate(...)), got {type(est).__name__}")
     prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
     cls = device_class(est.hardware)
     sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])

@@ -79,7 +79,7 @@ def kv_rows(models, context: int = 4096, batch: int = 1, kv_precision: str = "fp
     specs = _models(models)
     context = require_count("context", context)
     batch = require_count("batch", batch, minimum=1)
-    kv_p = get_precision(kv_precision).name
+    kv_p = get_precision(kv_precision, argument="kv_precision").name
     w_p = get_precision(precision).name
     return [KVRow(model=m.name, attention=m.attention_kind, values_per_token=m.kv_values_per_token,
                   bytes_per_token=m.kv_bytes_per_token(kv_p), context=context, batch=batch,
@@ -142,7 +142,7 @@ def kv_crossover(model="llama-3-8b", hardware="h100-sxm", batch: int = 8, precis
     m = get_model(model)
     hw = get_hardware(hardware)
     batch = require_count("batch", batch, minimum=1)
-    w_p, kv_p = get_precision(precision).name, get_precision(kv_precision).name
+    w_p, kv_p = get_precision(precision).name, get_precision(kv_precision, argument="kv_precision").name
     if hw.capacity is None:
         raise ValueError(f"hardware {hw.name!r} has no memory capacity in the catalog")
     window = None if m.sliding_window is None else kv_cache_bytes(m, m.sliding_window, kv_p, batch)

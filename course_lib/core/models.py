@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from course_lib.core.numeric import raw as g
 from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
-from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_nonnegative
+from course_lib.core.validation import MAX_COUNT, require_choice, require_count, require_flag, require_nonnegative
 
 __all__ = ["ModelSpec", "get_model", "list_models", "catalog_entry"]
 
@@ -82,6 +82,8 @@ class ModelSpec:
             raise TypeError(f"name must be a non-empty string, got {type(self.name).__name__}")
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
             require_count(f, getattr(self, f), minimum=1)
+        for f in ("tied_embeddings", "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "attention_sinks", "router_bias"):
+            require_flag(f, getattr(self, f))
         require_choice("mlp", self.mlp, ("gated", "plain"))
         require_choice("norm", self.norm, ("rmsnorm", "layernorm"))
         require_choice("positional", self.positional, ("rope", "learned"))
@@ -109,10 +111,22 @@ class ModelSpec:
         if self.nominal_params is not None:
             floor = self.embedding_params + self.lm_head_params
             require_count("nominal_params", self.nominal_params, minimum=max(1, floor))
-        if self.is_mla:
-            for f in ("kv_rank", "rope_dim", "nope_dim", "v_dim"):
+        for f in ("q_rank", "kv_rank", "rope_dim", "nope_dim", "v_dim", "experts", "experts_per_token",
+                  "moe_intermediate"):
+            if getattr(self, f) is not None:
                 require_count(f, getattr(self, f), minimum=1 if f != "rope_dim" else 0)
+        require_count("shared_experts", self.shared_experts)
+        require_count("dense_layers", self.dense_layers)
+        if self.is_mla:
+            missing = [f for f in ("rope_dim", "nope_dim", "v_dim") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"kv_rank ({self.kv_rank!r}) makes the attention latent (MLA), which needs "
+                                 f"{', '.join(missing)} too")
         if self.is_moe:
+            missing = [f for f in ("experts_per_token", "moe_intermediate") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"experts ({self.experts!r}) makes the model a mixture of experts, which needs "
+                                 f"{', '.join(missing)} too")
             require_count("experts", self.experts, minimum=1)
             require_count("experts_per_token", self.experts_per_token, minimum=1)
             require_count("moe_intermediate", self.moe_intermediate, minimum=1)

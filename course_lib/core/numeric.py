@@ -57,6 +57,18 @@ _CHECKS: dict[str, Callable] = {
 }
 
 
+#: formulas whose value may be negative (a fitted intercept); every other formula's value is a count, a size, a
+#: time or a rate, and a negative one is refused, naming the arguments that gave it
+SIGNED: frozenset[str] = frozenset({"fixed_cost_fit_fixed_time"})
+
+#: what a formula needs of its arguments together, beyond each one's kind: (smaller, larger, why), checked as
+#: smaller <= larger
+RELATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "expected_experts": (("experts_per_token", "experts", "each token picks experts_per_token of the experts"),),
+    "sessions_that_fit": (("weights_bytes", "capacity", "the weights must fit in memory before any session"),),
+}
+
+
 def _listing(values: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in values.items())
 
@@ -73,6 +85,9 @@ def _checked(name: str) -> Callable:
         except TypeError as exc:
             raise TypeError(f"{name}{signature}: {exc}") from None
         values = {arg: _CHECKS[kinds[arg]](arg, value) for arg, value in bound.arguments.items()}
+        for small, large, why in RELATIONS.get(name, ()):
+            if small in values and large in values and values[small] > values[large]:
+                raise ValueError(f"{name}: {small} ({values[small]!r}) must be <= {large} ({values[large]!r}): {why}")
         try:
             result = raw(**values)
         except ZeroDivisionError:
@@ -83,6 +98,9 @@ def _checked(name: str) -> Callable:
         if isinstance(result, float) and not math.isfinite(result):
             raise ValueError(f"{name}: the arguments {', '.join(values)} give a result that is not a finite "
                              f"number ({result}); each is checked on its own, but together they overflow")
+        if name not in SIGNED and not isinstance(result, bool) and result < 0:
+            raise ValueError(f"{name}: the arguments {_listing(values)} give a negative value ({result:g}), which "
+                             f"{name} cannot be: check that each is what its name says")
         return result
 
     formula.__doc__ = (raw.__doc__ or "") + (

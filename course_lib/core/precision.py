@@ -46,9 +46,12 @@ class Precision:
                 raise TypeError(f"{f} must be a string, got {type(getattr(self, f)).__name__}")
         if self.block is not None:
             require_count("block", self.block, minimum=1)
+            if self.element_bits is None:
+                raise ValueError(f"block ({self.block!r}) needs element_bits: a block format gives both")
+        if self.block is not None or self.element_bits is not None:
             require_count("element_bits", self.element_bits, minimum=1, maximum=64)
-            require_count("scale_bits", self.scale_bits)
-            require_count("zero_bits", self.zero_bits)
+        require_count("scale_bits", self.scale_bits)
+        require_count("zero_bits", self.zero_bits)
 
     @property
     def bytes(self) -> float:
@@ -147,13 +150,15 @@ _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "b
             "nv-fp4": "nvfp4", "int8-w8a8": "w8a8"}
 
 
-def get_precision(name) -> Precision:
-    """Look up a precision by name (case-insensitive; common aliases such as 'float16' accepted)."""
+def get_precision(name, *, argument: str = "precision") -> Precision:
+    """Look up a precision by name (case-insensitive; common aliases such as 'float16' accepted).
+
+    ``argument`` is the name a bad value is reported under (``kv_precision``, ``activation_precision``)."""
     if isinstance(name, Precision):
         return name
     if isinstance(name, str) and name.strip().lower() in _ALIASES:
         name = _ALIASES[name.strip().lower()]
-    key = require_choice("precision", name, PRECISIONS)
+    key = require_choice(argument, name, PRECISIONS)
     return PRECISIONS[key]
 
 
@@ -170,7 +175,7 @@ def default_kv_precision(precision="fp16", kv_precision=None) -> str:
     """The KV cache's precision name: ``kv_precision`` if given, else the weights' ``precision`` when it is
     a float format (:data:`FLOAT_KV_FORMATS`), else fp16 (integer and block formats quantise weights only)."""
     if kv_precision is not None:
-        return get_precision(kv_precision).name
+        return get_precision(kv_precision, argument="kv_precision").name
     w = get_precision(precision).name
     return w if w in FLOAT_KV_FORMATS else "fp16"
 
@@ -208,11 +213,11 @@ class Layout:
                             "'bf16'), ...)")
         groups = [g_ for g_, _ in self.formats]
         if sorted(groups) != sorted(WEIGHT_GROUPS):
-            raise ValueError(f"precision: a layout names every group of {WEIGHT_GROUPS} once, got {groups}")
-        for _, f in self.formats:
-            get_precision(f)
+            raise ValueError(f"precision: a layout's formats name every group of {WEIGHT_GROUPS} once, got {groups}")
+        for grp, f in self.formats:
+            get_precision(f, argument=f"precision (formats, group {grp!r})")
         if self.kv is not None:
-            get_precision(self.kv)
+            get_precision(self.kv, argument="kv (the KV cache's precision)")
 
     def format(self, group: str) -> Precision:
         """The :class:`Precision` of ``group`` (one of :data:`WEIGHT_GROUPS`)."""

@@ -46,7 +46,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
-from course_lib.core.validation import require_count, require_list, require_positive
+from course_lib.core.validation import require_count, require_list, require_positive, require_real
 
 __all__ = ["VERDICTS", "RELATIONS", "DIRECTIONS", "Thresholds", "THRESHOLDS", "TimingSummary", "summarize_timing",
            "TimingVerdict", "timing_verdict", "settles", "TimingComparison", "compare_timings", "Trend", "trend",
@@ -206,7 +206,7 @@ def _checked_summary(name: str, values: dict) -> TimingSummary:
     return TimingSummary(**_validated(name, values))
 
 
-def summarize_timing(timing, name: str = "times") -> TimingSummary:
+def summarize_timing(timing, name: str = "timing") -> TimingSummary:
     """A :class:`TimingSummary` of ``timing`` in any of the accepted shapes (see the module docstring).
 
     ``name`` is the argument named in the ValueError/TypeError for bad input.
@@ -349,9 +349,8 @@ def settles(beyond: float, timings, *, thresholds: Thresholds = THRESHOLDS) -> b
     against it. Reliable timings need no margin: a lesson asks this only of the others.
     """
     th = _thresholds(thresholds)
-    if isinstance(beyond, bool) or not isinstance(beyond, (int, float)) or math.isnan(beyond):
-        raise TypeError(f"beyond must be a number (a log ratio), got {beyond!r}")
-    verdicts = list(timings)
+    beyond = require_real("beyond", beyond)
+    verdicts = require_list("timings", timings, "a non-empty list of TimingVerdict (quality.timing_verdict results)")
     if not verdicts or not all(isinstance(v, TimingVerdict) for v in verdicts):
         raise TypeError("timings must be a non-empty list of TimingVerdict (quality.timing_verdict results)")
     us = [v.uncertainty for v in verdicts]
@@ -476,32 +475,35 @@ class Trend:
         return "; ".join(self.reasons)
 
 
-def trend(xs, times_per_x, *, steal: float | None = None, thresholds: Thresholds = THRESHOLDS) -> Trend:
+def trend(xs, times_per_x, *, steal: float | None = None, thresholds: Thresholds = THRESHOLDS,
+          names: tuple[str, str] = ("xs", "times_per_x")) -> Trend:
     """Does the time grow, fall or stay flat as x grows? "inconclusive" when the numbers cannot say.
 
     "grows": the last point is slower than the first (:func:`compare_timings`) and no step falls; "falls": the
     mirror image; "flat": last and first indistinguishable and no step either way; "inconclusive":
     the steps disagree (e.g. up, then down), or a point is not reliable, unless the last point against the
     first is settled (:func:`settles`) and no step goes against it: then "grows" or "falls" stands.
+    ``names``: what bad ``xs`` and ``times_per_x`` are called in the error (the caller's arguments).
     """
+    nx, nt = names
     th = _thresholds(thresholds)
-    xs = _sequence("xs", xs, "a list of numbers")
-    series = _sequence("times_per_x", times_per_x, "a list of timings, one per x")
+    xs = _sequence(nx, xs, "a list of numbers")
+    series = _sequence(nt, times_per_x, "a list of timings, one per x")
     if len(xs) != len(series):
-        raise ValueError(f"xs and times_per_x must have the same length, got {len(xs)} and {len(series)}")
+        raise ValueError(f"{nx} and {nt} must have the same length, got {len(xs)} and {len(series)}")
     if len(xs) < 2:
-        raise ValueError(f"xs must hold at least 2 points for a trend, got {len(xs)}")
+        raise ValueError(f"{nx} must hold at least 2 points for a trend, got {len(xs)}")
     if len(xs) > 10**4:
-        raise ValueError(f"xs may hold at most 10**4 points, got {len(xs)}")
+        raise ValueError(f"{nx} may hold at most 10**4 points, got {len(xs)}")
     for i, x in enumerate(xs):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise TypeError(f"xs[{i}] must be a number, got {type(x).__name__}")
+            raise TypeError(f"{nx}[{i}] must be a number, got {type(x).__name__}")
         if not math.isfinite(x):
-            raise ValueError(f"xs[{i}] must be finite, got {x}")
+            raise ValueError(f"{nx}[{i}] must be finite, got {x}")
     if len(set(xs)) != len(xs):
-        raise ValueError("xs must not repeat a value")
+        raise ValueError(f"{nx} must not repeat a value")
     order = sorted(range(len(xs)), key=lambda i: xs[i])
-    points = [timing_verdict(series[i], steal=steal, thresholds=th, name=f"times_per_x[{i}]") for i in order]
+    points = [timing_verdict(series[i], steal=steal, thresholds=th, name=f"{nt}[{i}]") for i in order]
     sx = tuple(xs[i] for i in order)
     step_cmp = [compare_timings(points[i + 1], points[i], thresholds=th) for i in range(len(points) - 1)]
     steps = [c.relation for c in step_cmp]
@@ -554,12 +556,14 @@ class Agreement:
 
 
 def within(predicted: float, measured_times, tolerance: float, *, steal: float | None = None,
-           thresholds: Thresholds = THRESHOLDS) -> Agreement:
-    """Is the ``predicted`` time (seconds) within ``tolerance`` (a fraction, e.g. 0.15) of the measured one?"""
+           thresholds: Thresholds = THRESHOLDS, names: tuple[str, str] = ("predicted", "measured_times")) -> Agreement:
+    """Is the ``predicted`` time (seconds) within ``tolerance`` (a fraction, e.g. 0.15) of the measured one?
+
+    ``names``: what a bad ``predicted`` and ``measured_times`` are called in the error (the caller's arguments)."""
     th = _thresholds(thresholds)
-    predicted = _seconds("predicted", predicted)
+    predicted = _seconds(names[0], predicted)
     tolerance = require_positive("tolerance", tolerance, maximum=1e6)
-    m = timing_verdict(measured_times, steal=steal, thresholds=th, name="measured_times")
+    m = timing_verdict(measured_times, steal=steal, thresholds=th, name=names[1])
     error = predicted / m.median - 1
     lo, hi = ((predicted / m.q3 - 1, predicted / m.q1 - 1) if m.q1 is not None else (error, error))
     relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")

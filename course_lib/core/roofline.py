@@ -37,7 +37,7 @@ from course_lib.core.precision import get_precision
 from course_lib.core.units import parse_params
 from course_lib.core.validation import (MAX_COUNT, require_choice, require_count, require_counts,
                                         require_fraction, require_list, require_nonnegative, require_positive,
-                                        require_real)
+                                        require_flag, require_real)
 
 __all__ = [
     "compute_time", "memory_time", "ridge_point", "attainable_flop_rate", "roofline_curve", "RooflinePoint",
@@ -220,7 +220,8 @@ def gemv_cost(rows, cols, precision="fp16", activation_precision=None) -> GemvCo
     r = require_count("rows", rows, minimum=1)
     c = require_count("cols", cols, minimum=1)
     p = get_precision(precision)
-    a = get_precision(_activation(p.name) if activation_precision is None else activation_precision)
+    a = get_precision(_activation(p.name) if activation_precision is None else activation_precision,
+                      argument="activation_precision")
     return GemvCost(rows=r, cols=c, precision=p.name, bytes_per_element=p.bytes, activation_precision=a.name,
                     flops=g.gemv_flops(r, c, 1), weight_bytes=g.weight_bytes(r * c, p.bytes),
                     vector_bytes=g.weight_bytes(r + c, a.bytes))
@@ -303,7 +304,7 @@ def prefill_flop_split(model, prompt_tokens, cached=0, dense: bool = False) -> d
     m = get_model(model)
     p = require_count("prompt_tokens", prompt_tokens, minimum=1)
     c = require_count("cached", cached)
-    f = g.prefill_flops_dense if dense else g.prefill_flops
+    f = g.prefill_flops_dense if require_flag("dense", dense) else g.prefill_flops
     nb, L, H, d, V, h = m.active_block_params, m.layers, m.heads, m.attn_dim, m.vocab, m.hidden
     return {
         "weights": f(1, nb, p, 0, 0, 0, H, d, c),
@@ -375,7 +376,7 @@ def critical_batch(hardware, precision="fp16", dtype: str | None = None) -> floa
     """
     hw = get_hardware(hardware)
     p = get_precision(precision)
-    return g.critical_batch(hw.flops(dtype or compute_dtype(p.name, hw)), p.bytes, hw.bandwidth)
+    return g.critical_batch(hw.flops(compute_dtype(p.name, hw) if dtype is None else dtype), p.bytes, hw.bandwidth)
 
 
 def batch_curve(model, hardware, batches: Iterable[int], context: int = 1024, precision: str = "fp16",
@@ -465,7 +466,7 @@ def _real(name: str, value) -> float:
 def relative_error(measured, predicted) -> float:
     """(predicted - measured) / measured: +0.1 means the prediction is 10 % too high."""
     m = require_positive("measured", measured)
-    return _finite("relative_error", (_real("predicted", predicted) - m) / m)
+    return _finite("relative_error", (require_positive("predicted", predicted) - m) / m)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -686,4 +686,7 @@ def convention_gap_percent(si_value, source_value) -> float:
     """
     si = require_nonnegative("si_value", si_value)
     source = require_nonnegative("source_value", source_value)
-    return (source / si - 1) * 100 if si else 0.0
+    gap = (source / si - 1) * 100 if si else 0.0
+    if not math.isfinite(gap):
+        raise ValueError(f"si_value ({si:g}) is too small against source_value ({source:g}) for a finite gap")
+    return gap

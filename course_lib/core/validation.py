@@ -19,9 +19,13 @@ The limits, stated once (every ``require_*`` enforces them unless a caller narro
 * fractions (efficiencies, hit rates): in (0, 1] (or [0, 1]); non-zero ones at least 1e-30.
 * numbers are int, float, Fraction, Decimal, numpy/torch scalars or sympy numbers. bool, None,
   str, bytes, bytearray and arrays (also 0-d arrays holding text) are TypeErrors, never parsed.
+* switches (``dense``, ``rotate``, ``settled``, a model's ``qkv_bias`` ...) are True or False
+  (:func:`require_flag`): a number, text or None is a TypeError, never read as true; a callback is a function
+  or None (:func:`require_callable`).
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import numbers
@@ -40,6 +44,9 @@ __all__ = [
     "as_real",
     "require_fraction",
     "require_choice",
+    "require_flag",
+    "require_callable",
+    "in_argument",
     "suggest",
 ]
 
@@ -218,8 +225,44 @@ def require_fraction(name: str, value, *, allow_zero: bool = False) -> float:
     return v
 
 
+def require_flag(name: str, value) -> bool:
+    """A yes/no switch: True or False (numpy booleans too). Numbers, text and None are TypeErrors: ``dense=nan``
+    or ``rotate="no"`` would otherwise be read as true."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):  # numpy.bool_
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_show(value)}")
+
+
+def require_callable(name: str, value, what: str = "a function", *, allow_none: bool = True):
+    """A function to call back (a progress report, a hash), or None where ``allow_none``."""
+    if (value is None and allow_none) or callable(value):
+        return value
+    raise TypeError(f"{name} must be {what}{' or None' if allow_none else ''}, got {type(value).__name__} "
+                    f"{_show(value)}")
+
+
+@contextlib.contextmanager
+def in_argument(name: str):
+    """Checks of the parts of argument ``name`` (a record's fields, checked by another function): their
+    ValueError/TypeError is prefixed with ``name`` unless it names it already (``session: ttft_nocache must ...``)."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        if name in str(exc):
+            raise
+        try:
+            renamed = type(exc)(f"{name}: {exc}")
+        except Exception:  # an exception class with another constructor: its base kind
+            renamed = (TypeError if isinstance(exc, TypeError) else ValueError)(f"{name}: {exc}")
+        raise renamed from None
+
+
 def suggest(value: str, options: Iterable[str]) -> str:
     """' Did you mean ...?' with close matches, or ''."""
+    if not isinstance(value, str):
+        raise TypeError(f"value must be a string (a name to find close matches of), got {type(value).__name__}")
     names = [str(o) for o in require_list("options", options, "a list of names")]
     close = difflib.get_close_matches(str(value)[:200].lower(), names, n=3, cutoff=0.5)
     return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""

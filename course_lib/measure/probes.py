@@ -50,7 +50,7 @@ from functools import lru_cache
 
 import torch
 
-from course_lib.core.validation import require_choice, require_count, require_positive
+from course_lib.core.validation import require_choice, require_count, require_flag, require_positive
 from course_lib.measure.device import (FALLBACK_LLC_BYTES, fast_mode, last_level_cache_bytes, memory_budget,
                                        memory_budget_note, resolve_device)
 from course_lib.measure.steady import steady_timeit
@@ -132,6 +132,14 @@ def cache_verdict(working_set_bytes: int, llc_bytes: int | None, *, rotate: bool
     inside the cache: the reuse of one buffer (``rotate=False``), the :data:`MAX_BUFFERS` limit
     (``wanted_buffers`` above it) or the memory budget (``budget_bytes``, described by ``budget_note``).
     """
+    working_set_bytes = require_count("working_set_bytes", working_set_bytes)
+    llc_bytes = None if llc_bytes is None else require_count("llc_bytes", llc_bytes, minimum=1)
+    rotate = require_flag("rotate", rotate)
+    buffers = require_count("buffers", buffers, minimum=1)
+    wanted_buffers = None if wanted_buffers is None else require_count("wanted_buffers", wanted_buffers, minimum=1)
+    budget_bytes = None if budget_bytes is None else require_count("budget_bytes", budget_bytes)
+    if not isinstance(budget_note, str):
+        raise TypeError(f"budget_note must be a string, got {type(budget_note).__name__}")
     if llc_bytes is None:
         return None, (f"the OS did not report the last-level cache, so whether the working set "
                       f"{_iec(working_set_bytes)} exceeds it is unknown (the rotation was sized against an assumed "
@@ -190,7 +198,8 @@ class RotationPlan:
 def rotation_buffers(matrix_bytes: int, llc_bytes: int | None, rotate: bool = True) -> int:
     """How many distinct buffers of ``matrix_bytes`` together exceed 4 × the LLC (no limit applied)."""
     matrix_bytes = require_count("matrix_bytes", matrix_bytes, minimum=1)
-    if not rotate:
+    llc_bytes = None if llc_bytes is None else require_count("llc_bytes", llc_bytes)  # 0: unknown, as None
+    if not require_flag("rotate", rotate):
         return 1
     target = ROTATION_FACTOR * (llc_bytes if llc_bytes else FALLBACK_LLC_BYTES)
     return target // matrix_bytes + 1
@@ -403,13 +412,14 @@ def gemv_shapes(sizes) -> list[tuple[int, int]]:
         raise TypeError(f"sizes must be a list of n (square) or (m, k) pairs, got {type(sizes).__name__}") from None
     if not items:
         raise ValueError("sizes must name at least one matrix size")
-    for s in items:
+    for i, s in enumerate(items):
         if isinstance(s, (tuple, list)):
             if len(s) != 2:
-                raise ValueError(f"sizes: each entry is n or (m, k), got {s!r}")
-            out.append((require_count("m", s[0], minimum=1), require_count("k", s[1], minimum=1)))
+                raise ValueError(f"sizes[{i}]: each entry is n or (m, k), got {s!r}")
+            out.append((require_count(f"sizes[{i}] m", s[0], minimum=1),
+                        require_count(f"sizes[{i}] k", s[1], minimum=1)))
         else:
-            n = require_count("size", s, minimum=1)
+            n = require_count("sizes" if len(items) == 1 else f"sizes[{i}]", s, minimum=1)
             out.append((n, n))
     return out
 

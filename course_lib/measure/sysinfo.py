@@ -16,6 +16,7 @@ and its absence is reported, not raised. No file-system paths are reported.
 from __future__ import annotations
 
 import html
+import math
 import os
 import platform
 import re
@@ -70,14 +71,16 @@ def _read(path: Path) -> str | None:
 
 
 def parse_size(text: str | None) -> int | None:
-    """'32K' / '1024K' / '32 MiB' / '32768' (bytes) -> bytes; None when unreadable."""
+    """'32K' / '1024K' / '32 MiB' / '32768' (bytes) -> bytes; None when unreadable (or beyond a float)."""
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"text must be a size such as '32K' (a string) or None, got {type(text).__name__}")
     if not text:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
     if not m:
         return None
-    factor = 1024 ** " KMGT".index(m.group(2).upper() or " ")
-    return int(float(m.group(1)) * factor)
+    size = float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
+    return int(size) if math.isfinite(size) else None
 
 
 def _cpu_model() -> str | None:
@@ -134,12 +137,12 @@ def cpu_info() -> dict:
 def parse_cpu_list(text: str) -> frozenset[int]:
     """CPUs of a Linux CPU list such as ``"0-3,8,10-11"`` (ValueError for anything else)."""
     if not isinstance(text, str):
-        raise TypeError(f"cpu list must be a string such as '0-3,8', got {type(text).__name__}")
+        raise TypeError(f"text must be a cpu list, a string such as '0-3,8', got {type(text).__name__}")
     cpus: set[int] = set()
     for part in text.strip().split(","):
         m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise ValueError(f"cpu list must look like '0-3,8', got {text!r}")
+            raise ValueError(f"text must be a cpu list such as '0-3,8', got {text!r}")
         lo = int(m.group(1))
         cpus.update(range(lo, int(m.group(2) or lo) + 1))
     return frozenset(cpus)

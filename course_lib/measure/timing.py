@@ -33,11 +33,12 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from course_lib.core.validation import require_choice, require_count, require_nonnegative, require_positive
+from course_lib.core.validation import (require_choice, require_count, require_list, require_nonnegative,
+                                        require_positive)
 from course_lib.measure.device import fast_mode, resolve_device
 
 __all__ = ["CLOCKS", "TimingSettings", "SETTINGS", "use_clock", "clock_name", "clock_function", "Threads",
@@ -188,9 +189,8 @@ class Timing:
 
 def quartiles(times: Sequence[float]) -> tuple[float, float, float]:
     """(q1, median, q3) of per-run seconds (all three equal for a single run); ``times`` must not be empty."""
-    if isinstance(times, (str, bytes)) or not isinstance(times, Iterable):
-        raise TypeError(f"times must be a list of seconds, got {type(times).__name__}")
-    ts = [require_nonnegative(f"times[{i}]", t) for i, t in enumerate(times)]
+    ts = [require_nonnegative(f"times[{i}]", t)
+          for i, t in enumerate(require_list("times", times, "a list of seconds"))]
     if not ts:
         raise ValueError("times must hold at least one timing (seconds)")
     if len(ts) >= 2:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from course_lib.core import quality
 from course_lib.core.claims.gemv import DISPATCH_SECONDS, TOLERANCE, Claim, _get, _named, _worst, inherit, probes
 from course_lib.core.claims.phases import CONSISTENT_RATIO
-from course_lib.core.validation import require_count, require_list, require_positive
+from course_lib.core.validation import in_argument, require_choice, require_count, require_list, require_positive
 
 __all__ = ["prefix_timings", "prefix_cache", "session_cache", "model_calibration", "model_sources", "model_case",
            "calibrated_cases",
@@ -92,13 +92,14 @@ def session_cache(measurement, *, ratio: float = CONSISTENT_RATIO, min_repeats: 
     than ``quality.THRESHOLDS.min_repeats`` sessions were timed; else "reliable". Operands: per-turn
     seconds, ``turn1`` (no cache, cache), ``turn1_ratio``, the summed totals and their ``speedup``.
     """
-    nc = _per_turn("ttft_nocache", _get(measurement, "ttft_nocache"))
-    ca = _per_turn("ttft_cached", _get(measurement, "ttft_cached"))
+    nc = _per_turn("measurement.ttft_nocache", _get(measurement, "ttft_nocache"))
+    ca = _per_turn("measurement.ttft_cached", _get(measurement, "ttft_cached"))
     if len(nc) != len(ca):
         raise ValueError(f"ttft_nocache and ttft_cached must have one entry per turn, got {len(nc)} and {len(ca)}")
     ratio = require_positive("ratio", ratio, maximum=100.0)
     repeats = _get(measurement, "repeats")
-    need = quality.THRESHOLDS.min_repeats if min_repeats is None else min_repeats
+    repeats = None if repeats is None else require_count("measurement.repeats", repeats)
+    need = quality.THRESHOLDS.min_repeats if min_repeats is None else require_count("min_repeats", min_repeats)
     t1 = max(nc[0], ca[0]) / min(nc[0], ca[0])
     reasons = []
     if t1 > ratio:
@@ -183,21 +184,22 @@ def model_case(case: str, measured, predicted: float, *, tolerance: float = TOLE
     """
     if not isinstance(case, str) or not case:
         raise TypeError(f"case must be a non-empty string, got {case!r}")
-    if kind not in ("time", "ratio"):
-        raise ValueError(f"kind must be 'time' or 'ratio', got {kind!r}")
+    kind = require_choice("kind", kind, ("time", "ratio"))
     tolerance = require_positive("tolerance", tolerance, maximum=10.0)
     predicted = require_positive("predicted", predicted, maximum=1e6)
+    verdict = None if verdict is None else require_choice("verdict", verdict, quality.VERDICTS)
+    reasons = require_list("reasons", reasons, "a list of sentences")
+    if not all(isinstance(r, str) for r in reasons):
+        raise TypeError("reasons must be a list of sentences (strings)")
     b_verdict, b_reasons = inherit(basis, "the calibrated prediction")
     if isinstance(measured, (int, float)) and not isinstance(measured, bool):
         m = require_positive("measured", measured, maximum=1e6)
         error = predicted / m - 1
         relation = "within" if abs(error) <= tolerance else ("over" if error > 0 else "under")
         v = verdict or "reliable"
-        if v not in quality.VERDICTS:
-            raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {v!r}")
         why = tuple(reasons) if v != "reliable" else ()
     else:
-        a = quality.within(predicted, measured, tolerance)
+        a = quality.within(predicted, measured, tolerance, names=("predicted", "measured"))
         m, error, relation, v = a.measured.median, a.error, a.relation, a.verdict
         if verdict is not None:
             v = _worst(v, verdict)
@@ -229,15 +231,22 @@ def calibrated_cases(prefix, session, prefix_pred, session_pred, *, tolerance: f
         if unknown:
             raise ValueError(f"labels has unknown keys {sorted(unknown)}; known: {sorted(names)}")
         names.update(labels)
-    full, cached = prefix_timings(prefix)
-    pc, sc = prefix_cache(prefix), session_cache(session)
-    out = [model_case(names["full"], full, _get(prefix_pred, "ttft_miss"), tolerance=tolerance, basis=basis),
-           model_case(names["cached"], cached, _get(prefix_pred, "ttft_hit"), tolerance=tolerance, basis=basis)]
+    with in_argument("prefix"):
+        full, cached = prefix_timings(prefix)
+        pc = prefix_cache(prefix)
+    with in_argument("session"):
+        sc = session_cache(session)
+    pred = {attr: require_positive(f"{arg}.{attr}", _get(obj, attr), maximum=1e6)
+            for arg, obj, attrs in (("prefix_pred", prefix_pred, ("ttft_miss", "ttft_hit")),
+                                    ("session_pred", session_pred, ("total_nocache", "total_cached")))
+            for attr in attrs}
+    out = [model_case(names["full"], full, pred["ttft_miss"], tolerance=tolerance, basis=basis),
+           model_case(names["cached"], cached, pred["ttft_hit"], tolerance=tolerance, basis=basis)]
     for key, attr in (("nocache_sum", "total_nocache"), ("cached_sum", "total_cached")):
-        out.append(model_case(names[key], sc.operands[attr], _get(session_pred, attr), tolerance=tolerance,
+        out.append(model_case(names[key], sc.operands[attr], pred[attr], tolerance=tolerance,
                               verdict=sc.verdict, reasons=sc.reasons, basis=basis))
-    p_speed = _get(prefix_pred, "ttft_miss") / _get(prefix_pred, "ttft_hit")
-    s_speed = _get(session_pred, "total_nocache") / _get(session_pred, "total_cached")
+    p_speed = pred["ttft_miss"] / pred["ttft_hit"]
+    s_speed = pred["total_nocache"] / pred["total_cached"]
     pv = _worst(quality.timing_verdict(full).verdict, quality.timing_verdict(cached).verdict)
     out.append(model_case(names["prefix_speedup"], pc.operands["speedup"], p_speed, tolerance=tolerance,
                           verdict=pv, reasons=("a ratio of two timings, at least one of them not reliable",),
@@ -253,6 +262,8 @@ def calibrated_summary(cases) -> Claim:
     the cases'. Operands: ``inside``/``outside`` (names of the decided cases within / outside the tolerance),
     ``unreliable`` (the cases whose measurements or calibration are not reliable: neither inside nor outside)."""
     cases = require_list("cases", cases, "a list of model_case claims")
+    if not cases:
+        raise ValueError("cases must hold at least one model_case claim")
     for i, c in enumerate(cases):
         if not isinstance(c, Claim) or c.name != "model_case":
             raise TypeError(f"cases[{i}] must be a model_case Claim, got {type(c).__name__}")

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from course_lib.core import quality
 from course_lib.core.claims.caching import model_sources
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _get, inherit, probes
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import (require_choice, require_count, require_list, require_nonnegative,
+                                        require_positive, require_real)
 
 __all__ = ["CLOSE", "WITHIN_2X", "ABOVE", "efficiency", "floor_beaten", "fixed_cost_reading",
            "engine_vs_prediction", "engine_vs_floor", "engine_time_split", "ENGINE_TERMS", "engine_row",
@@ -97,6 +98,9 @@ def floor_beaten(rows) -> Claim:
     """Did any measurement beat its floor? "none_beat" or "some_beat" (a floor beaten means one of its inputs
     is wrong). Operands: ``beat`` (case names), ``cases`` (how many)."""
     rows = require_list("rows", rows, "a list of Comparison rows")
+    for i, r in enumerate(rows):
+        require_positive(f"rows[{i}].predicted_s", _get(r, "predicted_s"))
+        require_positive(f"rows[{i}].measured_s", _get(r, "measured_s"))
     beat = tuple(_get(r, "case") for r in rows if _get(r, "predicted_s") >= _get(r, "measured_s"))
     return Claim("floor_beaten", "some_beat" if beat else "none_beat", {"beat": beat, "cases": len(rows)})
 
@@ -106,11 +110,10 @@ def fixed_cost_reading(t0: float, eta: float) -> Claim:
     (eta in [:data:`CLOSE`, :data:`ABOVE`]: the bytes move at the floor's rate and a fixed cost per step explains
     the rest), "impossible_eta" (eta > :data:`ABOVE`: the two runs do not lie on one line) or "both" (eta below
     :data:`CLOSE`: a slow bandwidth and a fixed cost)."""
-    if isinstance(t0, bool) or not isinstance(t0, (int, float)):
-        raise TypeError(f"t0 must be seconds (a number), got {type(t0).__name__}")
+    t0 = require_real("t0", t0)     # an intercept: either sign, finite
     eta = require_positive("eta", eta, maximum=1e6)
     relation = "impossible_eta" if eta > ABOVE else ("fixed_cost_only" if eta >= CLOSE else "both")
-    return Claim("fixed_cost_reading", relation, {"t0": float(t0), "eta": eta})
+    return Claim("fixed_cost_reading", relation, {"t0": t0, "eta": eta})
 
 
 def _timing_of(name: str, timing):
@@ -126,10 +129,10 @@ def engine_vs_prediction(timing, predicted_seconds: float, *, tolerance: float =
     ``basis``: the claim of the probes the prediction was computed from (:func:`llamacpp_probes`, :func:`hf_probes`),
     whose verdict the claim inherits: a prediction on unsettled probes decides nothing, whatever the margin.
     Operands: ``measured``, ``predicted``, ``error`` = (predicted - measured) / measured, ``metric``."""
-    if metric not in ("tpot", "ttft"):
-        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    metric = require_choice("metric", metric, ("tpot", "ttft"))
     a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6),
-                       _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0))
+                       _timing_of("timing", timing), require_positive("tolerance", tolerance, maximum=10.0),
+                       names=("predicted_seconds", "timing"))
     m = a.measured
     b_verdict, b_reasons = inherit(basis, "the prediction")
     return Claim("engine_vs_prediction", a.relation,
@@ -145,8 +148,7 @@ def engine_vs_floor(timing, floor_seconds: float, *, metric: str = "tpot", basis
     measured ceilings): the efficiency bands of :func:`efficiency`; ``basis``: the claim of the ceilings the floor
     rests on, whose verdict the claim inherits. Operands: ``efficiency``, ``slowdown``, ``beyond`` (measured -
     floor, seconds)."""
-    if metric not in ("tpot", "ttft"):
-        raise ValueError(f"metric must be 'tpot' or 'ttft', got {metric!r}")
+    metric = require_choice("metric", metric, ("tpot", "ttft"))
     floor = require_positive("floor_seconds", floor_seconds, maximum=1e6)
     v = quality.timing_verdict(_timing_of("timing", timing), name="timing")
     b_verdict, b_reasons = _basis(basis)
@@ -190,30 +192,36 @@ def engine_overhead(probe, prediction) -> Claim:
     ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer), ``cold_factor``, ``engine``
     (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine + logits: the table's
     "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
-    fixed = float(_get(probe, "step_fixed"))
-    per = float(_get(probe, "step_per_layer"))
+    fixed = require_nonnegative("probe.step_fixed", _get(probe, "step_fixed"), maximum=1e6)
+    per = require_nonnegative("probe.step_per_layer", _get(probe, "step_per_layer"), maximum=1e6)
     terms, counts = _get(prediction, "terms"), _get(prediction, "counts")
     if not isinstance(terms, Mapping) or not isinstance(counts, Mapping):
         raise TypeError("prediction must be hf.predict_engine_tpot's result (with terms and counts)")
-    layers_m = int(counts["layers"])
-    cold = float(counts.get("cold_factor", 1.0))
+    layers_m = require_count("prediction.counts['layers']", counts.get("layers"), minimum=1)
+    cold = require_positive("prediction.counts['cold_factor']", counts.get("cold_factor", 1.0), maximum=1e6)
     uncorrected = fixed + layers_m * per
-    engine = float(terms["engine"])
+    engine = require_nonnegative("prediction.terms['engine']", terms.get("engine"), maximum=1e6)
+    logits = require_nonnegative("prediction.terms['logits']", terms.get("logits", 0.0), maximum=1e6)
     if not math.isclose(engine, cold * uncorrected, rel_tol=1e-9, abs_tol=1e-15):
         raise ValueError(f"the prediction's engine term {engine!r} is not cold_factor x (fixed + layers x per "
                          f"layer) = {cold * uncorrected!r}: the prediction and the probe do not belong together")
-    verdicts = [quality.timing_verdict(t.step_times, name="probe") for t in _get(probe, "decode")]
+    verdicts = [quality.timing_verdict(_get(t, "step_times"), name=f"probe.decode[{i}].step_times")
+                for i, t in enumerate(require_list("probe.decode", _get(probe, "decode"), "the copies' timings"))]
+    layers = require_list("probe.layers", _get(probe, "layers"), "the copies' layer counts")
+    if len(layers) != len(verdicts):
+        raise ValueError(f"probe.layers and probe.decode must have one entry per copy, got {len(layers)} and "
+                         f"{len(verdicts)}")
     clamped = tuple(_get(probe, "clamped", ()) or ())
     verdict = max([v.verdict for v in verdicts] + (["noisy"] if any("decode" in c for c in clamped) else []),
                   key=quality.VERDICTS.index)
     reasons = tuple(f"the {n}-layer copy's steps are {v.verdict}: {v.reason}"
-                    for n, v in zip(_get(probe, "layers"), verdicts) if not v.reliable)
+                    for n, v in zip(layers, verdicts) if not v.reliable)
     if any("decode" in c for c in clamped):
         reasons += (f"the split was clamped at 0 ({', '.join(c for c in clamped if 'decode' in c)})",)
     return Claim("engine_overhead", "clamped" if any("decode" in c for c in clamped) else "split",
-                 {"layers": tuple(_get(probe, "layers")), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
+                 {"layers": tuple(layers), "fixed": fixed, "per_layer": per, "model_layers": layers_m,
                   "uncorrected": uncorrected, "cold_factor": cold, "engine": engine,
-                  "logits": float(terms.get("logits", 0.0)), "total": engine + float(terms.get("logits", 0.0)),
+                  "logits": logits, "total": engine + logits,
                   "copy_steps": tuple(v.median for v in verdicts)},
                  verdict, reasons)
 
@@ -223,12 +231,15 @@ def engine_row(timing, *, model: str, params: int, weight_bytes: float, **extra)
     ``prompt``, ``new_tokens``, ``ttft_seconds`` and ``tpot_seconds`` (medians) of an ``hf.EngineTiming``
     (or anything with those attributes), the model's ``model``, ``params``, ``weight_bytes`` (read per decode
     step), and any ``extra`` numbers (e.g. ``floor_tpot_seconds``)."""
-    row = {"model": str(model), "params": int(params), "weight_bytes": float(weight_bytes),
-           "prompt": int(_get(timing, "prompt")), "new_tokens": int(_get(timing, "new_tokens")),
-           "ttft_seconds": float(_get(timing, "ttft")), "tpot_seconds": float(_get(timing, "tpot"))}
-    for k in ("ttft_seconds", "tpot_seconds", "weight_bytes"):
-        require_positive(k, row[k], maximum=1e15)
-    row.update({k: float(v) for k, v in extra.items()})
+    if not isinstance(model, str):
+        raise TypeError(f"model must be the model's name (a string), got {type(model).__name__}")
+    row = {"model": model, "params": require_count("params", params, minimum=1),
+           "weight_bytes": require_positive("weight_bytes", weight_bytes, maximum=1e15),
+           "prompt": require_count("timing.prompt", _get(timing, "prompt"), minimum=1),
+           "new_tokens": require_count("timing.new_tokens", _get(timing, "new_tokens"), minimum=1),
+           "ttft_seconds": require_positive("timing.ttft", _get(timing, "ttft"), maximum=1e15),
+           "tpot_seconds": require_positive("timing.tpot", _get(timing, "tpot"), maximum=1e15)}
+    row.update({k: require_real(k, v) for k, v in extra.items()})
     return row
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from course_lib.core import quality
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_choice, require_count, require_flag, require_list, require_positive
 
 __all__ = ["Claim", "TOLERANCE", "DISPATCH_SECONDS", "outcome_of", "verdict", "gemv_vs_copy", "time_vs_size",
            "cache_reuse", "beyond_cache", "small_matrix", "dtype_speed", "dtype_summary", "decode_from_gemv",
@@ -87,8 +87,10 @@ class Claim:
 
 def outcome_of(relation: str, verdict: str, settled: bool = False) -> str:
     """The relation when the verdict is reliable or the relation is settled, else the verdict."""
-    if verdict not in quality.VERDICTS:
-        raise ValueError(f"verdict must be one of {', '.join(quality.VERDICTS)}, got {verdict!r}")
+    if not isinstance(relation, str):
+        raise TypeError(f"relation must be a string (the claim's relation), got {type(relation).__name__}")
+    verdict = require_choice("verdict", verdict, quality.VERDICTS)
+    settled = require_flag("settled", settled)
     return relation if verdict == "reliable" or settled else verdict
 
 
@@ -98,7 +100,7 @@ def _log(x: float) -> float:
 
 def verdict(timing, steal: float | None = None) -> str:
     """One timing's verdict ("reliable", "noisy", "contended"): :func:`quality.timing_verdict`'s, for a table column."""
-    return quality.timing_verdict(timing, steal=steal).verdict
+    return quality.timing_verdict(timing, steal=steal, name="timing").verdict
 
 
 def _get(obj, key: str, default=None):
@@ -208,7 +210,17 @@ def _pairs(rotated, same):
     if len(rotated) != len(same) or not rotated:
         raise ValueError(f"rotated and same must hold the same sizes (one row each), got {len(rotated)} "
                          f"and {len(same)}")
+    for name, rows in (("rotated", rotated), ("same", same)):
+        for i, r in enumerate(rows):
+            _verdict(f"{name}[{i}]", r)
+            if _get(r, "matrix_bytes") is None and None in (_get(r, "m"), _get(r, "k"), _get(r, "element_bytes")):
+                _bytes(f"{name}[{i}]", r)      # the size comes from its bytes then
     return list(zip(rotated, same))
+
+
+def _llc(llc_bytes) -> int | None:
+    """The last-level cache in bytes; None (or 0) when the OS reported none."""
+    return None if llc_bytes is None else require_count("llc_bytes", llc_bytes)
 
 
 def _matrix_bytes(row) -> float:
@@ -224,6 +236,7 @@ def cache_reuse(rotated, same, llc_bytes: int | None, *, steal: float | None = N
     buffer against rotation: "cache_faster" (reuse is faster), "no_gain" (indistinguishable or slower),
     "none_fits" (no matrix of the sweep fits), "unknown_cache" (the OS reported no LLC)."""
     pairs = _pairs(rotated, same)
+    llc_bytes = _llc(llc_bytes)
     if not llc_bytes:
         return Claim("cache_reuse", "unknown_cache", {})
     fits = [(r, s) for r, s in pairs if _matrix_bytes(r) <= llc_bytes / 2]
@@ -248,6 +261,7 @@ def beyond_cache(rotated, same, llc_bytes: int | None, *, steal: float | None = 
     the LLC: the sweep cannot show it), "unknown_cache". Operands also count the rotated rows whose
     working set exceeded 4 × the LLC (``rotated_beyond`` of ``rotated_rows``)."""
     pairs = _pairs(rotated, same)
+    llc_bytes = _llc(llc_bytes)
     beyond_rows = sum(1 for r, _ in pairs if _get(r, "beyond_cache") is True)
     base = {"llc_bytes": llc_bytes, "rotated_beyond": beyond_rows, "rotated_rows": len(pairs),
             "largest_bytes": max(_matrix_bytes(r) for r, _ in pairs),
@@ -305,8 +319,9 @@ def dtype_speed(half, fp32, *, steal: float | None = None) -> Claim:
     work), "same" (indistinguishable), "slower" (slower although it reads half the bytes:
     compute-bound). Operands: ``ratio`` (time of half / time of fp32), ``predicted_ratio`` (bytes ratio).
     """
-    c = quality.compare_timings(half, fp32, steal=steal)
     predicted = _bytes("half", half) / _bytes("fp32", fp32)
+    _verdict("half", half), _verdict("fp32", fp32)
+    c = quality.compare_timings(half, fp32, steal=steal)
     if c.relation == "slower":
         relation = "slower"
     elif c.relation == "indistinguishable":
@@ -341,6 +356,9 @@ def dtype_summary(rows) -> list[Claim]:
     changed between the rows): those claims are replaced by one "disagree" claim, verdict "noisy", whose
     operands list each shape's ``ratios``."""
     rows = require_list("rows", rows, "a list of GEMV rows")
+    for i, r in enumerate(rows):
+        if not isinstance(_get(r, "dtype"), str):
+            raise TypeError(f"rows[{i}] must be a GEMV row (with a 'dtype'), got {type(r).__name__}")
     out = []
     for r in rows:
         if _get(r, "dtype") == "fp32":
@@ -425,13 +443,13 @@ def model_vs_estimate(measured, predicted_seconds: float, *, tolerance: float = 
     ``busy_run`` (operand): why the calibration is unsettled, if it is: then other work shared the machine during
     the run, and a gap is not attributed to the model's own costs.
     """
-    a = quality.within(require_positive("predicted_seconds", predicted_seconds), measured, tolerance, steal=steal)
+    a = quality.within(require_positive("predicted_seconds", predicted_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("predicted_seconds", "measured"))
     relation = {"within": "matches", "over": "faster", "under": "slower"}[a.relation]
     m = a.measured
     reasons = (f"the measurement is {m.verdict}: {m.reason}",) if not m.reliable else ()
     verdict, settled = a.verdict, a.settled
-    if bound not in ("memory", "compute"):
-        raise ValueError(f"bound must be 'memory' or 'compute' (what bounds the estimate), got {bound!r}")
+    bound = require_choice("bound", bound, ("memory", "compute"))
     if basis is not None:
         if not isinstance(basis, Claim) or basis.name != "calibration":
             raise TypeError("basis must be the calibration claim the estimate was computed on")
@@ -467,6 +485,8 @@ def calibration(bandwidth: float, copy, rows, matmul: Mapping | None = None) -> 
             src, label = r, f"the {_shape(r)} GEMV"
             break
     sources = {label: _verdict(label, src)}
+    if matmul is not None and not isinstance(matmul, Mapping):
+        raise TypeError(f"matmul must be a dict {{dtype: matmul probe}} or None, got {type(matmul).__name__}")
     for d, mm in (matmul or {}).items():
         sources[f"the {d} matmul"] = _verdict(f"matmul[{d!r}]", mm)
     bad = tuple(k for k, v in sources.items() if not v.reliable)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from course_lib.core import quality
 from course_lib.core.claims.gemv import TOLERANCE, Claim, _verdict, _worst, inherit
-from course_lib.core.validation import require_list, require_positive
+from course_lib.core.validation import require_choice, require_list, require_positive, require_real
 
 __all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_prompt", "step_vs_batch", "same_step",
            "roofline_sides", "below_roof", "calibration_gain", "single_max_vs_operators"]
@@ -30,12 +30,15 @@ __all__ = ["latency_inputs", "CONSISTENT_RATIO", "tpot_vs_context", "ttft_vs_pro
 CONSISTENT_RATIO = 1.25
 
 
-def _series(name: str, xs, timings) -> tuple[list, list]:
-    xs = require_list(f"{name} xs", xs, "a list of numbers")
-    timings = require_list(f"{name} timings", timings, "a list of timings")
+def _series(name: str, xs, timings, xs_name: str = "xs") -> tuple[list, list]:
+    """``xs`` (positive numbers: contexts, prompts, batches; kept as given) and one timing per x."""
+    xs = require_list(xs_name, xs, "a list of numbers")
+    timings = require_list("timings", timings, "a list of timings")
     if len(xs) != len(timings) or len(xs) < 2:
-        raise ValueError(f"{name}: xs and timings must have the same length, at least 2 (got {len(xs)} and "
+        raise ValueError(f"{name}: {xs_name} and timings must have the same length, at least 2 (got {len(xs)} and "
                          f"{len(timings)})")
+    for i, x in enumerate(xs):
+        require_positive(f"{xs_name}[{i}]", x)
     return xs, timings
 
 
@@ -44,8 +47,8 @@ def _axis(reasons, axis: str) -> tuple:
     return tuple(r.replace("x=", f"{axis} ") for r in reasons)
 
 
-def _trend_claim(name: str, xs, timings, steal, axis: str = "x") -> Claim:
-    t = quality.trend(xs, timings, steal=steal)
+def _trend_claim(name: str, xs, timings, steal, axis: str = "x", xs_name: str = "xs") -> Claim:
+    t = quality.trend(xs, timings, steal=steal, names=(xs_name, "timings"))
     direction = t.direction
     if direction == "inconclusive" and t.verdict == "reliable":
         direction = "mixed"           # reliable points whose steps disagree: up then down
@@ -58,18 +61,21 @@ def _trend_claim(name: str, xs, timings, steal, axis: str = "x") -> Claim:
 def tpot_vs_context(contexts, timings, *, steal: float | None = None) -> Claim:
     """TPOT against the context: "grows" (what the K/V reads predict), "flat", "falls", "mixed" (reliable
     points that go up and down), or the verdict when a point is not reliable."""
-    xs, ts = _series("tpot_vs_context", contexts, timings)
-    return _trend_claim("tpot_vs_context", xs, ts, steal, "context")
+    xs, ts = _series("tpot_vs_context", contexts, timings, "contexts")
+    return _trend_claim("tpot_vs_context", xs, ts, steal, "context", "contexts")
 
 
 def ttft_vs_prompt(prompts, timings, fit: tuple[float, float] | None = None, *, steal: float | None = None) -> Claim:
     """TTFT against the prompt length: "grows" expected. ``fit``: (b, k) of a line b + k·P fitted to the
     medians; operands ``physical`` says whether b >= 0 and k > 0 (a line a physical cost can have)."""
-    xs, ts = _series("ttft_vs_prompt", prompts, timings)
-    c = _trend_claim("ttft_vs_prompt", xs, ts, steal, "prompt")
+    xs, ts = _series("ttft_vs_prompt", prompts, timings, "prompts")
+    c = _trend_claim("ttft_vs_prompt", xs, ts, steal, "prompt", "prompts")
     ops = dict(c.operands)
     if fit is not None:
-        b, k = fit
+        pair = require_list("fit", fit, "a pair (b, k): the fitted line's intercept and slope")
+        if len(pair) != 2:
+            raise ValueError(f"fit must be a pair (b, k), got {len(pair)} values")
+        b, k = require_real("fit[0]", pair[0]), require_real("fit[1]", pair[1])
         ops.update(intercept=b, slope=k, physical=bool(b >= 0 and k > 0))
     return Claim(c.name, c.relation, ops, c.verdict, c.reasons, c.settled)
 
@@ -84,9 +90,9 @@ def step_vs_batch(batches, timings, predicted_growth: float, *, steal: float | N
     ``growth_settled`` (the step's growth itself stands, :func:`quality.trend`, even where its comparison with the
     roofline does not).
     """
-    xs, ts = _series("step_vs_batch", batches, timings)
+    xs, ts = _series("step_vs_batch", batches, timings, "batches")
     predicted_growth = require_positive("predicted_growth", predicted_growth)
-    t = quality.trend(xs, ts, steal=steal)
+    t = quality.trend(xs, ts, steal=steal, names=("batches", "timings"))
     growth = t.ratio
     if t.direction == "flat" or (t.direction == "grows" and growth <= 1.25 and predicted_growth <= 1.25):
         relation = "flat"
@@ -138,9 +144,12 @@ def roofline_sides(intensities, ridge: float, phase: str = "decode") -> Claim:
     ``phase="decode"`` points, "split" or "all_compute" means the measured matmul rate was low; for
     ``"prefill"`` "all_compute" is what is expected."""
     xs = require_list("intensities", intensities, "a list of FLOP per byte")
+    for i, x in enumerate(xs):      # checked, kept as given
+        require_positive(f"intensities[{i}]", x)
+    if not xs:
+        raise ValueError("intensities must hold at least one point")
     ridge = require_positive("ridge", ridge)
-    if phase not in ("decode", "prefill"):
-        raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    phase = require_choice("phase", phase, ("decode", "prefill"))
     left = sum(1 for x in xs if x < ridge)
     relation = "all_memory" if left == len(xs) else ("all_compute" if left == 0 else "split")
     return Claim("roofline_sides", relation, {"left": left, "points": len(xs), "ridge": ridge, "phase": phase,
@@ -166,9 +175,10 @@ def calibration_gain(measured, calibrated_seconds: float, uncalibrated_seconds: 
     :func:`quality.within` relations at ``tolerance``. ``basis``: the claim of the calibration both predictions
     were computed on (``caching.model_calibration``), whose verdict the claim inherits (``gemv.inherit``).
     """
-    a = quality.within(require_positive("calibrated_seconds", calibrated_seconds), measured, tolerance, steal=steal)
-    b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds), measured, tolerance,
-                       steal=steal)
+    a = quality.within(require_positive("calibrated_seconds", calibrated_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("calibrated_seconds", "measured"))
+    b = quality.within(require_positive("uncalibrated_seconds", uncalibrated_seconds, maximum=1e6), measured, tolerance,
+                       steal=steal, names=("uncalibrated_seconds", "measured"))
     ea, eb = abs(a.error), abs(b.error)
     spread = a.measured.spread or 0.0
     b_verdict, b_reasons = inherit(basis, "each prediction")

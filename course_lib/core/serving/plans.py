@@ -14,7 +14,8 @@ from course_lib.core.models import get_model
 from course_lib.core.precision import get_precision
 from course_lib.core.serving.step import _precisions
 from course_lib.core.serving.workload import MAX_REQUESTS, SimulationTooLarge, _as_list
-from course_lib.core.validation import require_count, require_fraction, require_positive
+from course_lib.core.validation import (require_callable, require_count, require_fraction, require_nonnegative,
+                                        require_positive, require_real)
 
 # --------------------------------------------------------------------------------------------------
 # The steady state
@@ -61,6 +62,16 @@ def steady_state_search(decode_tpot, memory, t_pf: float, n: int, limit: float, 
     ``best + 1`` breaks (``binds``; "sequence limit" at ``cap_c``), and the numbers at ``c = max(best, 1)``.
     The one search behind :func:`continuous_batching_plan` and :func:`course_lib.core.capstone.continuous_plan`.
     """
+    decode_tpot = require_callable("decode_tpot", decode_tpot, "a function of C giving the decode step's seconds",
+                                   allow_none=False)
+    memory = require_callable("memory", memory, "a function of C giving the bytes in use", allow_none=False)
+    t_pf = require_nonnegative("t_pf", t_pf)
+    n = require_count("n", n, minimum=2)
+    limit = require_real("limit", limit)   # below 0 when the weights alone overflow: nothing fits
+    tpot_budget = require_positive("tpot_budget", tpot_budget)
+    ttft_budget = None if ttft_budget is None else require_positive("ttft_budget", ttft_budget)
+    cap_c = require_count("cap_c", cap_c, minimum=1, maximum=10**6)
+
     def numbers_at(c):
         t_dec = decode_tpot(c)
         return t_dec, g.steady_state_tpot(t_dec, c, t_pf, n - 1), t_pf + t_dec

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from course_lib.core.numeric import raw as g
-from course_lib.core.validation import require_nonnegative, require_positive
+from course_lib.core.validation import require_count, require_list, require_nonnegative, require_positive
 
 # --------------------------------------------------------------------------------------------------
 # Results
@@ -16,9 +16,8 @@ from course_lib.core.validation import require_nonnegative, require_positive
 def percentile(values, q: float) -> float:
     """The ``q``-th percentile (0..100) of non-negative ``values`` (latencies), interpolating linearly
     between order statistics (numpy's default method)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise TypeError(f"values must be a list of numbers, got {type(values).__name__}")
-    xs = sorted(require_nonnegative("values", v) for v in values)
+    xs = sorted(require_nonnegative(f"values[{i}]", v)
+                for i, v in enumerate(require_list("values", values, "a list of numbers")))
     if not xs:
         raise ValueError("values must hold at least one number")
     q = require_nonnegative("q", q, maximum=100)
@@ -31,6 +30,16 @@ def percentile(values, q: float) -> float:
 def weighted_percentile(pairs, q: float) -> float:
     """:func:`percentile` of the values ``pairs`` hold as ``(value, count)``: each value repeated ``count`` times
     (the simulator's inter-token gaps, one pair per step), without building the list."""
+    checked = []
+    for i, p in enumerate(require_list("pairs", pairs, "a list of (value, count) pairs")):
+        p = require_list(f"pairs[{i}]", p, "a (value, count) pair")
+        if len(p) != 2:
+            raise ValueError(f"pairs[{i}] must be a (value, count) pair, got {len(p)} items")
+        checked.append((require_nonnegative(f"pairs[{i}] value", p[0]), require_count(f"pairs[{i}] count", p[1])))
+    return _weighted_percentile(checked, q)
+
+
+def _weighted_percentile(pairs, q: float) -> float:
     q = require_nonnegative("q", q, maximum=100)
     xs = sorted((v, c) for v, c in pairs if c > 0)
     n = sum(c for _, c in xs)
@@ -52,6 +61,7 @@ def weighted_percentile(pairs, q: float) -> float:
 def samples_above(n: int, q: float) -> int:
     """How many of ``n`` samples lie above the order statistic the ``q``-th percentile starts from: what a
     p99 "rests on" (200 samples: 2; 10,000: 100). ``n - 1 - floor((n - 1) q / 100)``."""
+    n = require_count("n", n)
     return n - 1 - math.floor((n - 1) * require_nonnegative("q", q, maximum=100) / 100) if n else 0
 
 
@@ -258,7 +268,7 @@ class ServingResult:
             raise ValueError(f"metric must be one of 'ttft', 'tpot', 'itl', 'e2e', 'wait', got {metric!r}")
         if metric == "itl":
             pairs = self.itl_pairs()
-            return {q: weighted_percentile(pairs, q) if pairs else None for q in qs}
+            return {q: _weighted_percentile(pairs, q) if pairs else None for q in qs}
         values = getattr(self, metric)
         return {q: percentile(values, q) if values else None for q in qs}
 

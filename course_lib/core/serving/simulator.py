@@ -20,7 +20,8 @@ from course_lib.core.serving.results import RequestRecord, ServingResult, TokenG
 from course_lib.core.serving.step import StepCost, _precisions, step_cost
 from course_lib.core.serving.workload import (MAX_REQUESTS, MAX_WORK, SimulationTooLarge, _arrival_times, _as_list,
                                               _lengths)
-from course_lib.core.validation import require_count, require_fraction, require_nonnegative, require_positive
+from course_lib.core.validation import (require_callable, require_count, require_fraction, require_nonnegative,
+                                        require_positive)
 
 # --------------------------------------------------------------------------------------------------
 # The simulator
@@ -74,6 +75,7 @@ def simulate(model, hardware, arrival_rate, prompt_tokens, output_tokens, reques
     k_prefix = require_count("cached_prefix_tokens", cached_prefix_tokens)
 
     closed = users is not None
+    think_time = None if think_time is None else require_nonnegative("think_time", think_time)
     if closed:
         if arrival_rate is not None or arrivals is not None:
             raise ValueError("users= closes the loop (each user sends its next request when the last one ended): "
@@ -430,6 +432,7 @@ def rate_sweep(model, hardware, rates, prompt_tokens, output_tokens, requests, s
     ``progress`` wraps the rates for a progress bar (e.g. ``tqdm``); other keywords go to :func:`simulate`.
     """
     rs = [require_positive("rates", r) for r in _as_list("rates", rates)]
-    it = progress(rs) if progress is not None else rs
+    wrap = require_callable("progress", progress, "a function wrapping the rates (e.g. tqdm)")
+    it = wrap(rs) if wrap is not None else rs
     return [SweepPoint(r, simulate(model, hardware, r, prompt_tokens, output_tokens, requests, seed,
                                    **kwargs).summary()) for r in it]

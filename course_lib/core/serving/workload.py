@@ -7,7 +7,7 @@ from __future__ import annotations
 import numbers
 import random
 
-from course_lib.core.validation import require_count, require_nonnegative, require_positive
+from course_lib.core.validation import require_count, require_list, require_nonnegative, require_positive
 
 #: The most requests one simulation takes.
 MAX_REQUESTS = 10**6
@@ -57,8 +57,8 @@ def _lengths(name: str, spec, n: int, rng: random.Random) -> list[int]:
 
 def _arrival_times(arrival_rate, requests, arrivals, seed) -> list[float]:
     if arrivals is not None:
-        if isinstance(arrivals, (str, bytes)) or not hasattr(arrivals, "__len__"):
-            raise TypeError(f"arrivals must be a list of arrival times in seconds, got {type(arrivals).__name__}")
+        arrivals = require_list("arrivals", arrivals, "a list of arrival times in seconds",
+                                maximum_items=MAX_REQUESTS + 1)
         if len(arrivals) > MAX_REQUESTS:
             raise SimulationTooLarge(f"arrivals holds {len(arrivals):,} requests; at most {MAX_REQUESTS:,} "
                                      f"are simulated")
