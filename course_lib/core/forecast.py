@@ -576,6 +576,11 @@ _REASONS = (
      "(no measurement of its own): its prompt steps are forecast from a bigger chip"),
     (lambda r: r["metric"].startswith("prefill") and "prompt_tokens" in r.get("assumed", ()),
      "the source states no prompt length (the record assumes one): prefill speed depends on it"),
+    (lambda r: r["engine"] == "vLLM" and r["engine_version"].startswith("vLLM 0.4")
+     and r["prompt_tokens"] + r["output_tokens"] > 8192,
+     "vLLM 0.4 captures CUDA graphs for sequences up to max_context_len_to_capture = 8192 tokens and decodes longer "
+     "ones in eager mode: the Qwen2 table's 0.5B and 1.5B runs halve their speed from the 6144- to the "
+     "14336-token prompt"),
     (lambda r: r["metric"] in ("total_tokens_per_s", "generation_tokens_per_s") and r["prompt_tokens"] > 30000,
      "very long prompts: prefill attention dominates and the engines' kernels differ most there"),
     (lambda r: r["engine"] in ("SGLang", "vLLM", "TensorRT-LLM") and len({source_of(x) for x in _published()
