@@ -430,6 +430,10 @@ def test_the_stored_run_says_the_rerun_advice_once_and_no_busy_warning(repo_root
                                   r"\*\*([\d.]+) ms\*\*, (\d+)% less", text).groups()
     assert int(less) == round(100 * (1 - float(single) / float(per)))      # 14.8 / 18.0: 18 % less, not 22 %
     assert "stands for this machine" in text and "not this machine's" not in text
+    # section 9's calibration times the copy and the matmul again: both shown, labelled, their ratio computed
+    for unit in ("GB/s", "GFLOP/s"):
+        row = re.search(rf"\| (?:copy|matmul)[^|]*\| ([\d.]+) {unit}[^|]*\| ([\d.]+) {unit}[^|]*\| ([\d.]+) \|", text)
+        assert row and float(row[3]) == pytest.approx(float(row[2]) / float(row[1]), abs=0.02)
 
 
 def test_a_busy_runs_critical_batch_and_latency_table_are_labelled_as_this_runs():
