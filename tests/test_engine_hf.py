@@ -565,6 +565,8 @@ def test_a_tiny_copys_step_time_is_judged_by_its_runs_not_its_pooled_steps():
     assert probe.verdicts[:2] == [steady.run_tpot_verdict, drifting.run_tpot_verdict]
     recorded = {run: {k: decode(v[0]) for k, v in json.loads((RECORDINGS / run / "08.json").read_text())["results"]
                       .items() if k in ("08/engine_probe", "08/engine_calibration")} for run in ("stored", "busy")}
+    live = json.loads((RECORDINGS / "quiet-hf-probe" / "08.json").read_text())["results"]["08/engine_probe"]
+    assert all(t.run_tpot_verdict.reliable for t in decode(live[0]).decode)   # recorded live with 9 runs, load 2.85
     quiet, busy = (claims.hf_probes(r["08/engine_calibration"], r["08/engine_probe"]) for r in recorded.values())
     assert [t.tpot_verdict.verdict for t in recorded["stored"]["08/engine_probe"].decode] == ["noisy", "noisy"]
     assert quiet.relation == "settled" and quiet.verdict == "reliable"
