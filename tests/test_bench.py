@@ -46,6 +46,22 @@ def test_gemv_rows_count_bytes_and_flops_exactly():
         assert {"m", "k", "dtype", "bytes", "seconds", "spread", "gb_per_s", "gflop_per_s"} <= set(d)
 
 
+def test_reuse_takes_a_row_already_measured_instead_of_timing_it_again():
+    """Lesson 05's dtype section shows fp32 beside fp16/bf16: its fp32 rows are the sweep's, one measurement each."""
+    sweep = probes.measure_gemv([48, 64], ["fp32"], threads=1, **FAST)
+    table = probes.measure_gemv([64], ["fp32", "bf16"], threads=1, reuse=sweep, **FAST)
+    assert table[0] is sweep[1] and table[1].dtype == "bf16" and table[1] not in sweep
+    # a row measured differently (no rotation, another memory budget) is no substitute: timed again
+    other = probes.measure_gemv([64], ["fp32"], threads=1, rotate=False, reuse=sweep, **FAST)
+    assert other[0] is not sweep[1] and not other[0].rotate
+    assert probes.measure_gemv([64], ["fp32"], threads=1, reuse=sweep, **{**FAST, "budget_bytes": 32 * MiB}
+                               )[0] is not sweep[1]
+    with pytest.raises(TypeError, match="reuse must be a list of GemvResult"):
+        probes.measure_gemv([64], ["fp32"], reuse=[{"m": 64}], **FAST)
+    with pytest.raises(TypeError, match="reuse must be a list of GemvResult"):
+        probes.measure_gemv([64], ["fp32"], reuse=3, **FAST)
+
+
 def test_rotation_exceeds_four_times_the_last_level_cache():
     llc = 32 * 2**20
     for mb in (1, 4096, 2**20, 16 * 2**20, 256 * 2**20):

@@ -288,6 +288,13 @@ def test_the_reference_run_ships_with_the_course_and_is_quiet():
     assert "stored run" in label() and "quiet" in label()
     with pytest.raises(ValueError, match="lesson must be"):
         reference("04")
+    batches = reference("06").every("06/decode_batch")        # a key measured in a loop: every call, in order
+    assert [t.batch for t in batches] == [1, 2, 4, 8, 16] and batches[0] == reference("06")["06/decode_batch"]
+    with pytest.raises(KeyError, match="no '06/nothing'"):
+        reference("06").every("06/nothing")
+    # lesson 05 measures each GEMV once: the dtype section's fp32 rows are the sweep's rows (reuse=rotated)
+    rotated = {(r.m, r.k): r for r in ref["05/rotated"]}
+    assert all(r == rotated[(r.m, r.k)] for r in ref["05/by_dtype"] if r.dtype == "fp32")
 
 
 def test_the_reference_and_busy_runs_decode_with_the_current_classes():

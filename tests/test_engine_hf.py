@@ -542,3 +542,33 @@ def test_the_norm_and_rotary_code_is_transformers_own():
     q_ref, k_ref = llama.apply_rotary_pos_emb(q, k, cos, sin)
     assert torch.allclose(rotary(q, cos[:, None], sin[:, None]), q_ref, atol=1e-6)
     assert torch.allclose(rotary(k, cos[:, None], sin[:, None]), k_ref, atol=1e-6)
+
+
+def test_a_tiny_copys_step_time_is_judged_by_its_runs_not_its_pooled_steps():
+    """The steps of one generate() share its run: the probe's repeats are its runs (their median steps). Runs that
+    agree settle it however their steps vary by position (the quiet stored run of lesson 08: pooled steps 24 % and
+    21 % apart, noisy; its runs' medians 1 % and 18 %); runs that disagree leave it noisy (the busy recording)."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.core.claims import compare as claims
+    from course_lib.measure.record import decode
+    shape = (1.0e-3, 0.8e-3, 0.8e-3, 1.3e-3, 1.4e-3)                  # the same position effect in every run
+    level = (1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97, 1.0)       # the runs agree within 3 %
+    steady = hf.EngineTiming(16, 6, (2e-3,) * 9, tuple(s * x for x in level for s in shape))
+    assert steady.tpot_verdict.verdict == "noisy" and steady.run_tpot_verdict.verdict == "reliable"
+    assert steady.run_tpots == pytest.approx([1.0e-3 * x for x in level])
+    drifting = hf.EngineTiming(16, 6, (2e-3,) * 9, tuple(s * x for x in (1, 3, 1, 2, 1, 3, 1, 2, 1) for s in shape))
+    assert drifting.run_tpot_verdict.verdict == "noisy"
+    probe = hf.EngineOverhead("gpt2", (2, 8), 1e-3, 1e-4, 1e-3, 1e-4, (steady, drifting))
+    assert probe.verdicts[:2] == [steady.run_tpot_verdict, drifting.run_tpot_verdict]
+    recorded = {run: {k: decode(v[0]) for k, v in json.loads((RECORDINGS / run / "08.json").read_text())["results"]
+                      .items() if k in ("08/engine_probe", "08/engine_calibration")} for run in ("stored", "busy")}
+    live = json.loads((RECORDINGS / "quiet-hf-probe" / "08.json").read_text())["results"]["08/engine_probe"]
+    assert all(t.run_tpot_verdict.reliable for t in decode(live[0]).decode)   # recorded live with 9 runs, load 2.85
+    quiet, busy = (claims.hf_probes(r["08/engine_calibration"], r["08/engine_probe"]) for r in recorded.values())
+    assert [t.tpot_verdict.verdict for t in recorded["stored"]["08/engine_probe"].decode] == ["noisy", "noisy"]
+    assert quiet.relation == "settled" and quiet.verdict == "reliable"
+    assert busy.relation == "unsettled" and all(f"{n}-layer copy" in " ".join(busy.operands["unsettled"])
+                                                for n in (2, 8))

@@ -247,6 +247,11 @@ def _consistent(text: str) -> None:
     table = text.split("| matrix | predicted (bytes / copy) |")[1].split("\n\n")[0]
     shapes = re.findall(r"^\| (\d+ × \d+) \|", table, re.M)
     assert shapes and len(shapes) == len(set(shapes))
+    # each GEMV is measured once: §7's fp32 row is the sweep's row of that size (reuse=rotated), not a second timing
+    sweep = {shape: float(gb) for shape, gb in
+             re.findall(r"^\| (\d+ × \d+) \| fp32 \| [^|]+\| yes \| [^|]+\| [^|]+\| ([\d.]+) \|", text, re.M)}
+    fp32 = re.findall(r"^\| fp32 \| (\d+ × \d+) \| ([\d.]+) GB/s \|", text, re.M)
+    assert fp32 and all(float(gb) == pytest.approx(sweep[shape], rel=5e-3) for shape, gb in fp32)
     # a per-call excess called overhead is within the bound it names
     for excess, bound in re.findall(r"([\d.]+ µs) more, within the ([\d.]+ µs) a call can cost", text):
         assert float(excess.split()[0]) <= float(bound.split()[0]) <= 10

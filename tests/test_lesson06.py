@@ -432,6 +432,10 @@ def test_the_stored_run_says_the_rerun_advice_once_and_no_busy_warning(repo_root
                                   r"\*\*([\d.]+) ms\*\*, (\d+)% less", text).groups()
     assert int(less) == round(100 * (1 - float(single) / float(per)))      # 14.8 / 18.0: 18 % less, not 22 %
     assert "stands for this machine" in text and "not this machine's" not in text
+    # section 9's calibration times the copy and the matmul again: both shown, labelled, their ratio computed
+    for unit in ("GB/s", "GFLOP/s"):
+        row = re.search(rf"\| (?:copy|matmul)[^|]*\| ([\d.]+) {unit}[^|]*\| ([\d.]+) {unit}[^|]*\| ([\d.]+) \|", text)
+        assert row and float(row[3]) == pytest.approx(float(row[2]) / float(row[1]), abs=0.02)
 
 
 def test_a_busy_runs_critical_batch_and_latency_table_are_labelled_as_this_runs():
@@ -458,3 +462,42 @@ def test_a_busy_runs_critical_batch_and_latency_table_are_labelled_as_this_runs(
     lengths = [t.prompt_tokens for t in prefill]
     ttft = phases.ttft_vs_prompt(lengths, prefill, fit=(0.4, 1e-3))
     assert "measures anything" in fit_reading(ttft, 0.1, basis=calib)     # no slope read off a stalled matmul
+
+
+def _calls(code: str, name: str) -> list[str]:
+    """The argument text of every call ``name(...)`` in ``code`` (parentheses matched)."""
+    out = []
+    for m in re.finditer(rf"(?<![\w.]){name}\(", code):
+        depth, i = 1, m.end()
+        while depth and i < len(code):
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        out.append(code[m.end():i - 1])
+    return out
+
+
+def test_every_measured_sentence_has_the_reference_run_beside_it(nb_paths):
+    """Issue 29: an undecided sentence shows the stored reference run's, labelled. Every claim lesson 06 says on its
+    measurements passes ``ref=`` (the same claim from ``reference("06")``); only the claims on catalog figures
+    (the H100's operators) or on intensities, which no timing can unsettle, go without."""
+    nb = nbformat.read(nb_paths.lesson, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    calls = _calls(code, "say") + _calls(code, "say_floor")
+    bare = [c for c in calls if "ref=" not in c]
+    assert len(calls) >= 12
+    assert all(re.search(r"single_max_vs_operators|\bsides\b|pf_side|\broof\)|\broof$", c) for c in bare), bare
+
+
+def test_the_reference_runs_latency_inputs_name_their_numbers():
+    """The latency table's claim says nothing when settled (the table is the sentence); beside a busy run's table
+    the reference run's must say what its table would be built on."""
+    from course_lib.core.claims import phases
+    from course_lib.lessons.claims.phases import say
+    from course_lib.lessons.claims.reference import reference
+    ref = reference("06")
+    ctx, batch, prefill = ref["06/decode_contexts"], ref.every("06/decode_batch"), ref["06/prefill"]
+    settled = phases.latency_inputs(prefill[-1], ctx[0], phases.same_step({"a": batch[0], "b": ctx[0]}))
+    noisy = phases.latency_inputs(prefill[-1], [0.1, 0.2, 0.4, 0.15, 0.3])
+    assert settled.relation == "settled" and say(settled) == ""
+    text = say(noisy, ref=settled)
+    assert "**Reference run**" in text and format_time(ctx[0].seconds) in text.split("Reference run")[1]

@@ -470,7 +470,7 @@ def _gemv_one(m, k, dtype, dev, rotate, llc, repeats, min_block, threads, budget
 def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bool = True,
                  threads: int | None = None, device=None, min_block: float | None = None,
                  progress: bool = True, llc_bytes: int | None = None, clock: str | None = None,
-                 budget_bytes: int | None = None) -> GemvTable:
+                 budget_bytes: int | None = None, reuse=None) -> GemvTable:
     """Time y = W·x for every (size, dtype); one :class:`GemvResult` row each.
 
     ``sizes``: n (square) or (m, k) pairs; default :func:`default_sizes`. ``dtypes``: names from
@@ -481,23 +481,42 @@ def measure_gemv(sizes=None, dtypes=None, repeats: int | None = None, rotate: bo
     (median and quartiles over them); ``min_block``: seconds each block lasts at least. ``llc_bytes``:
     the last-level cache the rotation is sized against and ``budget_bytes`` the memory it may use
     (defaults: the device's, see :func:`probe_limits`). Each row's ``beyond_cache`` and ``cache_reason``
-    say whether its working set exceeded 4 × the LLC.
+    say whether its working set exceeded 4 × the LLC. ``reuse``: rows already measured (another call's table, e.g.
+    a sweep's): a (size, dtype) found there with the same rotation, device, last-level cache and memory budget is
+    that very row, not timed again, so that one operation has one measurement however many tables show it.
     """
     dev = resolve_device(device)
     llc, budget, note = probe_limits(dev, llc_bytes, budget_bytes)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be True or False, got {rotate!r}")
+    have = _reusable(reuse, dev.type, rotate, llc, budget)
     shapes = gemv_shapes(default_sizes(dev, llc_bytes=llc, budget_bytes=budget) if sizes is None else sizes)
     names = _dtypes(dtypes, dev)
     repeats, min_block = repeat_settings(repeats, min_block)
-    if not isinstance(rotate, bool):
-        raise TypeError(f"rotate must be True or False, got {rotate!r}")
     nthreads = thread_count(threads, dev)
     jobs = [(m, k, d) for (m, k) in shapes for d in names]
     table = GemvTable()
     with Threads(nthreads), progress_bar(jobs, desc="GEMV", unit="shape", enabled=progress) as bar:
         for m, k, d in bar:
             bar.set_postfix_str(f"{m}×{k} {d}")
-            table.append(_gemv_one(m, k, d, dev, rotate, llc, repeats, min_block, nthreads, budget, note, clock))
+            row = have.get((m, k, d))
+            table.append(row if row is not None else
+                         _gemv_one(m, k, d, dev, rotate, llc, repeats, min_block, nthreads, budget, note, clock))
     return table
+
+
+def _reusable(reuse, device_type: str, rotate: bool, llc, budget) -> dict:
+    """{(m, k, dtype): row} of the rows of ``reuse`` measured as this call would measure them."""
+    if reuse is None:
+        return {}
+    if isinstance(reuse, (str, bytes)) or not hasattr(reuse, "__iter__"):
+        raise TypeError(f"reuse must be a list of GemvResult rows (a measure_gemv() table), got {type(reuse).__name__}")
+    rows = list(reuse)
+    bad = [type(r).__name__ for r in rows if not isinstance(r, GemvResult)]
+    if bad:
+        raise TypeError(f"reuse must be a list of GemvResult rows (a measure_gemv() table), got a {bad[0]}")
+    return {(r.m, r.k, r.dtype): r for r in rows
+            if (r.device, r.rotate, r.llc_bytes, r.budget_bytes) == (device_type, rotate, llc, budget)}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -179,6 +179,13 @@ def engine_time_split(terms: Mapping) -> Claim:
                                             "total": total})
 
 
+def _runs(timing) -> list:
+    """A tiny copy's decode timing as its runs' median steps (``run_tpots``: the runs are the probe's repeats; the
+    steps of one run share its state), or its steps where a timing has no runs."""
+    runs = _get(timing, "run_tpots")
+    return list(runs if runs is not None else _get(timing, "step_times"))
+
+
 def engine_overhead(probe, prediction) -> Claim:
     """The per-step overhead term of the engine's predicted decode step, as arithmetic that adds up on the page.
 
@@ -188,10 +195,10 @@ def engine_overhead(probe, prediction) -> Claim:
     ``counts["layers"]``). ``relation``: "split" (per layer and fixed part both measured) or "clamped" (the
     copy with more layers was not slower per step, which more layers cannot be: the machine's speed changed
     between the copies' runs, a part was set to 0, and the split is not a measurement). ``verdict``: the worst
-    of the copies' timings, and "noisy" when clamped. Operands: ``layers``, ``fixed``, ``per_layer``,
-    ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer), ``cold_factor``, ``engine``
-    (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine + logits: the table's
-    "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
+    of the copies' timings (over their runs: a run's median step each), and "noisy" when clamped. Operands:
+    ``layers``, ``fixed``, ``per_layer``, ``model_layers``, ``uncorrected`` (fixed + model_layers x per_layer),
+    ``cold_factor``, ``engine`` (uncorrected x cold_factor, the prediction's term), ``logits``, ``total`` (engine +
+    logits: the table's "per-step overhead"), ``copy_steps`` (the median decode step of each copy)."""
     fixed = require_nonnegative("probe.step_fixed", _get(probe, "step_fixed"), maximum=1e6)
     per = require_nonnegative("probe.step_per_layer", _get(probe, "step_per_layer"), maximum=1e6)
     terms, counts = _get(prediction, "terms"), _get(prediction, "counts")
@@ -205,7 +212,7 @@ def engine_overhead(probe, prediction) -> Claim:
     if not math.isclose(engine, cold * uncorrected, rel_tol=1e-9, abs_tol=1e-15):
         raise ValueError(f"the prediction's engine term {engine!r} is not cold_factor x (fixed + layers x per "
                          f"layer) = {cold * uncorrected!r}: the prediction and the probe do not belong together")
-    verdicts = [quality.timing_verdict(_get(t, "step_times"), name=f"probe.decode[{i}].step_times")
+    verdicts = [quality.timing_verdict(_runs(t), name=f"probe.decode[{i}]")
                 for i, t in enumerate(require_list("probe.decode", _get(probe, "decode"), "the copies' timings"))]
     layers = require_list("probe.layers", _get(probe, "layers"), "the copies' layer counts")
     if len(layers) != len(verdicts):
@@ -281,7 +288,7 @@ def hf_probes(calibration, probe) -> Claim:
     :func:`engine_overhead`)."""
     sources, contradictions = model_sources(calibration)
     for n, t in zip(_get(probe, "layers"), _get(probe, "decode")):
-        sources[f"the {n}-layer copy's decode timing"] = _get(t, "step_times")
+        sources[f"the {n}-layer copy's decode timing"] = _runs(t)
     clamped = [c for c in (_get(probe, "clamped", ()) or ()) if "decode" in c]
     if clamped:
         contradictions += (f"the overhead split was clamped at 0 ({', '.join(clamped)}): the copy with more layers "

@@ -135,6 +135,15 @@ def _latency_inputs(c: Claim) -> str:
             f"({c.reason}), so they show the arithmetic, not the latency this machine gives.")
 
 
+def _latency_inputs_ref(c: Claim) -> str:
+    """The reference run's inputs of the latency table (its settled sentence is the table itself, which it lacks)."""
+    o = c.operands
+    if c.relation != "settled":
+        return _latency_inputs(c)
+    return (f"the same table is built on a TTFT of **{format_time(o['ttft'])}** and a TPOT of "
+            f"**{format_time(o['tpot'])}**, both settled there.")
+
+
 def _calibration_gain(c: Claim) -> str:
     o = c.operands
 
@@ -170,6 +179,10 @@ _SAY = {"tpot_vs_context": _tpot, "ttft_vs_prompt": _ttft, "step_vs_batch": _ste
         "single_max_vs_operators": _single_max, "latency_inputs": _latency_inputs}
 
 
+#: where the reference run's sentence differs from this run's: a sentence that leans on a table this run printed
+_REF_SAY = {"latency_inputs": _latency_inputs_ref}
+
+
 def _noted(text: str, claim: Claim) -> str:
     """``text`` with :func:`~course_lib.lessons.claims.gemv.settled_note` where the claim is settled despite noise."""
     note = settled_note(claim)
@@ -182,5 +195,6 @@ def say(claim: Claim, ref: Claim | None = None) -> str:
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a course_lib.core.claims Claim, got {type(claim).__name__}")
     if claim.name in _SAY:
-        return beside(_noted(_SAY[claim.name](claim), claim), claim, ref, lambda c: _noted(_SAY[c.name](c), c))
+        return beside(_noted(_SAY[claim.name](claim), claim), claim, ref,
+                      lambda c: _noted(_REF_SAY.get(c.name, _SAY[c.name])(c), c))
     return _gemv.say(claim, ref=ref)

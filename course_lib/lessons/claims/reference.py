@@ -5,6 +5,7 @@ Lessons: 05, 06, 07, 08
     from course_lib.lessons.claims.reference import reference
     ref = reference("05")
     ref["05/rotated"]            # the reference run's rotated GEMV sweep (the first call of that key)
+    ref.every("06/decode_batch") # every call of a key measured in a loop, in order
     label()                      # what machine and condition the reference run comes from, in words
 
 ``course_lib/data/reference_runs.json`` holds the recorded run the stored lessons 05-08 were executed from (the
@@ -28,6 +29,14 @@ class Reference(dict):
     """One lesson's reference measurements: {key: the first recorded result of that key}, decoded."""
 
     lesson: str
+
+    def every(self, key: str) -> list:
+        """Every recorded result of ``key``, in the order measured (a key measured in a loop has one per call)."""
+        results = _data()["lessons"][self.lesson]["results"]
+        if key not in results:
+            raise KeyError(f"the reference run of lesson {self.lesson} has no {key!r}; it has {', '.join(results)}")
+        from course_lib.measure.record import decode
+        return [decode(v) for v in results[key]]
 
 
 def reference(lesson: str) -> Reference:

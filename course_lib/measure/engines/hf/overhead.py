@@ -8,6 +8,13 @@ per layer, cache bookkeeping, the generation loop and its stopping checks) is me
 vocabulary 256) with 2 and 8 layers: per layer = (t8 - t2) / 6, fixed = t2 - 2 x per layer, for a decode step and
 for a prefill. The per-layer cost is a difference of two timings, and 6 layers apart it varies several times less
 than 2 apart.
+
+Each copy's step time is judged by its **runs**, not its pooled steps (:attr:`EngineTiming.run_tpot_verdict`): a
+tiny copy's step lasts about a millisecond, and the 15 steps of one ``generate()`` share that run's state, so
+pooled they put every shift of the machine between runs into the spread of 75 "repeats" (the course's quiet stored
+run: 24 % and 21 %, noisy, while the median steps of its runs agreed within 1 % and 18 %). The runs are the
+repeats: :data:`PROBE_REPEATS` of them, interleaved a b a b, so that a machine that changes during the probe still
+shows (the busy recording's runs disagree by 141 % and 53 %).
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ __all__ = ["PROBE_LAYERS", "PROBE_PROMPT", "PROBE_NEW_TOKENS", "PROBE_REPEATS", 
 PROBE_LAYERS = (2, 8)
 PROBE_PROMPT = 16
 PROBE_NEW_TOKENS = 16
-PROBE_REPEATS = 5
+PROBE_REPEATS = 9        # runs of each copy: the spread of 9 run medians has quartiles of its own (5 had 2nd and 4th)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ class EngineOverhead:
 
     @property
     def verdicts(self) -> list:
-        return [t.tpot_verdict for t in self.decode] + [t.ttft_verdict for t in self.decode]
+        """Each copy's decode verdict (over its runs: :attr:`EngineTiming.run_tpot_verdict`), then each TTFT's."""
+        return [t.run_tpot_verdict for t in self.decode] + [t.ttft_verdict for t in self.decode]
 
     def step(self, layers: int) -> float:
         return self.step_fixed + layers * self.step_per_layer

@@ -169,6 +169,22 @@ class EngineTiming:
                    tuple(x for t in timings for x in t.step_times), max(steals) if steals else None,
                    tuple(x for t in timings for x in t.faults))
 
+    @property
+    def run_tpots(self) -> tuple[float, ...]:
+        """The median step time of each repeat (each ``generate()``), in order.
+
+        The steps of one ``generate()`` are not independent repeats: they run back to back in one state of the
+        machine, and their position in the run (the first steps after the prefill, the cache growing) shapes them
+        alike in every run. Pooled, a shift of the whole machine between runs and a few slow steps within a run
+        both widen the spread; per run, each repeat is one sample, and their agreement is what says whether the
+        runs measured the same thing (:attr:`run_tpot_verdict`)."""
+        return tuple(statistics.median(self.repeat_steps(r)) for r in range(self.repeats))
+
+    @property
+    def run_tpot_verdict(self):
+        """The verdict of :attr:`run_tpots`: do the repeats agree on the step time?"""
+        return timing_verdict(list(self.run_tpots), steal=self.steal)
+
     def repeat_steps(self, r: int) -> tuple[float, ...]:
         """The step times of repeat ``r`` (0-based; its ``new_tokens - 1`` gaps)."""
         r = require_count("r", r, minimum=0, maximum=max(0, self.repeats - 1))
