@@ -34,7 +34,7 @@ from course_lib.core.validation import require_choice, require_count, require_co
 from course_lib.measure.device import FALLBACK_LLC_BYTES, device_name, last_level_cache_bytes, resolve_device
 from course_lib.measure.probes import (CopyResult, MatmulResult, OverheadResult, measure_attention_products,
                                        measure_copy_bandwidth, measure_kv_read, measure_linear, measure_matmul_flops,
-                                       measure_op_overhead, measure_score_passes)
+                                       measure_op_overhead, measure_score_passes, probe_limits)
 from course_lib.measure.steady import keep_threads
 from course_lib.measure import allocator as _allocator
 from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
@@ -42,7 +42,7 @@ from course_lib.measure.timing import CLOCKS, progress_bar, thread_policy_for
 __all__ = ["VALIDATION_MODELS", "FAST_MODELS", "DECODE_CONTEXTS", "TTFT_PROMPTS", "FAST_CONTEXTS", "FAST_PROMPTS",
            "dense_spec", "model_specs", "weight_matrices", "stream_between_ops", "Calibration", "calibrate",
            "check_clock", "load_average", "PROBES", "ProbeSettings", "probe_jobs", "cold_streams", "reprobe_gemv",
-           "reprobe"]
+           "reprobe", "reuse_problem"]
 
 _BASE = get_model("llama-3-8b")
 
@@ -251,6 +251,13 @@ class Calibration:
         return (f"device={self.device} ({self.device_name}) threads={self.threads}{policy} "
                 f"torch={self.torch_version} clock={self.clock}{alloc} load_avg(1,5,15 min) before={load}")
 
+    def reuse_problem(self, kind: str, result) -> str:
+        """Why ``result`` (a :class:`CopyResult` for ``kind="copy"``, a :class:`MatmulResult` for "matmul") is not
+        what this calibration's own probe measures ("" where it is: same device, threads and size), the test
+        :func:`calibrate` applies to the ``copy`` / ``matmul`` it is given."""
+        return reuse_problem(kind, result, ProbeSettings(resolve_device(self.device), self.threads, self.clock,
+                                                         self.fast, self.gemm_rotated, self.budget_bytes))
+
     def summary(self) -> str:
         lines = [f"copy bandwidth (read+write): {self.copy.gb_per_s:.2f} GB/s (spread {self.copy.spread:.1%})",
                  f"matmul fp32 {self.matmul.n}×{self.matmul.n}: {self.matmul.gflop_per_s:.1f} GFLOP/s",
@@ -444,9 +451,44 @@ def probe_jobs(specs: Mapping[str, ModelSpec], prompts: Iterable[int], ttft_spec
             + [("scores", j) for j in scores] + [("attention", j) for j in attention])
 
 
+def _threads_text(n) -> str:
+    return "no thread setting (GPU)" if n is None else f"{n} thread{'' if n == 1 else 's'}"
+
+
+def reuse_problem(kind: str, result, settings: ProbeSettings) -> str:
+    """Why a copy or matmul measured earlier is not what the calibration's probe of ``kind`` measures with
+    ``settings`` ("" where it is): another device, another thread count (a retry that lowered the threads), another
+    size (the matmul's n, the copy's buffer: its memory budget, or fast mode's 16 MiB), another dtype."""
+    kind = require_choice("kind", kind, ("copy", "matmul"))
+    want = {"copy": CopyResult, "matmul": MatmulResult}[kind]
+    if not isinstance(result, want):
+        raise TypeError(f"{kind} must be a {want.__name__} (course_lib.measure.probes), got {type(result).__name__}")
+    if result.device != settings.device.type:
+        return f"it was measured on {result.device}, the calibration runs on {settings.device.type}"
+    if result.threads != settings.threads:
+        return (f"it ran at {_threads_text(result.threads)}, the calibration's probes at "
+                f"{_threads_text(settings.threads)}")
+    if kind == "matmul":
+        if result.dtype != "fp32":
+            return f"it is a {result.dtype} matmul, the calibration's is fp32"
+        if result.n != settings.matmul_n:
+            return f"it is {result.n}×{result.n}, the calibration's matmul {settings.matmul_n}×{settings.matmul_n}"
+        return ""
+    if settings.fast:
+        if result.buffer_bytes != 16 << 20:
+            return f"its buffer is {result.buffer_bytes / 2**20:.0f} MiB, the calibration's fast copy 16 MiB"
+        return ""
+    budget = probe_limits(settings.device, None, settings.budget_bytes)[1]
+    if result.budget_bytes != budget:
+        return (f"it ran under a {(result.budget_bytes or 0) / 2**20:.0f} MiB memory budget, the calibration's "
+                f"probes under {budget / 2**20:.0f} MiB (another buffer size)")
+    return ""
+
+
 def calibrate(threads: int | None = None, fast: bool = False, models=None, prompt_lengths=None,
               ttft_model=None, device=None, progress: bool = True, clock: str = "wall",
-              cached_prefills=(), rotate_gemm: bool = False, budget_bytes: int | None = None) -> Calibration:
+              cached_prefills=(), rotate_gemm: bool = False, budget_bytes: int | None = None,
+              copy: CopyResult | None = None, matmul: MatmulResult | None = None) -> Calibration:
     """Run the probes (never the model under test) and return a :class:`Calibration`.
 
     Copy bandwidth, square-matmul FLOP/s, the per-op overhead, the GEMV bandwidth of every weight
@@ -467,6 +509,10 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     ``budget_bytes``: the memory one probe may allocate (default: the device's memory budget,
     :func:`course_lib.measure.device.memory_budget`); a lesson kernel that must stay small passes less, and
     the probes' ``cache_reason`` says where that kept a working set within 4 × the last-level cache.
+    ``copy`` / ``matmul``: a copy bandwidth / fp32 matmul the caller measured already (a lesson's ceilings), used
+    instead of timing the same operation again where it was measured with the calibration's settings (device,
+    threads, size: :func:`reuse_problem`); where not, the probe runs and :meth:`Calibration.reuse_problem` says why
+    (so ``calibration.copy is copy`` tells which).
     """
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True or False, got {fast!r}")
@@ -485,10 +531,14 @@ def calibrate(threads: int | None = None, fast: bool = False, models=None, promp
     if budget_bytes is not None:
         budget_bytes = require_count("budget_bytes", budget_bytes, minimum=2**20)
     settings = ProbeSettings(dev, nthreads, clock, fast, rotate_gemm, budget_bytes)
-    jobs = probe_jobs(specs, prompts, ttft_spec, pairs, cold_streams(dev, fast))
+    given = {kind: r for kind, r in (("copy", copy), ("matmul", matmul))
+             if r is not None and not reuse_problem(kind, r, settings)}
+    jobs = [j for j in probe_jobs(specs, prompts, ttft_spec, pairs, cold_streams(dev, fast)) if j[0] not in given]
     t0 = time.perf_counter()
     load = load_average()
     res: dict[str, dict] = {kind: {} for kind in PROBES}
+    for kind, r in given.items():
+        res[kind][None] = r
     # a retry keeps the thread count: the rates predict a model run with these threads
     with progress_bar(jobs, desc="calibrate (probes)", unit="probe", enabled=progress) as bar, keep_threads():
         for kind, key in bar:

@@ -133,18 +133,21 @@ def predict_engine_ttft(spec: ModelSpec, prompt: int, calibration: Calibration,
 
 
 def calibrate_for(specs: Mapping[str, ModelSpec], prompts: Sequence[int], *, threads: int | None = None,
-                  fast: bool = False, progress: bool = False, budget_bytes: int | None = None) -> Calibration:
+                  fast: bool = False, progress: bool = False, budget_bytes: int | None = None,
+                  copy=None, matmul=None) -> Calibration:
     """The course's calibration (probes only) for ``specs``: GEMV and K/V probes of every model, and the
     GEMM and attention-product probes of every model at every prompt length (weights read from memory).
     ``budget_bytes``: the memory one probe may allocate (default the device's; a lesson kernel passes less).
-    Also the elementwise passes of every prefill (:func:`measure_prefill_passes`, ``Calibration.passes``)."""
+    Also the elementwise passes of every prefill (:func:`measure_prefill_passes`, ``Calibration.passes``).
+    ``copy`` / ``matmul``: measured already (a lesson's machine ceilings), reused where taken with the same settings
+    (:func:`~course_lib.measure.calibrate.calibrate`)."""
     specs = dict(specs)
     if not specs:
         raise ValueError("specs must hold at least one model")
     prompts = require_counts("prompts", prompts)
     first, *rest = specs.values()
     cal = calibrate(threads, fast, models=specs, prompt_lengths=prompts, ttft_model=first, device="cpu",
-                    progress=progress, rotate_gemm=True, budget_bytes=budget_bytes)
+                    progress=progress, rotate_gemm=True, budget_bytes=budget_bytes, copy=copy, matmul=matmul)
     settings = ProbeSettings(torch.device("cpu"), cal.threads, cal.clock, fast, True, budget_bytes)
     with keep_threads():                 # as calibrate(): a retry keeps the thread count
         for s in rest:
