@@ -62,6 +62,39 @@ def test_reuse_takes_a_row_already_measured_instead_of_timing_it_again():
         probes.measure_gemv([64], ["fp32"], reuse=3, **FAST)
 
 
+def test_a_calibration_reuses_a_copy_and_matmul_measured_with_its_settings_and_says_why_not(monkeypatch):
+    """Lessons 06-08 hand their ceilings to the calibration: taken with its settings, they are not timed again."""
+    from course_lib.measure import calibrate
+    copy = probes.measure_copy_bandwidth(buffer_bytes=16 * MiB, threads=1, repeats=2, min_block=1e-5, device="cpu",
+                                         **LIMITS)
+    mm = probes.measure_matmul_flops(n=256, threads=1, repeats=2, min_block=1e-5, device="cpu")
+    ran = []
+    fakes = {kind: (lambda key, settings, kind=kind: ran.append(kind)) for kind in calibrate.PROBES}
+    fakes["cold"] = lambda key, settings: (1e-6, 1e-7)             # no other probe runs
+    monkeypatch.setattr(calibrate, "PROBES", fakes)
+
+    def cal(**given):
+        ran.clear()
+        return calibrate.calibrate(threads=1, fast=True, device="cpu", progress=False, **given)
+    c = cal(copy=copy, matmul=mm)
+    assert c.copy is copy and c.matmul is mm and "copy" not in ran and "matmul" not in ran
+    assert c.reuse_problem("copy", copy) == c.reuse_problem("matmul", mm) == ""
+    # another thread count (lesson 06's thread retry), size, dtype or device: timed again, and the reason says which
+    for kind, other, why in [("matmul", dataclasses.replace(mm, threads=2), "2 threads, the calibration's probes at 1"),
+                             ("matmul", dataclasses.replace(mm, n=512), "512×512, the calibration's matmul 256×256"),
+                             ("matmul", dataclasses.replace(mm, dtype="bf16"), "bf16"),
+                             ("copy", dataclasses.replace(copy, buffer_bytes=32 * MiB), "32 MiB"),
+                             ("copy", dataclasses.replace(copy, device="cuda"), "cuda")]:
+        c = cal(**{kind: other})
+        assert getattr(c, kind) is not other and ran.count(kind) == 1 and why in c.reuse_problem(kind, other)
+    full = calibrate.ProbeSettings(torch.device("cpu"), 1, "wall", False, budget_bytes=32 * MiB)
+    assert "memory budget" in calibrate.reuse_problem("copy", copy, full)        # another budget: another buffer
+    with pytest.raises(TypeError, match="copy must be a CopyResult"):
+        cal(copy=mm)
+    with pytest.raises(TypeError, match="matmul must be a MatmulResult"):
+        cal(matmul=3.0)
+
+
 def test_rotation_exceeds_four_times_the_last_level_cache():
     llc = 32 * 2**20
     for mb in (1, 4096, 2**20, 16 * 2**20, 256 * 2**20):

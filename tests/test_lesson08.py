@@ -282,3 +282,42 @@ def test_a_busy_runs_section_6_and_7_claims_say_what_they_cannot_decide():
     assert o["engine"] == pytest.approx((o["fixed"] + o["model_layers"] * o["per_layer"]) * o["cold_factor"])
     split = claims.engine_time_split(pred.terms).operands["seconds"]["per-step overhead"]
     assert split == pytest.approx(o["total"])                 # the table's row is the sum the text builds
+
+
+@pytest.mark.parametrize("lesson, calibration, copy, matmul", [
+    ("06", "06/calibration", ("06/copy",), ("06/matmul",)),
+    ("07", "07/calibration", ("07/copy",), ("07/matmul",)),
+    ("08", "08/engine_calibration", ("08/machine", "copy"), ("08/machine", "matmul", "fp32"))])
+def test_recorded_calibrations_hold_the_lessons_own_copy_and_matmul_where_taken_with_their_settings(
+        lesson, calibration, copy, matmul):
+    """Issue 29 (each measurement taken once): lessons 06-08 hand their copy and fp32 matmul to the calibration, so a
+    replayed calibration holds those very results where :meth:`Calibration.reuse_problem` finds nothing against them,
+    and its own timing (another one) where it does: the recordings were edited to what the code computes."""
+    import json
+
+    from replay import RECORDINGS
+
+    from course_lib.measure.record import decode
+    from course_lib.lessons.claims.reference import reference
+
+    def get(rec, path):
+        v = rec[path[0]]
+        for p in path[1:]:
+            v = v[p] if isinstance(v, dict) else getattr(v, p)
+        return v
+    runs = {run: {k: decode(v[0]) for k, v in json.loads((RECORDINGS / run / f"{lesson}.json").read_text())
+                  ["results"].items()} for run in ("stored", "busy")}
+    runs["reference"] = reference(lesson)
+    reused = []
+    for run, rec in runs.items():
+        if calibration not in rec:
+            continue
+        cal = rec[calibration]
+        for kind, path in (("copy", copy), ("matmul", matmul)):
+            mine = get(rec, path)
+            if cal.reuse_problem(kind, mine):
+                assert getattr(cal, kind) != mine, (run, kind)
+            else:
+                assert getattr(cal, kind) == mine, (run, kind)
+                reused.append((run, kind))
+    assert ("stored", "copy") in reused and ("reference", "copy") in reused

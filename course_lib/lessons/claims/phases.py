@@ -147,8 +147,8 @@ def _latency_inputs_ref(c: Claim) -> str:
 def _calibration_gain(c: Claim) -> str:
     o = c.operands
 
-    def err(e):
-        return f"{e:+.0%}"
+    def err(e):          # "0%", never "-0%", where the error rounds to nothing
+        return "0%" if round(e * 100) == 0 else f"{e:+.0%}"
     head = (f"Measured **{format_time(o['seconds'])}**; the calibrated model predicted "
             f"{format_time(o['calibrated_seconds'])} ({err(o['calibrated_error'])}), the uncalibrated one "
             f"(bytes / copy bandwidth) {format_time(o['uncalibrated_seconds'])} ({err(o['uncalibrated_error'])})")
