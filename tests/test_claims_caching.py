@@ -141,7 +141,7 @@ def test_roofline_claim_agrees_with_its_factor(profile, run):
         v = quality.timing_verdict(t)
         for f in (0.3, 1.0, 2.0):
             c = claims.roofline_vs_measured("full prefill", t, v.median * f)
-            assert c.relation == ("below" if v.median * f <= v.median else "above")
+            assert c.relation == ("at" if f == 1.0 else "below" if v.median * f <= v.median else "above")
             assert c.operands["factor"] == pytest.approx(1 / f)
             assert c.verdict == v.verdict
             _check(c)

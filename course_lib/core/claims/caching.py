@@ -280,9 +280,14 @@ def calibrated_summary(cases) -> Claim:
                  tuple(f"{c.operands['case']}: {c.reason}" for c in bad))
 
 
+#: measured / roofline within this of 1 is "at" the floor: the 0.5 % a factor printed to two decimals cannot show.
+AT_FLOOR = 0.005
+
+
 def roofline_vs_measured(case: str, measured, roofline_seconds: float, *, basis: Claim | None = None) -> Claim:
     """The roofline (a floor) against a measurement: "below" (the floor is under the measured time, as a floor
-    must be) or "above" (the measurement beat its floor: a ceiling was measured too low). Operands: ``factor`` =
+    must be), "at" (measured / roofline within :data:`AT_FLOOR` of 1: the step runs at its floor) or "above" (the
+    measurement beat its floor: a ceiling was measured too low). Operands: ``factor`` =
     measured / roofline. ``measured``: a timing or seconds (then "reliable"); ``basis``: the claim of the ceilings
     the roofline was computed on (``gemv.calibration``), whose verdict the claim inherits (:func:`~.gemv.inherit`)."""
     roofline_seconds = require_positive("roofline_seconds", roofline_seconds, maximum=1e6)
@@ -292,8 +297,10 @@ def roofline_vs_measured(case: str, measured, roofline_seconds: float, *, basis:
         tv = quality.timing_verdict(measured, name="measured")
         med, v, why = tv.median, tv.verdict, ((tv.reason,) if not tv.reliable else ())
     b_verdict, b_reasons = inherit(basis, "the roofline")
-    return Claim("roofline_vs_measured", "below" if roofline_seconds <= med else "above",
-                 {"case": case, "measured": med, "roofline": roofline_seconds, "factor": med / roofline_seconds},
+    factor = med / roofline_seconds
+    relation = "at" if abs(factor - 1) < AT_FLOOR else ("below" if roofline_seconds <= med else "above")
+    return Claim("roofline_vs_measured", relation,
+                 {"case": case, "measured": med, "roofline": roofline_seconds, "factor": factor},
                  _worst(v, b_verdict), why + b_reasons)
 
 

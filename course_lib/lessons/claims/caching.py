@@ -96,6 +96,10 @@ def _roofline(c: Claim) -> str:
         factor = f"{o['factor']:.2f}" if o["factor"] < 10 else f"{o['factor']:.1f}"
         return (f"The roofline is {factor}× below the measured {o['case']}: it is a floor, and it leaves out "
                 "the costs the calibrated model adds.")
+    if c.outcome == "at":
+        return (f"The measured {o['case']} sits on its roofline (measured / roofline {o['factor']:.2f}): the bytes "
+                "streamed at the measured bandwidth account for the whole step, and the costs the calibrated model "
+                "adds are too small to show in it.")
     if c.outcome == "above":
         return (f"The measured {o['case']} beat its roofline ({1 / o['factor']:.1f}× faster than the floor): a ceiling "
                 f"measured at the top of this section was too low (a busy moment).")
