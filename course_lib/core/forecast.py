@@ -636,9 +636,8 @@ _REASONS = (
     (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
      "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
     (lambda r: r["engine"] == "SGLang" and r["device"] == "h20" and r["batch"] == 1,
-     "held out by document, SGLang's own fit rests on GPUStack's two maximum-load ShareGPT runs, whose excess "
-     "time (over the batch the model assumes) the fit puts into per-layer step costs: batch-1 steps come out "
-     "several times too slow"),
+     "held out by document, SGLang's own points are GPUStack's two maximum-load runs, which identify none of its "
+     "terms: the pooled profile prices its batch-1 H20 steps"),
     (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
      "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
