@@ -408,11 +408,11 @@ q9 = EngineRowQuestion(
 # --------------------------------------------------------------------------------------------------
 # q10: forecast a published point the profile never saw (lesson 08 §8)
 # --------------------------------------------------------------------------------------------------
-_Q10_ID = "xd-llama3-8b-q4_k_m-m3-max-tg512"
+_Q10_ID = "xd-llama3-8b-q4_k_m-m1-max-tg512"
 _Q10_REC = next(r for r in forecast.load_published() if r["id"] == _Q10_ID)
 _Q10_HELD = forecast.fit_profiles([r for r in forecast.load_published()
                                    if forecast.source_of(r) != forecast.source_of(_Q10_REC)])["llama.cpp"]
-_Q10_ARGS = ("llama-3-8b", "m3-max", 1, _Q10_REC["output_tokens"] + 1)
+_Q10_ARGS = ("llama-3-8b", "m1-max", 1, _Q10_REC["output_tokens"] + 1)
 _Q10_EST = estimate(*_Q10_ARGS, precision="gguf-q4_k_m", engine=_Q10_HELD)
 _Q10 = 1 / _Q10_EST.tpot
 _Q10_FLOOR = 1 / estimate(*_Q10_ARGS, precision="gguf-q4_k_m").tpot
@@ -423,10 +423,10 @@ q10 = NumericQuestion(
     prompt=(f"Multi-step: forecast a published point that the fit never saw. `rec = next(r for r in "
             f"forecast.load_published() if r['id'] == '{_Q10_ID}')` is llama.cpp generating "
             f"{_Q10_REC['output_tokens']} tokens from an empty context with Llama-3-8B (a Q4_K_M file, layout "
-            "'gguf-q4_k_m') on an Apple M3 Max. (a) Fit the profiles without its source: `held = "
+            "'gguf-q4_k_m') on an Apple M1 Max. (a) Fit the profiles without its source: `held = "
             "forecast.fit_profiles([r for r in forecast.load_published() if forecast.source_of(r) != "
             "forecast.source_of(rec)])`. (b) Forecast with the held-out llama.cpp profile: `estimate('llama-3-8b', "
-            f"'m3-max', 1, {_Q10_REC['output_tokens'] + 1}, precision='gguf-q4_k_m', engine=held['llama.cpp'])` "
+            f"'m1-max', 1, {_Q10_REC['output_tokens'] + 1}, precision='gguf-q4_k_m', engine=held['llama.cpp'])` "
             f"({_Q10_REC['output_tokens']} decode steps after a one-token prompt). (c) Answer its decode speed, "
             "1 / tpot, in tokens/s."),
     expected=_Q10, rel_tol=0.004,

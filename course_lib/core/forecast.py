@@ -72,9 +72,9 @@ _LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "t_tok": 0.0, "kappa_q": 
 #: ~50 µs more per token than their weight reads and products); kappa_x: extra passes over the K/V cache expanded
 #: to every query head (transformers' repeat_kv before attention, with the cache re-concatenated every step)
 ENGINE_ONLY = ("t_tok", "kappa_x")
-#: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error). An engine's
-#: parameters are shrunk towards the pooled fit with weight 0.1: at 1.0 the prior outweighed an engine's own points for
-#: a device class with few of them (llama.cpp's H100 prompt steps stayed 0.26-0.74x their measured time in-sample)
+#: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error): the pooled fit
+#: towards the floor, and the weak first pass of each engine towards the pooled fit from which
+#: :func:`engine_priors` estimates, by empirical Bayes, the pull of each term in the final engine fit
 SHRINK_GLOBAL = 0.05
 SHRINK_ENGINE = 0.1
 METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "tpot_ms", "prefill_ms_per_token",
@@ -426,24 +426,25 @@ HUBER = 0.3
 ROBUST_ROUNDS = 6
 
 
-def _solve(rows, prior, weight, zero=()):
+def _solve(rows, prior, weight, zero=(), hold=None):
     """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
     a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
     dropped, each keeps a weight of at least HUBER / |its error|."""
     w = [1.0] * len(rows)
-    theta = _solve_once(rows, prior, weight, w, zero)
+    theta = _solve_once(rows, prior, weight, w, zero, hold)
     for _ in range(ROBUST_ROUNDS):
         res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
         w = [1.0 if e <= HUBER else HUBER / e for e in res]
-        theta = _solve_once(rows, prior, weight, w, zero)
+        theta = _solve_once(rows, prior, weight, w, zero, hold)
     return theta
 
 
-def _solve_once(rows, prior, weight, w, zero=()):
-    """argmin Σ w_i ((x·θ - y)/y)² + weight Σ ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the bound
-    and refitted when the free solution crosses it) and the parameters ``zero`` held at 0."""
+def _solve_once(rows, prior, weight, w, zero=(), hold=None):
+    """argmin Σ w_i ((x·θ - y)/y)² + Σ_j weight_j ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the
+    bound and refitted when the free solution crosses it), the parameters ``zero`` held at 0 and those in ``hold``
+    at their prior. ``weight``: one number, or {parameter: weight}."""
     import numpy as np
-    fixed: dict[str, float] = dict.fromkeys(zero, 0.0)
+    fixed: dict[str, float] = {**dict.fromkeys(zero, 0.0), **{p: prior[p] for p in (hold or ())}}
     for _ in range(len(PARAMS)):
         free = [p for p in PARAMS if p not in fixed]
         A, b = [], []
@@ -452,7 +453,7 @@ def _solve_once(rows, prior, weight, w, zero=()):
             A.append([x[p] * s_ for p in free])
             b.append(math.sqrt(wi) * (1.0 - sum(x[p] * fixed[p] for p in fixed) / y))
         for p in free:
-            s = math.sqrt(weight) / _SCALE[p]
+            s = math.sqrt(weight[p] if isinstance(weight, dict) else weight) / _SCALE[p]
             A.append([s if q == p else 0.0 for q in free])
             b.append(s * prior[p])
         theta = np.linalg.lstsq(np.asarray(A), np.asarray(b), rcond=None)[0]
@@ -497,6 +498,57 @@ def _records(records) -> list[dict]:
     return out
 
 
+#: an engine's own points identify a term when the term's column is not reproduced by its other columns: a variance
+#: inflation factor (1 / the share of the column's squared norm the others leave) over this limit marks it as not
+#: identified, and it stays at the pooled value. Set in-sample: at 100 the full fit is unchanged (19 %, 84 %
+#: in-sample), at 10 transformers' in-sample error goes from 39 % to 132 % (its distinct terms are held)
+MAX_VIF = 100.0
+
+
+def unidentified(rows, limit: float = MAX_VIF) -> tuple:
+    """The terms an engine's own points (``rows``) cannot tell apart from its other terms: those whose column (each
+    point's floor time of the term over its measured time, in the term's scale) the other columns reproduce to
+    within 1 / ``limit`` of its squared norm. A term no point prices is left out (the prior alone sets it)."""
+    import numpy as np
+    cols = {p: np.array([x[p] * _SCALE[p] / y for x, y in rows]) for p in PARAMS}
+    active = [p for p in PARAMS if np.any(cols[p] > 0)]
+    out = []
+    for p in active:
+        others = [cols[q] for q in active if q != p]
+        left = 1.0
+        if others:
+            A = np.stack(others, axis=1)
+            c = cols[p]
+            left = float(np.sum((c - A @ np.linalg.lstsq(A, c, rcond=None)[0]) ** 2) / np.sum(c ** 2))
+        if left * limit < 1.0:
+            out.append(p)
+    return tuple(out)
+
+
+def _huber_sq(e):
+    return e * e if abs(e) <= HUBER else HUBER * abs(e)
+
+
+def engine_priors(rows, pooled) -> dict:
+    """{engine: ({parameter: weight of the pull towards the pooled fit}, parameters held at the pooled value)}, by
+    empirical Bayes: a first fit of every engine with the weak prior SHRINK_ENGINE gives the spread τ_j² of the
+    engines' term j around the pooled value (mean over the engines whose points price it, in the term's scale) and
+    the residual variance σ² of a point (Huber's loss, averaged over all points); the pull on term j is then
+    σ² / τ_j², the prior weight of a normal prior of variance τ_j² against points of variance σ². Terms on which
+    the engines agree are pulled hard, terms on which they differ are left to each engine's points; a term the
+    engine's points do not identify (:func:`unidentified`) stays at the pooled value."""
+    first = {n: _solve(rows[n], pooled, SHRINK_ENGINE) for n in ENGINES if rows[n]}
+    res = [sum(x[p] * first[n][p] for p in PARAMS) / y - 1 for n in first for x, y in rows[n]]
+    sigma2 = sum(_huber_sq(e) for e in res) / max(len(res), 1)
+    priced = {n: {p for p in PARAMS if any(x[p] > 0 for x, _ in rows[n])} for n in first}
+    tau2 = {}
+    for p in PARAMS:
+        dev = [((first[n][p] - pooled[p]) / _SCALE[p]) ** 2 for n in first if p in priced[n]]
+        tau2[p] = max(sum(dev) / len(dev), 1e-6) if dev else 1.0
+    weight = {p: sigma2 / tau2[p] for p in PARAMS}
+    return {n: (weight, unidentified(rows[n])) for n in first}
+
+
 def fit_profiles(records=None) -> dict:
     """Fit every engine's profile to ``records`` (default: all shipped). Returns {engine: EngineProfile}; the
     pooled fit of all engines is under the key None (the prior an engine with no points of its own gets)."""
@@ -509,8 +561,13 @@ def _fit_profiles(records: list[dict]) -> dict:
     pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL, ENGINE_ONLY)
     out = {None: _profile_from("transformers", pooled, sum(len(v) for v in rows.values()))}
     out[None] = replace(out[None], engine="pooled")
+    priors = engine_priors(rows, pooled)
     for name in ENGINES:
-        params = _solve(rows[name], pooled, SHRINK_ENGINE) if rows[name] else dict(pooled)
+        if rows[name]:
+            weight, hold = priors[name]
+            params = _solve(rows[name], pooled, weight, hold=hold)
+        else:
+            params = dict(pooled)
         out[name] = _profile_from(name, params, len(rows[name]), sorted({source_of(r) for r in by_engine[name]}))
     return out
 
@@ -579,9 +636,8 @@ _REASONS = (
     (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
      "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
     (lambda r: r["engine"] == "SGLang" and r["device"] == "h20" and r["batch"] == 1,
-     "held out by document, SGLang's own fit rests on GPUStack's two maximum-load ShareGPT runs, whose excess "
-     "time (over the batch the model assumes) the fit puts into per-layer step costs: batch-1 steps come out "
-     "several times too slow"),
+     "held out by document, SGLang's own points are GPUStack's two maximum-load runs, which identify none of its "
+     "terms: the pooled profile prices its batch-1 H20 steps"),
     (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
      "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
@@ -710,13 +766,16 @@ def profiles_document(fitted=None) -> dict:
     engines = {}
     for name in ENGINES:
         p = fitted[name]
+        rows = _rows([r for r in _published() if r["engine"] == name], name)
         engines[name] = {"params": {k: round(v, 9) for k, v in p.params.items()}, "points": p.points,
+                         "held_at_pooled": list(unidentified(rows)) if rows else list(PARAMS),
                          "sources": list(p.sources), "prefill_chunk_tokens": p.prefill_chunk_tokens,
                          "max_batch": p.max_batch, "constants_source": p.constants_source}
     return {
         "_about": ("Engine profiles (course_lib.core.forecast) FITTED by `python -m course_lib.core.forecast --refit` "
                    "(fit_profiles) to every record of the published_validation catalog: least squares on "
-                   "relative time error, each engine shrunk towards the pooled fit of all engines. Parameters: t_step "
+                   "relative time error, each engine shrunk towards the pooled fit of all engines (per term, by "
+                   "empirical Bayes; held_at_pooled: the terms its own points do not identify). Parameters: t_step "
                    "(s per forward step), t_layer (s per layer per step), t_req (s per request), t_tok (s per "
                    "token processed), kappa_x (passes over the K/V cache expanded to every query head; t_tok and "
                    "kappa_x are each engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
@@ -726,7 +785,10 @@ def profiles_document(fitted=None) -> dict:
                    "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
         "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
                         "records": fitted[None].points, "code": "course_lib.core.forecast.fit_profiles",
-                        "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_towards_pooled": SHRINK_ENGINE},
+                        "shrinkage": {"pooled_towards_floor": SHRINK_GLOBAL, "engine_first_pass": SHRINK_ENGINE,
+                                      "engine_towards_pooled": "empirical Bayes, sigma^2 / tau_j^2 per term "
+                                                               "(engine_priors)",
+                                      "max_vif": MAX_VIF},
                         "engine_only": list(ENGINE_ONLY),
                         "lower_bounds": _LOWER},
         "pooled": {k: round(v, 9) for k, v in fitted[None].params.items()},
