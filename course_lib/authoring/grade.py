@@ -68,7 +68,7 @@ MISSING = "missing"
 STATUSES = ("ok", "problems", "failed", "tampered")
 #: Problem kinds after which the notebook's score is not a grade.
 FAILED_KINDS = frozenset({"unreadable", "no_questions", "not_run", "dead_kernel", "hung", "memory_limit",
-                          "time_budget"})
+                          "process_limit", "disk_limit", "time_budget"})
 #: Problem kinds that mean the notebook or its environment was tampered with.
 TAMPERED_KINDS = frozenset({"tampered", "unknown_set"})
 #: Default time budget of a notebook, as a multiple of the per-cell timeout.
@@ -100,7 +100,8 @@ class QuestionGrade:
 
 @dataclass
 class Problem:
-    # error | timeout | hung | dead_kernel | memory_limit | time_budget | output_limit | missing | duplicate
+    # error | timeout | hung | dead_kernel | memory_limit | process_limit | disk_limit | time_budget | output_limit
+    # | missing | duplicate
     # | no_questions | unreadable | not_run | unknown_set | tampered
     kind: str
     message: str
@@ -306,6 +307,8 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
     with sandbox.workdir() as work:
         import nbformat
 
+        watch.work = work  # its disk use and its cgroup watched too
+
         nbformat.write(nb, str(work / Path(name).name))  # the copy that runs, alone in its folder
         keyless = sandbox.write_keyless(work / sandbox.KEYLESS_DIR, sets)  # course_lib without the answer key
         # the course's kernel environment, cleaned; COURSE_FAST as the caller has it, no figures
@@ -365,6 +368,13 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             if watch.reason == "memory":
                 problems.append(Problem("memory_limit", f"the kernel used more than {limits.max_memory} bytes "
                                         "of memory and was stopped; later cells were not run", last()))
+            elif watch.reason == "processes":
+                problems.append(Problem("process_limit", f"the kernel ran {sandbox.MAX_PROCESSES} processes and "
+                                        "threads or more and was stopped; later cells were not run", last()))
+            elif watch.reason == "disk":
+                problems.append(Problem("disk_limit", f"the notebook's files took more than {sandbox.MAX_DISK} "
+                                        f"bytes or {sandbox.MAX_FILES} entries and the kernel was stopped; later "
+                                        "cells were not run", last()))
             elif watch.reason == "budget":
                 problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the "
                                         "whole notebook); the kernel was stopped", last()))
@@ -589,6 +599,10 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
         return None, f"did not finish within {limits.timeout:g} s"
     if reason == "memory":
         return None, f"used more than {limits.max_memory} bytes of memory"
+    if reason == "processes":
+        return None, f"ran {sandbox.MAX_PROCESSES} processes and threads or more"
+    if reason == "disk":
+        return None, f"wrote more than {sandbox.MAX_DISK} bytes or {sandbox.MAX_FILES} files"
     at = out.rfind(_MARK)
     if at < 0:
         return None, f"ended without a result (exit status {rc})"
