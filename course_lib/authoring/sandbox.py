@@ -99,6 +99,9 @@ MAX_FILE_SIZE = 4 << 30  # a lesson writes a model file (ex08: 262 MB in fast mo
 #: Tasks (processes and threads) one sandbox may run at once: its cgroup's ``pids.max`` where the grader can
 #: make one, and the watch's bound everywhere (past it, the sandbox is killed: ``"processes"``).
 MAX_PROCESSES = 512
+#: Tasks ``RLIMIT_NPROC`` allows beyond :data:`MAX_PROCESSES`: the kernel's bound sits above the watch's, so that a
+#: fork bomb held at the kernel's is seen past the watch's (a cgroup reports its refusals; RLIMIT_NPROC does not).
+NPROC_SLACK = MAX_PROCESSES
 #: Bytes of disk the grading folder may hold (``/tmp`` inside the sandbox is in it); past it, killed: ``"disk"``.
 MAX_DISK = 8 << 30
 #: Files and folders the grading folder may hold.
@@ -520,15 +523,16 @@ def hand_over(path: Path) -> None:
 
 
 def _nproc_limit() -> int | None:
-    """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES`, or None).  An unprivileged grader's sandbox is a
-    user namespace of its own, where Linux 5.14+ counts the sandbox's tasks apart; older kernels would count all
+    """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES` plus :data:`NPROC_SLACK`, or None).  An unprivileged
+    grader's sandbox is a user namespace of its own, where Linux 5.14+ counts the sandbox's tasks apart; older
+    kernels would count all
     of the grader user's processes, so none is set there (the watch bounds them).  As root with cgroups, each
     sandbox's cgroup holds it (``nobody``'s count is shared by concurrent sandboxes: none is set); as root
     without, graded code runs as a user of its own (:func:`sandbox_uid`), whose count is that sandbox's."""
     if _as_root():  # a cgroup per sandbox, nobody's count shared: none; a user per grading process: its own
-        return None if cgroup_base() is not None else MAX_PROCESSES
+        return None if cgroup_base() is not None else MAX_PROCESSES + NPROC_SLACK
     release = tuple(int(x) for x in __import__("re").findall(r"\d+", os.uname().release)[:2])
-    return MAX_PROCESSES if release >= (5, 14) else None
+    return MAX_PROCESSES + NPROC_SLACK if release >= (5, 14) else None
 
 
 def _limits_prefix() -> list[str]:
@@ -828,12 +832,12 @@ class Watch:
             procs = self._tree()
             if not procs:
                 continue
-            rss = tasks = 0
+            rss, tasks = 0, len(procs)  # a process that ended since the listing still counts (a bomb's churn)
             for p in procs:
                 try:
                     with p.oneshot():
                         rss += p.memory_info().rss
-                        tasks += p.num_threads()
+                        tasks += p.num_threads() - 1
                 except psutil.Error:
                     pass
             self.peak_rss = max(self.peak_rss, rss)
@@ -994,17 +998,19 @@ def write_keyless(folder: Path, sets=()) -> Path:
 
 
 def run_python(code: str, stdin: bytes, *, env: dict, cwd: Path, timeout: float, max_memory: int,
-               max_output: int = MAX_CELL_OUTPUT, work: Path | None = None) -> tuple[int | None, str, str | None]:
+               max_output: int = MAX_CELL_OUTPUT, work: Path | None = None,
+               max_disk: int | None = None) -> tuple[int | None, str, str | None]:
     """Run ``python -c code`` with ``stdin`` in ``cwd`` and ``env``: ``(exit status or None, the last
     ``max_output`` characters of its stdout, why it was stopped: "timeout" | "memory" | "processes" | "disk" |
     None)``.  Its
     memory is watched like a kernel's (:class:`Watch`); it and every process it started are ended.
-    ``work``: run it in the sandbox of that grading folder (:func:`isolation_prefix`)."""
+    ``work``: run it in the sandbox of that grading folder (:func:`isolation_prefix`), whose disk use is
+    bounded by ``max_disk`` bytes (default :data:`MAX_DISK`)."""
     before = snapshot()
     prefix = isolation_prefix(work, cwd) if work is not None else []
     proc = subprocess.Popen(prefix + [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=str(cwd), env=env)
-    watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S, work=work)
+    watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S, work=work, max_disk=max_disk)
     watch.attach(proc.pid)
     chunks: list[bytes] = []
     kept = [0]
