@@ -525,8 +525,7 @@ def hand_over(path: Path) -> None:
 def _nproc_limit() -> int | None:
     """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES` plus :data:`NPROC_SLACK`, or None).  An unprivileged
     grader's sandbox is a user namespace of its own, where Linux 5.14+ counts the sandbox's tasks apart; older
-    kernels would count all
-    of the grader user's processes, so none is set there (the watch bounds them).  As root with cgroups, each
+    kernels would count all of the grader user's processes, so none is set there (the watch bounds them).  As root with cgroups, each
     sandbox's cgroup holds it (``nobody``'s count is shared by concurrent sandboxes: none is set); as root
     without, graded code runs as a user of its own (:func:`sandbox_uid`), whose count is that sandbox's."""
     if _as_root():  # a cgroup per sandbox, nobody's count shared: none; a user per grading process: its own
