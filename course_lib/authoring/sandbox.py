@@ -21,10 +21,15 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   folder is handed to that user (:func:`hand_over`).  They see a read-only view of the system
   folders (``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and of Python's prefixes, with the course's
   own package and source folder masked; a private ``/proc`` (only their own processes: not the grader,
-  not other notebooks' kernels), a private ``/dev`` and ``/tmp``; and, read-write, only the notebook's
-  grading folder (its key-less ``course_lib`` read-only).  No network, not even the host's 127.0.0.1
+  not other notebooks' kernels) and ``/dev``; and, read-write, only the notebook's grading folder (its
+  key-less ``course_lib`` read-only), whose ``.tmp`` is also their ``/tmp`` (on disk, counted).
+  No network, not even the host's 127.0.0.1
   (a local Jupyter server): the grader talks to the kernel over Unix sockets in the grading folder.
-  Files are limited to :data:`MAX_FILE_SIZE` bytes each.  When bubblewrap is not usable the grader
+  Files are limited to :data:`MAX_FILE_SIZE` bytes each.  Processes: the sandbox joins a pids cgroup of its
+  grading folder (``pids.max`` :data:`MAX_PROCESSES`) where the grader can make one (:func:`cgroup_base`);
+  without, ``RLIMIT_NPROC`` holds it at :data:`MAX_PROCESSES` + :data:`NPROC_SLACK`, counted for that sandbox
+  alone (a root grader then runs graded code as a uid of its own per grading process, :func:`sandbox_uid`;
+  an unprivileged one's user namespace has its own count).  When bubblewrap is not usable the grader
   refuses (:class:`IsolationUnavailable`, with the reason) unless the caller opts into the
   :data:`INSECURE` mode (``--insecure``, ``COURSE_GRADE_ISOLATION=insecure``), where graded code runs as
   the grader's user and can read whatever that user can; each notebook graded so carries a warning;
@@ -38,9 +43,12 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   every MIME key); check records (the answer exports) are kept apart, up to :data:`MAX_RECORDS` of at
   most :data:`MAX_RECORD_BYTES` each and ``max_output`` bytes in all, so a flood before a grade cell does
   not drop its answer;
-* **a memory watch and an overall time budget** (:class:`Watch`, a thread polling psutil): the kernel and
-  its descendants are killed when their summed RSS passes ``max_memory`` bytes (an address-space limit would
-  break ``import torch``) or when the budget plus :data:`BUDGET_GRACE_S` has passed (the per-cell timeouts
+* **a memory, process and disk watch and an overall time budget** (:class:`Watch`, a thread polling psutil):
+  the kernel and its descendants are killed when their summed RSS passes ``max_memory`` bytes (an
+  address-space limit would break ``import torch``), when they hold :data:`MAX_PROCESSES` tasks or their
+  cgroup refused a fork (``"processes"``), when the grading folder holds more than ``max_disk`` bytes
+  (default :data:`MAX_DISK`) or :data:`MAX_FILES` entries (looked at every :data:`DISK_POLL_S` s:
+  ``"disk"``), or when the budget plus :data:`BUDGET_GRACE_S` has passed (the per-cell timeouts
   are also cut to what is left of the budget, and no cell starts after it);
 * **every child ended** (:func:`become_subreaper`, :func:`end_processes`): on Linux the grader process is a
   child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so processes the kernel started, even after ``setsid``
@@ -80,7 +88,8 @@ __all__ = [
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
     "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "settle", "MODEL_CACHE_DIR", "model_cache_files",
-    "MAX_PROCESSES", "MAX_DISK", "MAX_FILES", "DISK_POLL_S", "sandbox_uid", "PRIVATE_UID_BASE", "cgroup_base",
+    "MAX_PROCESSES", "MAX_DISK", "MAX_FILES", "DISK_POLL_S", "NPROC_SLACK", "sandbox_uid", "PRIVATE_UID_BASE",
+    "cgroup_base",
     "cgroup_of", "disk_use",
 ]
 
@@ -523,11 +532,12 @@ def hand_over(path: Path) -> None:
 
 
 def _nproc_limit() -> int | None:
-    """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES` plus :data:`NPROC_SLACK`, or None).  An unprivileged
+    """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES` plus :data:`NPROC_SLACK`, or None). An unprivileged
     grader's sandbox is a user namespace of its own, where Linux 5.14+ counts the sandbox's tasks apart; older
-    kernels would count all of the grader user's processes, so none is set there (the watch bounds them).  As root with cgroups, each
-    sandbox's cgroup holds it (``nobody``'s count is shared by concurrent sandboxes: none is set); as root
-    without, graded code runs as a user of its own (:func:`sandbox_uid`), whose count is that sandbox's."""
+    kernels would count all of the grader user's processes, so none is set there (the watch bounds them). As
+    root with cgroups, each sandbox's cgroup holds it (``nobody``'s count is shared by concurrent sandboxes:
+    none is set); as root without, graded code runs as a user of its own (:func:`sandbox_uid`), whose count is
+    that sandbox's."""
     if _as_root():  # a cgroup per sandbox, nobody's count shared: none; a user per grading process: its own
         return None if cgroup_base() is not None else MAX_PROCESSES + NPROC_SLACK
     release = tuple(int(x) for x in __import__("re").findall(r"\d+", os.uname().release)[:2])
