@@ -165,3 +165,31 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpi
             pass
 print("HITS", hits)
 '''
+
+# --- Attacks on the grading machine's process table and disk (issue 32, second round) -------------------------
+
+#: A shell fork bomb in the background, its parent waiting: without a bound, it takes every process slot of the
+#: machine (the grader's and classmates' forks fail).
+FORK_BOMB = '''
+import subprocess, time
+subprocess.Popen(["/bin/sh", "-c", "b() { b | b & }; b"])
+time.sleep(60)
+'''
+
+#: Fills the grading disk with 1 MiB files, in /tmp (by absolute path) and then in its folder, until stopped.
+DISK_FILLER = '''
+import itertools, os
+for i in itertools.count():
+    folder = "/tmp/fill" if i < 32 else "fill"
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, str(i)), "wb") as f:
+        f.write(b"x" * (1 << 20))
+'''
+
+#: Fills the grading folder with empty files (inodes, and the time a size watch takes to count them).
+FILE_FILLER = '''
+import itertools, os
+os.makedirs("many", exist_ok=True)
+for i in itertools.count():
+    open(os.path.join("many", str(i)), "wb").close()
+'''

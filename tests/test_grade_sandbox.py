@@ -10,6 +10,10 @@ trusting grader (a ``Decimal`` whose ``str`` is ``'abc'``, a forged export hook,
 writes deeply nested JSON) and output that used to skip the caps (1 MB of display metadata per message,
 outputs under the check-record MIME key).  Each attack fails; bob is graded as if she were not there.
 
+Then the machine itself: a fork bomb and a disk filler, graded beside a classmate who forks and writes
+normally, are stopped at the process and disk bounds (the bomb's author only); the sandbox of a grader that is
+not root (a user namespace) holds too.
+
 Needs bubblewrap: skipped with the reason where it cannot start, required under CI=true.  Two kernels.
 The static scan's time bound needs none.
 """
@@ -24,12 +28,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from attacks import (BAD_DECIMAL, FORGE_EXPORT, METADATA_FLOOD, NESTED_RESULT, RECORD_FLOOD, STEAL,
-                     STEAL_IN_FUNCTION)
+from attacks import (BAD_DECIMAL, DISK_FILLER, FILE_FILLER, FORGE_EXPORT, FORK_BOMB, METADATA_FLOOD,
+                     NESTED_RESULT, RECORD_FLOOD, STEAL, STEAL_IN_FUNCTION)
 from conftest import sandbox_reason, strict_tools
 from test_grade_isolation import growth
 
@@ -240,3 +245,150 @@ def test_without_bubblewrap_the_grader_refuses_unless_the_insecure_mode_is_chose
     assert sandbox.resolve_isolation("insecure") == "insecure"
     with pytest.raises(ValueError, match="isolation must be"):
         sandbox.resolve_isolation("container")
+
+
+# --- the machine: processes and disk ---------------------------------------------------------------------------
+
+#: A grading process of its own (as ``grade -j 2`` runs one per worker): runs argv[1] in a fresh sandbox with a
+#: time limit of argv[2] s (env NO_CGROUP=1: as if no cgroup could be made) and prints what came back as JSON.
+GRADER = """
+import json, os, sys, time
+from course_lib.authoring import sandbox
+if os.environ.get("NO_CGROUP"):
+    sandbox.cgroup_base = lambda: None
+with sandbox.workdir() as work:
+    env = sandbox.clean_env(work)
+    sandbox.hand_over(work)
+    t = time.monotonic()
+    rc, out, why = sandbox.run_python(sys.argv[1], b"", env=env, cwd=work, timeout=float(sys.argv[2]),
+                                      max_memory=sandbox.MAX_MEMORY, work=work)
+    took = time.monotonic() - t
+    group = str(sandbox.cgroup_of(work) or "")
+print(json.dumps({"rc": rc, "out": out, "why": why, "s": took, "euid": os.geteuid(), "cgroup": group}))
+"""
+
+#: A classmate's code: 90 short-lived processes, 30 at a time; prints how many ran.
+CLASSMATE = """
+import subprocess
+ran = 0
+for _ in range(3):
+    procs = [subprocess.Popen(["/bin/sleep", "0.2"]) for _ in range(30)]
+    ran += sum(p.wait() == 0 for p in procs)
+print("ran", ran)
+"""
+
+
+def _grader(code: str, prefix=(), timeout: float = 30, **env) -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parent.parent)
+    return subprocess.Popen([*prefix, sys.executable, "-c", GRADER, code, str(timeout)], stdout=subprocess.PIPE,
+                            text=True,
+                            cwd=tempfile.gettempdir(), env={**os.environ, "PYTHONPATH": root, **env})
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, f"the grading process died (exit status {proc.returncode})"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _fork_bomb_beside_a_classmate(killed: bool = True, **env) -> None:
+    """``killed``: the watch stops the bomb at the bound (a cgroup reports every refused fork); otherwise the
+    kernel holds it at its RLIMIT_NPROC and the watch stops it when it sees the bound (a fork bomb can starve the
+    watch's polling of CPU) or at the time limit (8 s here; ending a bomb's sandbox then took up to 22 s on 2
+    busy cores)."""
+    classmate = _grader(CLASSMATE, **env)
+    bomb = _grader(FORK_BOMB, timeout=8, **env)
+    b, c = _result(bomb), _result(classmate)
+    assert b["rc"] is None and b["why"] in (("processes",) if killed else ("processes", "timeout")), b
+    assert b["s"] < (15 if killed else 30), f"the bomb ran {b['s']:.1f} s before it was stopped"
+    assert (c["rc"], c["why"], c["out"].strip()) == (0, None, "ran 90"), "the classmate's forks all succeeded"
+    assert not any(r["cgroup"] and Path(r["cgroup"]).exists() for r in (b, c)), "the sandboxes' cgroups are gone"
+    assert subprocess.run(["/bin/true"]).returncode == 0, "the grader still forks"
+
+
+def test_a_fork_bomb_is_stopped_at_the_process_bound_and_the_classmate_beside_it_is_not(tmp_path):
+    """Two grading processes at once (``-j 2``): the bomb's sandbox is killed once it holds MAX_PROCESSES tasks
+    (its cgroup's pids.max where one can be made, else RLIMIT_NPROC under a uid of its own); the classmate's
+    90 processes all run."""
+    require_sandbox()
+    _fork_bomb_beside_a_classmate(killed=sandbox.cgroup_base() is not None)
+
+
+@pytest.mark.grading
+def test_without_cgroups_a_fork_bomb_still_takes_no_process_slot_of_a_classmate(tmp_path):
+    """As if no cgroup could be made (a container's read-only /sys/fs/cgroup): as root, each grading process's
+    sandbox runs as a uid of its own, so the bomb's RLIMIT_NPROC counts its own processes only."""
+    require_sandbox()
+    _fork_bomb_beside_a_classmate(killed=False, NO_CGROUP="1")
+
+
+def _sandboxed(tmp_path, code: str, **kw) -> tuple:
+    with sandbox.workdir() as work:
+        env = sandbox.clean_env(work)
+        sandbox.hand_over(work)
+        t = time.monotonic()
+        rc, out, why = sandbox.run_python(code, b"", env=env, cwd=work, timeout=30, max_memory=sandbox.MAX_MEMORY,
+                                          work=work, **kw)
+        return rc, out, why, time.monotonic() - t, sandbox.disk_use(work)
+
+
+def test_a_disk_filler_is_stopped_at_the_disk_bound_and_its_files_go_with_its_folder(tmp_path):
+    """1 MiB files, first in /tmp (by absolute path: the grading folder's own .tmp in the sandbox), then in the
+    folder, against a 64 MiB bound: stopped within a look of the watch, its files gone with its folder."""
+    require_sandbox()
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    rc, _, why, took, (used, _) = _sandboxed(tmp_path, DISK_FILLER, max_disk=64 << 20)
+    assert (rc, why) == (None, "disk") and took < 15, (rc, why, took)
+    assert used >= 64 << 20, "the files in /tmp counted: they are in the grading folder"
+    assert shutil.disk_usage(tempfile.gettempdir()).free > free - (256 << 20), "the folder and its files are gone"
+
+
+@pytest.mark.grading
+def test_a_folder_of_empty_files_is_stopped_and_a_model_file_is_not(tmp_path, monkeypatch):
+    """Empty files are stopped at MAX_FILES (here 2,000); a 300 MB file (ex08's model is 262 MB) is written under
+    the default bounds."""
+    require_sandbox()
+    monkeypatch.setattr(sandbox, "MAX_FILES", 2000)
+    rc, _, why, took, _ = _sandboxed(tmp_path, FILE_FILLER)
+    assert (rc, why) == (None, "disk") and took < 15, (rc, why, took)
+    model = "with open('model.gguf', 'wb') as f:\n    for _ in range(300):\n        f.write(b'\\1' * (1 << 20))\n"
+    rc, _, why, _, (used, _) = _sandboxed(tmp_path, model)
+    assert (rc, why) == (0, None) and used >= 300 << 20, (rc, why, used)
+
+
+def _as_non_root() -> tuple[list[str], str]:
+    """A command prefix that runs the grader as a user other than root (nothing when it is not root), or the
+    reason there is none.  As root: a user namespace where the grader is uid 1000 (a real unprivileged user
+    cannot reach this root-owned Python)."""
+    if os.geteuid() != 0:
+        return [], ""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return [], "unshare (util-linux) is not installed"
+    prefix = [unshare, "--user", "--map-user=1000", "--map-group=1000"]
+    done = subprocess.run(prefix + [sys.executable, "-c", "import os; print(os.geteuid())"], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0 or done.stdout.strip() != "1000":
+        return [], f"cannot become a user other than root here: {done.stderr.strip()[-200:]}"
+    return prefix, ""
+
+
+@pytest.mark.grading
+def test_the_sandbox_of_a_grader_that_is_not_root_holds(tmp_path):
+    """Run by a non-root user, the grader's sandbox is a user namespace: graded code is uid 65534 there, cannot
+    read the answer key, and its fork bomb is held at the process bound (RLIMIT_NPROC, counted per namespace on
+    Linux 5.14+) and stopped by the watch or at the time limit, while a classmate's processes all run."""
+    require_sandbox()
+    prefix, why = _as_non_root()
+    if why:
+        pytest.skip(why)
+    key = str(Path(_demo.__file__).resolve())
+    probe = (f"import os\nprint('uid', os.getuid())\ntry:\n    open({key!r}).read()\n    print('KEY READ')\n"
+             f"except OSError as exc:\n    print('no key', type(exc).__name__)\n"
+             "import sys\nsys.stdout.flush()\n") + FORK_BOMB
+    classmate = _grader(CLASSMATE, prefix=prefix)
+    got, mate = _result(_grader(probe, prefix=prefix, timeout=8)), _result(classmate)
+    assert got["euid"] != 0 and mate["euid"] != 0, "the grader ran as a user other than root"
+    assert "uid 65534" in got["out"] and "no key" in got["out"] and "KEY READ" not in got["out"], got["out"]
+    assert got["rc"] is None and got["why"] in ("processes", "timeout") and got["s"] < 30, got
+    assert (mate["rc"], mate["out"].strip()) == (0, "ran 90"), mate

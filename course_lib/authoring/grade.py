@@ -68,7 +68,7 @@ MISSING = "missing"
 STATUSES = ("ok", "problems", "failed", "tampered")
 #: Problem kinds after which the notebook's score is not a grade.
 FAILED_KINDS = frozenset({"unreadable", "no_questions", "not_run", "dead_kernel", "hung", "memory_limit",
-                          "time_budget"})
+                          "process_limit", "disk_limit", "time_budget"})
 #: Problem kinds that mean the notebook or its environment was tampered with.
 TAMPERED_KINDS = frozenset({"tampered", "unknown_set"})
 #: Default time budget of a notebook, as a multiple of the per-cell timeout.
@@ -100,7 +100,8 @@ class QuestionGrade:
 
 @dataclass
 class Problem:
-    # error | timeout | hung | dead_kernel | memory_limit | time_budget | output_limit | missing | duplicate
+    # error | timeout | hung | dead_kernel | memory_limit | process_limit | disk_limit | time_budget | output_limit
+    # | missing | duplicate
     # | no_questions | unreadable | not_run | unknown_set | tampered
     kind: str
     message: str
@@ -237,6 +238,7 @@ class _Limits:
     max_cell_output: int
     max_output: int
     isolation: str = sandbox.SANDBOX  # sandbox.SANDBOX or sandbox.INSECURE (already resolved)
+    max_disk: int = sandbox.MAX_DISK
 
 
 class _Where:
@@ -269,7 +271,7 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
     consecutive_timeouts = [0]
     clock = {"deadline": None}
     seconds = max(1, math.ceil(limits.timeout))
-    watch = sandbox.Watch(limits.max_memory)
+    watch = sandbox.Watch(limits.max_memory, max_disk=limits.max_disk)
 
     def on_notebook_start(notebook):
         clock["deadline"] = time.monotonic() + limits.budget
@@ -305,6 +307,8 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
     before = sandbox.snapshot()
     with sandbox.workdir() as work:
         import nbformat
+
+        watch.work = work  # its disk use and its cgroup watched too
 
         nbformat.write(nb, str(work / Path(name).name))  # the copy that runs, alone in its folder
         keyless = sandbox.write_keyless(work / sandbox.KEYLESS_DIR, sets)  # course_lib without the answer key
@@ -365,6 +369,13 @@ def _execute(nb, name: str, limits: _Limits, kernel_name: str, startup_timeout: 
             if watch.reason == "memory":
                 problems.append(Problem("memory_limit", f"the kernel used more than {limits.max_memory} bytes "
                                         "of memory and was stopped; later cells were not run", last()))
+            elif watch.reason == "processes":
+                problems.append(Problem("process_limit", f"the kernel ran {sandbox.MAX_PROCESSES} processes and "
+                                        "threads or more and was stopped; later cells were not run", last()))
+            elif watch.reason == "disk":
+                problems.append(Problem("disk_limit", f"the notebook's files took more than {limits.max_disk} "
+                                        f"bytes or {sandbox.MAX_FILES} entries and the kernel was stopped; later "
+                                        "cells were not run", last()))
             elif watch.reason == "budget":
                 problems.append(Problem("time_budget", f"time budget exceeded ({limits.budget:g} s for the "
                                         "whole notebook); the kernel was stopped", last()))
@@ -583,12 +594,16 @@ def _child(request: dict, work: Path, env: dict, limits: _Limits) -> tuple[dict 
         sandbox.hand_over(work)  # the grading folder, this fresh subfolder included
     rc, out, reason = sandbox.run_python(_CHILD, base64.b64encode(pickle.dumps(request)), env=env, cwd=folder,
                                          timeout=limits.timeout, max_memory=limits.max_memory,
-                                         max_output=limits.max_cell_output,
+                                         max_output=limits.max_cell_output, max_disk=limits.max_disk,
                                          work=work if limits.isolation == sandbox.SANDBOX else None)
     if reason == "timeout":
         return None, f"did not finish within {limits.timeout:g} s"
     if reason == "memory":
         return None, f"used more than {limits.max_memory} bytes of memory"
+    if reason == "processes":
+        return None, f"ran {sandbox.MAX_PROCESSES} processes and threads or more"
+    if reason == "disk":
+        return None, f"wrote more than {limits.max_disk} bytes or {sandbox.MAX_FILES} files"
     at = out.rfind(_MARK)
     if at < 0:
         return None, f"ended without a result (exit status {rc})"
@@ -834,13 +849,14 @@ def student_id(path, pattern: str | None = None) -> str | None:
 
 def _check_arguments(timeout: float = kernel.GRADE_CELL_TIMEOUT_S, time_budget: float | None = None,
                      max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
-                     max_output: int = sandbox.MAX_OUTPUT) -> tuple[float, float]:
+                     max_output: int = sandbox.MAX_OUTPUT, max_disk: int = sandbox.MAX_DISK) -> tuple[float, float]:
     """The limits checked (a clear ValueError naming the argument): (timeout, time budget) in seconds."""
     from course_lib.core.validation import require_positive
 
     timeout = require_positive("timeout", timeout)
     budget = require_positive("time_budget", BUDGET_PER_TIMEOUT * timeout if time_budget is None else time_budget)
-    for arg, value in (("max_memory", max_memory), ("max_cell_output", max_cell_output), ("max_output", max_output)):
+    for arg, value in (("max_memory", max_memory), ("max_cell_output", max_cell_output), ("max_output", max_output),
+                       ("max_disk", max_disk)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{arg} must be a positive int (bytes), got {value!r}")
     if not math.isfinite(timeout) or not math.isfinite(budget):
@@ -852,12 +868,14 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
                    startup_timeout: float = kernel.STARTUP_TIMEOUT_S, time_budget: float | None = None,
                    max_memory: int = sandbox.MAX_MEMORY, max_cell_output: int = sandbox.MAX_CELL_OUTPUT,
                    max_output: int = sandbox.MAX_OUTPUT, solutions=None,
-                   student_pattern: str | None = None, isolation: str | None = None) -> NotebookGrade:
+                   student_pattern: str | None = None, isolation: str | None = None,
+                   max_disk: int = sandbox.MAX_DISK) -> NotebookGrade:
     """Execute a copy of the notebook at ``path`` alone in a fresh folder and grade it (the file itself is
     never written).
 
     ``time_budget``: seconds for the whole notebook (default :data:`BUDGET_PER_TIMEOUT` × ``timeout``);
-    ``max_memory``, ``max_cell_output``, ``max_output``: bytes (see :mod:`course_lib.authoring.sandbox`);
+    ``max_memory``, ``max_cell_output``, ``max_output``, ``max_disk``: bytes (see
+    :mod:`course_lib.authoring.sandbox`);
     ``solutions``: the folder of solution notebooks whose grade cells are the reference (default the
     course's ``solutions/``; False: do not verify grade cells);
     ``isolation``: :data:`~course_lib.authoring.sandbox.SANDBOX` (default, unless ``$COURSE_GRADE_ISOLATION``
@@ -865,7 +883,7 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
     when it cannot start) or :data:`~course_lib.authoring.sandbox.INSECURE` (opt-in, a warning per notebook).
     """
     isolation = sandbox.resolve_isolation(isolation)
-    timeout, budget = _check_arguments(timeout, time_budget, max_memory, max_cell_output, max_output)
+    timeout, budget = _check_arguments(timeout, time_budget, max_memory, max_cell_output, max_output, max_disk)
     src = Path(path)
     grade = NotebookGrade(path=str(path), student=student_id(path, student_pattern))
     try:
@@ -909,7 +927,7 @@ def grade_notebook(path, *, timeout: float = kernel.GRADE_CELL_TIMEOUT_S, kernel
         else:
             pre.append(Problem(f.kind, f.message, f.cell))
 
-    limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output, isolation)
+    limits = _Limits(timeout, budget, max_memory, max_cell_output, max_output, isolation, max_disk)
     replies, problems, warnings, judged = run_and_judge(nb, src.name, grade.sets, limits, kernel_name,
                                                         startup_timeout, where, reference)
     grade.warnings += warnings
@@ -1001,7 +1019,7 @@ def grade_notebooks(paths, *, jobs: int = 1, **kwargs) -> list[NotebookGrade]:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     kwargs["isolation"] = sandbox.resolve_isolation(kwargs.get("isolation"))  # refuse once, before any notebook
     _check_arguments(**{k: kwargs[k] for k in ("timeout", "time_budget", "max_memory", "max_cell_output",
-                                                "max_output") if k in kwargs})
+                                                "max_output", "max_disk") if k in kwargs})
     if jobs == 1 or len(paths) <= 1:
         return [_grade_one((p, kwargs)) for p in paths]
     import multiprocessing
@@ -1172,6 +1190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-output", type=_bytes, default=sandbox.MAX_OUTPUT, metavar="BYTES",
                         help="output a notebook may send in all; beyond it the printing cell is interrupted "
                              "(default 16M)")
+    parser.add_argument("--max-disk", type=_bytes, default=sandbox.MAX_DISK, metavar="BYTES",
+                        help="disk the notebook's grading folder may hold, its /tmp included (default 8G)")
     parser.add_argument("--solutions", metavar="DIR", default=None,
                         help="folder of the solution notebooks whose grade cells are the reference "
                              "(default: the course's solutions/)")
@@ -1199,7 +1219,7 @@ def main(argv=None) -> int:
     grades = grade_notebooks(
         args.notebooks, jobs=args.jobs, timeout=args.timeout, kernel_name=args.kernel,
         time_budget=args.time_budget, max_memory=args.max_memory, max_cell_output=args.max_cell_output,
-        max_output=args.max_output, solutions=False if args.no_verify else args.solutions,
+        max_output=args.max_output, max_disk=args.max_disk, solutions=False if args.no_verify else args.solutions,
         student_pattern=args.student_id_from, isolation=isolation)
     graded = [g for g in grades if g.status != "failed"]
     report = {

@@ -21,10 +21,15 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   folder is handed to that user (:func:`hand_over`).  They see a read-only view of the system
   folders (``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and of Python's prefixes, with the course's
   own package and source folder masked; a private ``/proc`` (only their own processes: not the grader,
-  not other notebooks' kernels), a private ``/dev`` and ``/tmp``; and, read-write, only the notebook's
-  grading folder (its key-less ``course_lib`` read-only).  No network, not even the host's 127.0.0.1
+  not other notebooks' kernels) and ``/dev``; and, read-write, only the notebook's grading folder (its
+  key-less ``course_lib`` read-only), whose ``.tmp`` is also their ``/tmp`` (on disk, counted).
+  No network, not even the host's 127.0.0.1
   (a local Jupyter server): the grader talks to the kernel over Unix sockets in the grading folder.
-  Files are limited to :data:`MAX_FILE_SIZE` bytes each.  When bubblewrap is not usable the grader
+  Files are limited to :data:`MAX_FILE_SIZE` bytes each.  Processes: the sandbox joins a pids cgroup of its
+  grading folder (``pids.max`` :data:`MAX_PROCESSES`) where the grader can make one (:func:`cgroup_base`);
+  without, ``RLIMIT_NPROC`` holds it at :data:`MAX_PROCESSES` + :data:`NPROC_SLACK`, counted for that sandbox
+  alone (a root grader then runs graded code as a uid of its own per grading process, :func:`sandbox_uid`;
+  an unprivileged one's user namespace has its own count).  When bubblewrap is not usable the grader
   refuses (:class:`IsolationUnavailable`, with the reason) unless the caller opts into the
   :data:`INSECURE` mode (``--insecure``, ``COURSE_GRADE_ISOLATION=insecure``), where graded code runs as
   the grader's user and can read whatever that user can; each notebook graded so carries a warning;
@@ -38,9 +43,12 @@ What :func:`course_lib.authoring.grade.grade_notebook` gets from here:
   every MIME key); check records (the answer exports) are kept apart, up to :data:`MAX_RECORDS` of at
   most :data:`MAX_RECORD_BYTES` each and ``max_output`` bytes in all, so a flood before a grade cell does
   not drop its answer;
-* **a memory watch and an overall time budget** (:class:`Watch`, a thread polling psutil): the kernel and
-  its descendants are killed when their summed RSS passes ``max_memory`` bytes (an address-space limit would
-  break ``import torch``) or when the budget plus :data:`BUDGET_GRACE_S` has passed (the per-cell timeouts
+* **a memory, process and disk watch and an overall time budget** (:class:`Watch`, a thread polling psutil):
+  the kernel and its descendants are killed when their summed RSS passes ``max_memory`` bytes (an
+  address-space limit would break ``import torch``), when they hold :data:`MAX_PROCESSES` tasks or their
+  cgroup refused a fork (``"processes"``), when the grading folder holds more than ``max_disk`` bytes
+  (default :data:`MAX_DISK`) or :data:`MAX_FILES` entries (looked at every :data:`DISK_POLL_S` s:
+  ``"disk"``), or when the budget plus :data:`BUDGET_GRACE_S` has passed (the per-cell timeouts
   are also cut to what is left of the budget, and no cell starts after it);
 * **every child ended** (:func:`become_subreaper`, :func:`end_processes`): on Linux the grader process is a
   child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so processes the kernel started, even after ``setsid``
@@ -80,6 +88,9 @@ __all__ = [
     "SANDBOX", "INSECURE", "ISOLATION_ENV", "IsolationUnavailable", "resolve_isolation", "bwrap_status",
     "isolation_prefix", "sandboxed_kernel_manager", "KEEP_ENV", "MAX_RECORD_BYTES", "MAX_FILE_SIZE", "scrub",
     "message_size", "INSECURE_WARNING", "hand_over", "socket_dir", "settle", "MODEL_CACHE_DIR", "model_cache_files",
+    "MAX_PROCESSES", "MAX_DISK", "MAX_FILES", "DISK_POLL_S", "NPROC_SLACK", "sandbox_uid", "PRIVATE_UID_BASE",
+    "cgroup_base",
+    "cgroup_of", "disk_use",
 ]
 
 #: Bytes of output kept per cell (default of ``--max-cell-output``).
@@ -94,6 +105,18 @@ MAX_RECORDS = 2000
 MAX_RECORD_BYTES = 256 << 10
 #: Bytes of one file graded code writes (``RLIMIT_FSIZE`` in the sandbox).
 MAX_FILE_SIZE = 4 << 30  # a lesson writes a model file (ex08: 262 MB in fast mode, GBs at full size)
+#: Tasks (processes and threads) one sandbox may run at once: its cgroup's ``pids.max`` where the grader can
+#: make one, and the watch's bound everywhere (past it, the sandbox is killed: ``"processes"``).
+MAX_PROCESSES = 512
+#: Tasks ``RLIMIT_NPROC`` allows beyond :data:`MAX_PROCESSES`: the kernel's bound sits above the watch's, so that a
+#: fork bomb held at the kernel's is seen past the watch's (a cgroup reports its refusals; RLIMIT_NPROC does not).
+NPROC_SLACK = MAX_PROCESSES
+#: Bytes of disk the grading folder may hold (``/tmp`` inside the sandbox is in it); past it, killed: ``"disk"``.
+MAX_DISK = 8 << 30
+#: Files and folders the grading folder may hold.
+MAX_FILES = 100_000
+#: Seconds between two looks at the grading folder's disk use.
+DISK_POLL_S = 0.5
 #: Bytes a single kernel message may have beyond ``max_cell_output`` (headers, metadata).
 MESSAGE_SLACK = 64 << 10
 #: Kernel output messages the grader's transport holds before it drops new ones.
@@ -115,6 +138,9 @@ SANDBOX, INSECURE = "sandbox", "insecure"
 ISOLATION_ENV = "COURSE_GRADE_ISOLATION"
 #: The uid and gid graded code runs as inside the sandbox (``nobody``).
 SANDBOX_UID = 65534
+#: A root grader with no cgroup to hold a sandbox runs its graded code as uid and gid this plus the grader's
+#: process id instead (an account-less user of its own, so that its ``RLIMIT_NPROC`` counts that sandbox only).
+PRIVATE_UID_BASE = 1 << 30
 
 
 class IsolationUnavailable(RuntimeError):
@@ -138,12 +164,170 @@ def become_subreaper() -> bool:
 
 @contextmanager
 def workdir():
-    """A fresh temporary directory for one notebook (removed afterwards, whatever graded code left)."""
+    """A fresh temporary directory for one notebook (removed afterwards, whatever graded code left), with
+    its own cgroup of at most :data:`MAX_PROCESSES` tasks where one can be made (:func:`cgroup_of`)."""
     with tempfile.TemporaryDirectory(prefix="course-grade-", ignore_cleanup_errors=True) as tmp:
         path = Path(tmp)
         for sub in (".tmp", ".ipython"):
             (path / sub).mkdir()
-        yield path
+        group = _make_cgroup(path)
+        try:
+            yield path
+        finally:
+            if group is not None:
+                _remove_cgroup(group)
+
+
+# ------------------------------------------------------------------------------------------------
+# Processes and disk: a cgroup per grading folder where one can be made, RLIMIT_NPROC, and the watch
+# ------------------------------------------------------------------------------------------------
+
+
+def _cgroup_candidates() -> list[Path]:
+    """Folders where a child pids cgroup of this process's own could be made (cgroup v1's pids hierarchy,
+    cgroup v2 with the pids controller enabled below this process's group)."""
+    out = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        rel = rel.lstrip("/")
+        if "pids" in controllers.split(","):
+            out.append(Path("/sys/fs/cgroup/pids") / rel)
+        elif controllers == "":
+            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                base = root / rel
+                try:
+                    if "pids" in (base / "cgroup.subtree_control").read_text().split():
+                        out.append(base)
+                except OSError:
+                    pass
+    return out
+
+
+def _join_cgroup_prefix(group: Path) -> list[str]:
+    """A command prefix that moves itself into ``group`` and then runs the command (its children follow)."""
+    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs")]
+
+
+@functools.lru_cache(maxsize=1)
+def cgroup_base() -> Path | None:
+    """The folder where this grader makes one pids cgroup per grading folder, or None (not Linux, no pids
+    controller, no right to make one: the grader is not root and has no delegated cgroup).  Tried once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    for base in _cgroup_candidates():
+        probe = base / f"course-grade-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            (probe / "pids.max").write_text("8\n")
+            done = subprocess.run(_join_cgroup_prefix(probe) + ["/bin/true"], capture_output=True, timeout=10)
+            if done.returncode == 0:
+                return base
+        except (OSError, subprocess.SubprocessError):
+            pass
+        finally:
+            _remove_cgroup(probe)
+    return None
+
+
+def cgroup_of(work: Path) -> Path | None:
+    """The pids cgroup of grading folder ``work`` (made by :func:`workdir`), or None where there is none."""
+    base = cgroup_base()
+    if base is None:
+        return None
+    import hashlib
+
+    group = base / ("course-grade-" + hashlib.sha256(str(work).encode()).hexdigest()[:16])
+    return group if group.is_dir() else None
+
+
+def _make_cgroup(work: Path) -> Path | None:
+    base = cgroup_base()
+    if base is None:
+        return None
+    import hashlib
+
+    group = base / ("course-grade-" + hashlib.sha256(str(work).encode()).hexdigest()[:16])
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(f"{MAX_PROCESSES}\n")
+    except OSError:
+        _remove_cgroup(group)
+        return None
+    return group
+
+
+def _remove_cgroup(group: Path, timeout: float = 5.0) -> None:
+    """Kill what is left in ``group`` and remove it."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > end:
+                return
+        for pid in _cgroup_pids(group):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def _cgroup_pids(group: Path) -> list[int]:
+    try:
+        return [int(x) for x in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cgroup_refused(group: Path) -> bool:
+    """Whether ``group`` refused a new task (its ``pids.events`` counts forks past ``pids.max``)."""
+    try:
+        for line in (group / "pids.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and int(value) > 0:
+                return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def disk_use(folder: Path, max_files: int | None = None) -> tuple[int, int]:
+    """``(bytes of disk, entries)`` under ``folder`` (allocated blocks: a sparse file counts what it holds);
+    stops counting once past ``max_files`` entries, so one look costs at most that many ``stat`` calls."""
+    used = files = 0
+    todo = [str(folder)]
+    while todo:
+        try:
+            it = os.scandir(todo.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                files += 1
+                if max_files is not None and files > max_files:
+                    return used, files
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+    return used, files
 
 
 def _course_root() -> Path:
@@ -247,7 +431,12 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
     for p in paths:
         args += _parents(p, bound) + ["--ro-bind", p, p]
         bound.append(p)
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if (work / ".tmp").is_dir():  # /tmp is the grading folder's .tmp: on its disk, under the disk watch
+        args += ["--bind", str(work / ".tmp"), "/tmp"]
+    else:  # (a RAM tmpfs nothing counts: only for the start-up probe)
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]
+    args += ["--tmpfs", "/run"]
     for h in _masked(paths):
         args += ["--tmpfs", h]
     for folder in (work, *also):
@@ -257,8 +446,11 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
     if (work / MODEL_CACHE_DIR).is_dir():
         for f in model_cache_files():
             args += ["--ro-bind", str(f), str(work / MODEL_CACHE_DIR / f.name)]
-    args += ["--chdir", str(cwd or work), "--setenv", "JPY_PARENT_PID", "1", "--"]
-    return args + _drop_root() + _limits_prefix()
+    args += ["--chdir", str(cwd or work), "--setenv", "JPY_PARENT_PID", "1", "--setenv", "USER", "nobody",
+             "--setenv", "LOGNAME", "nobody", "--"]
+    group = cgroup_of(work)
+    join = _join_cgroup_prefix(group) if group is not None else []
+    return join + args + _drop_root() + _limits_prefix()
 
 
 #: Folder, inside a grading folder, where graded code finds the grader's built model files (GGUFs, read-only;
@@ -300,7 +492,15 @@ def _parents(path: str, bound: list[str], made=()) -> list[str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
+def sandbox_uid() -> int:
+    """The uid (and gid) graded code runs as: :data:`SANDBOX_UID` (``nobody``), or, for a root grader that
+    cannot make cgroups, :data:`PRIVATE_UID_BASE` plus this process's id: one user per grading process, so
+    that a fork bomb's ``RLIMIT_NPROC`` takes no process slot from a classmate graded beside it (``-j``)."""
+    if _as_root() and cgroup_base() is None:
+        return PRIVATE_UID_BASE + os.getpid()
+    return SANDBOX_UID
+
+
 def _drop_root() -> list[str]:
     """For a grader that runs as root: the command that becomes ``nobody`` (uid and gid :data:`SANDBOX_UID`, no
     groups, no capabilities, no new privileges) inside the sandbox, after bubblewrap made its mounts.  A user
@@ -310,7 +510,8 @@ def _drop_root() -> list[str]:
     if not _as_root():
         return []
     setpriv = shutil.which("setpriv") or "setpriv"
-    return [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--inh-caps=-all",
+    uid = sandbox_uid()
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs"]
 
 
@@ -319,23 +520,38 @@ def hand_over(path: Path) -> None:
     when the grader runs as root (graded code then runs as ``nobody`` and writes only there)."""
     if not _as_root():
         return
-    path = Path(path)
+    path, uid = Path(path), sandbox_uid()
     todo = [path]
     if path.is_dir():
         todo += list(path.rglob("*"))
     for p in todo:
         try:
-            os.chown(p, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+            os.chown(p, uid, uid, follow_symlinks=False)
         except OSError:
             pass
 
 
-@functools.lru_cache(maxsize=1)
+def _nproc_limit() -> int | None:
+    """``RLIMIT_NPROC`` of graded code (:data:`MAX_PROCESSES` plus :data:`NPROC_SLACK`, or None). An unprivileged
+    grader's sandbox is a user namespace of its own, where Linux 5.14+ counts the sandbox's tasks apart; older
+    kernels would count all of the grader user's processes, so none is set there (the watch bounds them). As
+    root with cgroups, each sandbox's cgroup holds it (``nobody``'s count is shared by concurrent sandboxes:
+    none is set); as root without, graded code runs as a user of its own (:func:`sandbox_uid`), whose count is
+    that sandbox's."""
+    if _as_root():  # a cgroup per sandbox, nobody's count shared: none; a user per grading process: its own
+        return None if cgroup_base() is not None else MAX_PROCESSES + NPROC_SLACK
+    release = tuple(int(x) for x in __import__("re").findall(r"\d+", os.uname().release)[:2])
+    return MAX_PROCESSES + NPROC_SLACK if release >= (5, 14) else None
+
+
 def _limits_prefix() -> list[str]:
     import shutil
 
     prlimit = shutil.which("prlimit")
-    return [prlimit, f"--fsize={MAX_FILE_SIZE}", "--core=0"] if prlimit else []
+    if not prlimit:
+        return []
+    nproc = _nproc_limit()
+    return [prlimit, f"--fsize={MAX_FILE_SIZE}", "--core=0"] + ([f"--nproc={nproc}"] if nproc else [])
 
 
 @functools.lru_cache(maxsize=1)
@@ -574,10 +790,15 @@ class Watch:
     every descendant it saw (for :func:`end_processes`).  ``reason`` is ``"memory"`` or ``"budget"`` once
     it has killed; ``peak_rss`` is the largest sum seen."""
 
-    def __init__(self, max_memory: int, deadline: float | None = None):
-        self.max_memory, self.deadline = max_memory, deadline
+    def __init__(self, max_memory: int, deadline: float | None = None, work: Path | None = None,
+                 max_processes: int | None = None, max_disk: int | None = None, max_files: int | None = None):
+        self.max_memory, self.deadline, self.work = max_memory, deadline, work
+        self.max_processes = MAX_PROCESSES if max_processes is None else max_processes
+        self.max_disk = MAX_DISK if max_disk is None else max_disk
+        self.max_files = MAX_FILES if max_files is None else max_files
         self.reason: str | None = None
-        self.peak_rss = 0
+        self.peak_rss = self.peak_tasks = self.peak_disk = 0
+        self._disk_at = 0.0
         self.seen: dict[tuple, psutil.Process] = {}
         self._pid: int | None = None
         self._stop = threading.Event()
@@ -605,24 +826,48 @@ class Watch:
                 self.seen.setdefault(k, p)
         return procs
 
+    def _disk_over(self) -> bool:
+        """Whether the grading folder holds more than ``max_disk`` bytes or ``max_files`` entries (looked at
+        every :data:`DISK_POLL_S` s)."""
+        if self.work is None or time.monotonic() < self._disk_at:
+            return False
+        self._disk_at = time.monotonic() + DISK_POLL_S
+        used, files = disk_use(self.work, self.max_files)
+        self.peak_disk = max(self.peak_disk, used)
+        return used > self.max_disk or files > self.max_files
+
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
             procs = self._tree()
             if not procs:
                 continue
-            rss = 0
+            rss, tasks = 0, len(procs)  # a process that ended since the listing still counts (a bomb's churn)
             for p in procs:
                 try:
-                    rss += p.memory_info().rss
+                    with p.oneshot():
+                        rss += p.memory_info().rss
+                        tasks += p.num_threads() - 1
                 except psutil.Error:
                     pass
             self.peak_rss = max(self.peak_rss, rss)
+            self.peak_tasks = max(self.peak_tasks, tasks)
+            group = cgroup_of(self.work) if self.work is not None else None
             if rss > self.max_memory:
                 self.reason = "memory"
+            elif tasks >= self.max_processes or (group is not None and _cgroup_refused(group)):
+                self.reason = "processes"
+            elif self._disk_over():
+                self.reason = "disk"
             elif self.deadline is not None and time.monotonic() > self.deadline + BUDGET_GRACE_S:
                 self.reason = "budget"
             if self.reason:
                 _kill(procs)
+                if group is not None:
+                    for pid in _cgroup_pids(group):
+                        try:
+                            os.kill(pid, 9)
+                        except OSError:
+                            pass
                 return
 
 
@@ -762,16 +1007,19 @@ def write_keyless(folder: Path, sets=()) -> Path:
 
 
 def run_python(code: str, stdin: bytes, *, env: dict, cwd: Path, timeout: float, max_memory: int,
-               max_output: int = MAX_CELL_OUTPUT, work: Path | None = None) -> tuple[int | None, str, str | None]:
+               max_output: int = MAX_CELL_OUTPUT, work: Path | None = None,
+               max_disk: int | None = None) -> tuple[int | None, str, str | None]:
     """Run ``python -c code`` with ``stdin`` in ``cwd`` and ``env``: ``(exit status or None, the last
-    ``max_output`` characters of its stdout, why it was stopped: "timeout" | "memory" | None)``.  Its
+    ``max_output`` characters of its stdout, why it was stopped: "timeout" | "memory" | "processes" | "disk" |
+    None)``.  Its
     memory is watched like a kernel's (:class:`Watch`); it and every process it started are ended.
-    ``work``: run it in the sandbox of that grading folder (:func:`isolation_prefix`)."""
+    ``work``: run it in the sandbox of that grading folder (:func:`isolation_prefix`), whose disk use is
+    bounded by ``max_disk`` bytes (default :data:`MAX_DISK`)."""
     before = snapshot()
     prefix = isolation_prefix(work, cwd) if work is not None else []
     proc = subprocess.Popen(prefix + [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=str(cwd), env=env)
-    watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S)
+    watch = Watch(max_memory, deadline=time.monotonic() + timeout - BUDGET_GRACE_S, work=work, max_disk=max_disk)
     watch.attach(proc.pid)
     chunks: list[bytes] = []
     kept = [0]
@@ -802,6 +1050,8 @@ def run_python(code: str, stdin: bytes, *, env: dict, cwd: Path, timeout: float,
         reason, rc = "memory", None
     elif watch.reason == "budget":
         reason, rc = "timeout", None
+    elif watch.reason in ("processes", "disk"):
+        reason, rc = watch.reason, None
     end_processes(before, watch.seen)
     reader.join(timeout=5)
     return rc, b"".join(chunks)[-max_output:].decode("utf-8", "replace"), reason
