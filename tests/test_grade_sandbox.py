@@ -377,7 +377,8 @@ def _as_non_root() -> tuple[list[str], str]:
 def test_the_sandbox_of_a_grader_that_is_not_root_holds(tmp_path):
     """Run by a non-root user, the grader's sandbox is a user namespace: graded code is uid 65534 there, cannot
     read the answer key, and its fork bomb is held at the process bound (RLIMIT_NPROC, counted per namespace on
-    Linux 5.14+) and stopped by the watch or at the time limit, while a classmate's processes all run."""
+    Linux 5.14+) and stopped by the watch or at the time limit, and a classmate graded next runs all its processes
+    (nothing of the bomb is left behind)."""
     require_sandbox()
     prefix, why = _as_non_root()
     if why:
@@ -386,8 +387,11 @@ def test_the_sandbox_of_a_grader_that_is_not_root_holds(tmp_path):
     probe = (f"import os\nprint('uid', os.getuid())\ntry:\n    open({key!r}).read()\n    print('KEY READ')\n"
              f"except OSError as exc:\n    print('no key', type(exc).__name__)\n"
              "import sys\nsys.stdout.flush()\n") + FORK_BOMB
-    classmate = _grader(CLASSMATE, prefix=prefix)
-    got, mate = _result(_grader(probe, prefix=prefix, timeout=8)), _result(classmate)
+    # one after the other, as a non-root grader must grade (-j 1): two sandboxes of one non-root grader share its
+    # uid's process count outside their namespaces, so a bomb at its bound can starve a classmate graded beside it
+    # (seen here: the classmate's forks failed); the root grader's cgroups (the test above) keep classmates apart
+    got = _result(_grader(probe, prefix=prefix, timeout=8))
+    mate = _result(_grader(CLASSMATE, prefix=prefix))
     assert got["euid"] != 0 and mate["euid"] != 0, "the grader ran as a user other than root"
     assert "uid 65534" in got["out"] and "no key" in got["out"] and "KEY READ" not in got["out"], got["out"]
     assert got["rc"] is None and got["why"] in ("processes", "timeout") and got["s"] < 30, got

@@ -427,16 +427,18 @@ def isolation_prefix(work: Path, cwd: Path | None = None, bwrap: str | None = No
             "--die-with-parent", "--new-session"]
     if not root:  # an unprivileged grader: a user namespace, its uid mapped to nobody inside
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
-    bound: list[str] = []
-    for p in paths:
-        args += _parents(p, bound) + ["--ro-bind", p, p]
-        bound.append(p)
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /tmp and /run first: the system's and Python's folders are mounted over them, so that a Python that lives
+    # under /tmp (a virtual environment in a checkout there, as a CI clone may be) stays visible
     if (work / ".tmp").is_dir():  # /tmp is the grading folder's .tmp: on its disk, under the disk watch
         args += ["--bind", str(work / ".tmp"), "/tmp"]
     else:  # (a RAM tmpfs nothing counts: only for the start-up probe)
         args += ["--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--tmpfs", "/run"]
+    bound: list[str] = []
+    for p in paths:
+        args += _parents(p, bound, made=("/tmp", "/run")) + ["--ro-bind", p, p]
+        bound.append(p)
+    args += ["--proc", "/proc", "--dev", "/dev"]
     for h in _masked(paths):
         args += ["--tmpfs", h]
     for folder in (work, *also):
