@@ -97,11 +97,14 @@ def test_prediction_adds_bytes_over_rates():
 def test_report_form_matches_the_hf_engine():
     pred = L.GGUFPrediction("tpot", 0.011, {"weights Q4_K": 0.01, "fixed": 0.001})
     pts = [L.LlamaPoint("tpot", "m", "q4_0", 1, 10**9, 64, 0.011, 0.010, 0.02, "reliable", 0.009, pred),
-           L.LlamaPoint("ttft", "m", "q4_0", 1, 10**9, 64, 0.5, 0.55, 0.02, "reliable", math.nan, pred)]
+           L.LlamaPoint("ttft", "m", "q4_0", 1, 10**9, 64, 0.5, 0.55, 0.02, "reliable", None, pred)]
     rep = L.LlamaReport(pts, {}, {1: 1e10}, {}, (1,), "1 thread", 1.0)
     assert L.LAST_LINE_RE.match(rep.last_line())
     assert rep.tpot_max_abs_error == pytest.approx(0.1) and rep.ttft_max_abs_error == pytest.approx(0.05 / 0.55)
     assert "q4_0" in rep.table() and rep.table().splitlines()[0].split()[:3] == ["phase", "model", "format"]
+    # a TTFT has no uncalibrated estimate here: the table says so with a dash, never "nan"
+    ttft_row = next(line for line in rep.table().splitlines() if line.startswith("TTFT"))
+    assert "nan" not in rep.report().lower() and ttft_row.split()[-2:] == ["–", "–"]
 
 
 def test_validate_cli_dispatches_and_refuses_bad_configs(capsys):

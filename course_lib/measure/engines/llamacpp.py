@@ -813,7 +813,7 @@ class LlamaPoint:
     measured: float
     spread: float
     verdict: str
-    uncalibrated: float
+    uncalibrated: float | None     # the nominal-bytes floor of a TPOT; None for a TTFT (no such estimate here)
     prediction: GGUFPrediction
     reason: str = ""
 
@@ -822,8 +822,8 @@ class LlamaPoint:
         return (self.predicted - self.measured) / self.measured
 
     @property
-    def uncalibrated_error(self) -> float:
-        return (self.uncalibrated - self.measured) / self.measured
+    def uncalibrated_error(self) -> float | None:
+        return None if self.uncalibrated is None else (self.uncalibrated - self.measured) / self.measured
 
 
 @dataclass
@@ -862,8 +862,9 @@ class LlamaReport:
     def rows(self) -> list[tuple]:
         return [("TPOT" if p.kind == "tpot" else "TTFT", p.model, p.fmt, str(p.threads),
                  f"{p.weight_bytes / 1e9:.3f}", str(p.tokens), f"{p.predicted * 1e3:.2f}", f"{p.measured * 1e3:.2f}",
-                 f"{p.error * 100:+.1f}", f"{p.spread * 100:.1f}", p.verdict, f"{p.uncalibrated * 1e3:.2f}",
-                 f"{p.uncalibrated_error * 100:+.1f}") for p in self.points]
+                 f"{p.error * 100:+.1f}", f"{p.spread * 100:.1f}", p.verdict,
+                 "–" if p.uncalibrated is None else f"{p.uncalibrated * 1e3:.2f}",
+                 "–" if p.uncalibrated is None else f"{p.uncalibrated_error * 100:+.1f}") for p in self.points]
 
     def table(self) -> str:
         rows = [COLUMNS] + self.rows()
@@ -1030,7 +1031,7 @@ def _points(shape, formats, threads, timed, before, after, report) -> list:
                 else:
                     pr = predict_gguf_ttft(held, rates, tm.prompt)
                     measured, v = tm.ttft, tm.ttft_verdict
-                    unc = math.nan
+                    unc = None       # the course's uncalibrated estimate here is the TPOT's bytes floor only
                 verdict, reason = v.verdict, v.reason if v.verdict != "reliable" else ""
                 if verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
                     verdict, reason = "noisy", (f"the engine probes before and after moved by {moved:.0%} (above "
