@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from course_lib.core.quality import summarize_verdicts, timing_verdict
 from course_lib.core.validation import require_count, require_counts
 from course_lib.measure import allocator as _allocator
 from course_lib.measure.benchmarks.bracket import Bracketed, Drift, judge
+from course_lib.measure.engines.report import LAST_LINE_RE, EngineErrors
 from course_lib.measure.calibrate import Calibration, reprobe, reprobe_gemv, stream_between_ops, weight_matrices
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.engines.hf import (DEFAULT_CONFIGS, FAST_CONFIGS, FAST_NEW_TOKENS, FAST_PROMPTS, NEW_TOKENS,
@@ -57,8 +57,6 @@ __all__ = ["BENCHMARK_REPEATS", "NOISY_EXIT", "LAST_LINE_RE", "COLUMNS", "Engine
 BENCHMARK_REPEATS = 5
 #: ``python -m course_lib.measure.validate --engine hf`` exits with this status when a measured point was not reliable
 NOISY_EXIT = 3
-LAST_LINE_RE = re.compile(r"^engine_tpot_geomean_abs_error=\d+\.\d+ engine_tpot_max_abs_error=\d+\.\d+ "
-                          r"engine_ttft_max_abs_error=\d+\.\d+$")
 COLUMNS = ("phase", "model", "parameters", "prompt/context", "predicted (ms)", "measured (ms)", "error %",
            "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
 
@@ -88,7 +86,7 @@ class EnginePoint:
 
 
 @dataclass
-class EngineReport:
+class EngineReport(EngineErrors):
     """The engine benchmark's points, probes and conditions."""
 
     points: list
@@ -144,22 +142,6 @@ class EngineReport:
                 out.append(p.model)
         return out
 
-    def _of(self, kind):
-        return [p for p in self.points if p.kind == kind]
-
-    @property
-    def tpot_geomean_abs_error(self) -> float:
-        errs = [max(abs(p.error), 1e-12) for p in self._of("tpot")]
-        return statistics.geometric_mean(errs) if errs else math.nan
-
-    @property
-    def tpot_max_abs_error(self) -> float:
-        return max((abs(p.error) for p in self._of("tpot")), default=math.nan)
-
-    @property
-    def ttft_max_abs_error(self) -> float:
-        return max((abs(p.error) for p in self._of("ttft")), default=math.nan)
-
     @property
     def quality(self):
         return summarize_verdicts([p.verdict for p in self.points] + [v for o in self._probes() for v in o.verdicts])
@@ -171,10 +153,6 @@ class EngineReport:
             if not any(o is x for x in out):
                 out.append(o)
         return out
-
-    @property
-    def noisy_points(self) -> int:
-        return sum(p.verdict != "reliable" for p in self.points)
 
     def rows(self) -> list[tuple]:
         return [("TPOT" if p.kind == "tpot" else "TTFT", p.model, f"{p.params / 1e6:.1f}M", str(p.tokens),
@@ -190,11 +168,6 @@ class EngineReport:
             return "  ".join(c.rjust(w) if i >= 2 and i != 8 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
 
         return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in rows[1:]])
-
-    def last_line(self) -> str:
-        return (f"engine_tpot_geomean_abs_error={self.tpot_geomean_abs_error:.3f} "
-                f"engine_tpot_max_abs_error={self.tpot_max_abs_error:.3f} "
-                f"engine_ttft_max_abs_error={self.ttft_max_abs_error:.3f}")
 
     def quality_line(self) -> str:
         q = self.quality

@@ -70,7 +70,6 @@ import json
 import logging
 import math
 import os
-import re
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -83,6 +82,7 @@ from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
 from course_lib.core.quality import THRESHOLDS, summarize_verdicts
 from course_lib.core.validation import require_choice, require_count, require_counts
+from course_lib.measure.engines.report import LAST_LINE_RE, EngineErrors
 
 __all__ = ["FORMATS", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS", "REPEATS", "SUPPORTED_TYPES",
            "LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "llamacpp_available", "require_llamacpp", "gguf_configs",
@@ -123,8 +123,6 @@ WEIGHT_STD = 0.02
 #: random values drawn per file; tensors are runs of them from random offsets (see write_gguf)
 POOL_SIZE = 2**22 + 1
 
-LAST_LINE_RE = re.compile(r"^engine_tpot_geomean_abs_error=\d+\.\d+ engine_tpot_max_abs_error=\d+\.\d+ "
-                          r"engine_ttft_max_abs_error=\d+\.\d+$")
 COLUMNS = ("phase", "model", "format", "threads", "weights (GB)", "prompt", "predicted (ms)", "measured (ms)",
            "error %", "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
 
@@ -827,7 +825,7 @@ class LlamaPoint:
 
 
 @dataclass
-class LlamaReport:
+class LlamaReport(EngineErrors):
     points: list
     rates: dict                       # threads -> [EngineRates before, after] (one pair per model)
     read_bandwidth: dict              # threads -> bytes/s
@@ -838,26 +836,6 @@ class LlamaReport:
     fast: bool = False
     skipped: list = field(default_factory=list)
     drifts: list = field(default_factory=list)
-
-    def _of(self, kind):
-        return [p for p in self.points if p.kind == kind]
-
-    @property
-    def tpot_geomean_abs_error(self) -> float:
-        e = [max(abs(p.error), 1e-12) for p in self._of("tpot")]
-        return statistics.geometric_mean(e) if e else math.nan
-
-    @property
-    def tpot_max_abs_error(self) -> float:
-        return max((abs(p.error) for p in self._of("tpot")), default=math.nan)
-
-    @property
-    def ttft_max_abs_error(self) -> float:
-        return max((abs(p.error) for p in self._of("ttft")), default=math.nan)
-
-    @property
-    def noisy_points(self) -> int:
-        return sum(p.verdict != "reliable" for p in self.points)
 
     def rows(self) -> list[tuple]:
         return [("TPOT" if p.kind == "tpot" else "TTFT", p.model, p.fmt, str(p.threads),
@@ -874,11 +852,6 @@ class LlamaReport:
             return "  ".join(c.rjust(w) if i >= 3 and i != 10 else c.ljust(w)
                              for i, (c, w) in enumerate(zip(r, widths)))
         return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in rows[1:]])
-
-    def last_line(self) -> str:
-        return (f"engine_tpot_geomean_abs_error={self.tpot_geomean_abs_error:.3f} "
-                f"engine_tpot_max_abs_error={self.tpot_max_abs_error:.3f} "
-                f"engine_ttft_max_abs_error={self.ttft_max_abs_error:.3f}")
 
     def quality_line(self) -> str:
         if not self.noisy_points:
