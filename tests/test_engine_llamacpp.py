@@ -104,7 +104,7 @@ def test_report_form_matches_the_hf_engine():
     assert "q4_0" in rep.table() and rep.table().splitlines()[0].split()[:3] == ["phase", "model", "format"]
     # a TTFT has no uncalibrated estimate here: the table says so with a dash, never "nan"
     ttft_row = next(line for line in rep.table().splitlines() if line.startswith("TTFT"))
-    assert "nan" not in rep.report().lower() and ttft_row.split()[-2:] == ["–", "–"]
+    assert "nan" not in rep.table().lower() and ttft_row.split()[-2:] == ["–", "–"]
 
 
 def test_validate_cli_dispatches_and_refuses_bad_configs(capsys):
