@@ -94,6 +94,67 @@ def test_prediction_adds_bytes_over_rates():
         L.predict_gguf_tpot(L.GGUFBytes("y", (("token_embd.weight", "Q8_0", 10, 10),), 1, 1, 1, 1), rates)
 
 
+def _probe_file(name, ty, layers, n=10**8, nb_per=None):
+    """A synthetic probe file: ``layers`` matrices of ``n`` elements of ``ty`` (bytes ``nb_per`` each), a tied
+    output of 10**6 elements."""
+    nb = nb_per or 2 * n
+    return L.GGUFBytes(name, (("token_embd.weight", ty, 10**6, nb // 100),
+                              *((f"blk.{i}.ffn_up.weight", ty, n, nb) for i in range(layers))), 0, layers, 512, 2048)
+
+
+def _timing(held, decode_rate, prefill_rate, step_fixed, prefill_fixed, prompt=64, disturb=1.0):
+    from course_lib.measure.engines.hf import EngineTiming
+    step = step_fixed + held.decode_bytes / decode_rate
+    ttft = prefill_fixed + 2 * prompt * sum(held.prefill_params_by_type().values()) / prefill_rate \
+        + held._output()[3] / decode_rate
+    wobble = (0.99, 1.0, 1.01)
+    return EngineTiming(prompt, 8, tuple(ttft * w * disturb for w in wobble),
+                        tuple(step * w * disturb for w in wobble for _ in range(7)))
+
+
+def test_engine_rates_recover_the_rates_and_one_disturbed_file_barely_moves_them():
+    rates = {"F16": (30e9, 200e9), "Q4_K": (25e9, 250e9)}
+    fixed = (4e-4, 1e-3)
+    tiny = _probe_file("tiny", "F16", 1, n=64 * 64)
+
+    def timed(disturb=1.0, which=5):
+        return {t: [(h, _timing(h, *rates[t], *fixed, disturb=disturb if layers == which else 1.0))
+                    for layers in (5, 16) for h in [_probe_file(f"{t}{layers}", t, layers,
+                                                                nb_per=2 * 10**8 if t == "F16" else 56 * 10**6)]]
+                for t in rates}
+    tt = _timing(tiny, *rates["F16"], *fixed)
+    decode, prefill, sf, pf = L.engine_rates_from_timings(tiny, tt, timed(), 64)
+    for t, (d, p) in rates.items():
+        assert math.isclose(decode[t], d, rel_tol=1e-6) and math.isclose(prefill[t], p, rel_tol=1e-6)
+    assert math.isclose(sf, fixed[0], rel_tol=1e-6) and math.isclose(pf, fixed[1], rel_tol=1e-6)
+    # one file's every step and prefill 2.5x slower (a file disturbed throughout): the rates stay those of the
+    # other, where the two files' times apart give a rate far too high (5 layers disturbed) or too low (16)
+    for which in (5, 16):
+        got = L.engine_rates_from_timings(tiny, tt, timed(2.5, which), 64)
+        for t, (d, p) in rates.items():
+            assert math.isclose(got[0][t], d, rel_tol=1e-6) and math.isclose(got[1][t], p, rel_tol=1e-6)
+            [(ha, ta), (hb, tb)] = timed(2.5, which)[t]
+            apart = (hb.decode_bytes - ha.decode_bytes) / (tb.tpot - ta.tpot)
+            assert apart > 2 * d if which == 5 else apart < d / 2
+    with pytest.raises(ValueError, match="F16"):
+        L.engine_rates_from_timings(tiny, tt, {"Q4_K": timed()["Q4_K"]}, 64)
+
+
+def test_pooled_rate_refuses_what_has_no_rate():
+    assert math.isclose(L.pooled_rate([(3.0, 1.0), (5.0, 2.0), (100.0, 1.0)], fixed=1.0), 0.5)
+    assert math.isclose(L.fastest_rate([[(3.0, 1.0)], [(9.0, 2.0)]], fixed=1.0), 0.5)
+    with pytest.raises(ValueError, match="at least one probe file"):
+        L.fastest_rate([])
+    with pytest.raises(ValueError, match="at least one"):
+        L.pooled_rate([])
+    with pytest.raises(ValueError, match="work > 0"):
+        L.pooled_rate([(1.0, 0.0)])
+    with pytest.raises(ValueError, match="fixed cost is larger"):
+        L.pooled_rate([(1.0, 1.0)], fixed=2.0)
+    with pytest.raises(TypeError, match="pairs"):
+        L.pooled_rate([("a", 1)])
+
+
 def test_report_form_matches_the_hf_engine():
     pred = L.GGUFPrediction("tpot", 0.011, {"weights Q4_K": 0.01, "fixed": 0.001})
     pts = [L.LlamaPoint("tpot", "m", "q4_0", 1, 10**9, 64, 0.011, 0.010, 0.02, "reliable", 0.009, pred),

@@ -43,11 +43,14 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 
 * the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe files
   of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 5 and 16 layers, every matrix of the one type
-  (``pure`` quantization); bytes per second = their decode bytes apart / their step times apart, FLOP/s of a
-  prefill likewise, so that a fixed cost per step stays out of the rate (a Q8_0 step of the 5-layer file had
-  about 10 ms of it on the course's VM: 13.2 GB/s over its whole step, 22.7 GB/s for the 11 layers between the
-  files). Where noise makes the difference implausible (under a third of the larger file's time), the larger
-  file's bytes over its whole step. The engine's per-layer cost rides in the rate;
+  (``pure`` quantization); each file's bytes per second = 1 / the median over its decode steps of (step - the
+  fixed cost) / its decode bytes, FLOP/s of a prefill likewise over its TTFTs, and the type's rate is the
+  higher of the two files' (:func:`engine_rates_from_timings`, :func:`fastest_rate`): a disturbance only slows
+  a step. On the course's VM at one thread the two files give the same rate within 3 % (F16 22.0-24.2 and
+  23.1-23.5 GB/s), so the fixed cost per step is a small share of a step; at two threads disturbed steps,
+  several times their usual length, landed on one file or the other, and a rate taken from the two files'
+  times apart swung with them (F16 30.5-44.6 GB/s, Q4_K 10.8-98.0 GB/s). The engine's per-layer cost rides in
+  the rate;
 * at every thread count the benchmark measures (1 and all usable threads): a memory-bound decode scales
   with threads as far as the memory system lets it, and so do the probes;
 * the engine's fixed cost per step and per prefill (graph building, sampling over the vocabulary, the
@@ -90,7 +93,8 @@ __all__ = ["FORMATS", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS"
            "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed", "measure_gguf",
            "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "GGUFPrediction", "predict_gguf_tpot",
            "predict_gguf_ttft", "LlamaPoint", "LlamaReport", "run", "main", "lesson_measurement", "q4_row",
-           "shape_nominal_bytes", "probe_files", "cpu_fast_compute"]
+           "shape_nominal_bytes", "probe_files", "cpu_fast_compute", "pooled_rate",
+           "fastest_rate", "engine_rates_from_timings"]
 
 #: the formats the benchmark builds: llama.cpp's ftype of each (llama.h, ``enum llama_ftype``)
 FORMATS = ("f16", "q8_0", "q4_0", "q4_k_m")
@@ -668,8 +672,9 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
                        progress: bool = False) -> EngineRates:
     """Measure llama.cpp's decode bytes/s and prefill FLOP/s for each ggml type in ``types`` on probe files
     (never the model): for each type two files of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
-    matrix that type; rate = their decode bytes (prefill FLOP) apart / their step (prefill) times apart. The
-    fixed cost: a tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
+    matrix that type; each file's rate is its median step (prefill) per byte (FLOP) after the fixed cost, the
+    type's the higher of its files' (:func:`engine_rates_from_timings`). The fixed cost: a tiny file
+    (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
     threads = require_count("threads", threads)
     prompt = require_count("prompt", prompt, minimum=2)
     types = tuple(dict.fromkeys(["F16", *types]))
@@ -681,30 +686,90 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
         return _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar)
 
 
+def pooled_rate(samples: Sequence[tuple[float, float]], fixed: float = 0.0, *, name: str = "samples") -> float:
+    """Work per second of one probe file's timed samples ``(seconds, work)`` that each pay ``fixed`` seconds:
+    1 / the median over the samples of (seconds - fixed) / work (robust to a minority of disturbed samples)."""
+    try:
+        per = [(float(s) - fixed) / float(w) for s, w in samples]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be (seconds, work) pairs of numbers, got {samples!r}") from None
+    except ZeroDivisionError:
+        raise ValueError(f"{name} must be finite with work > 0, got {list(samples)}") from None
+    if not per:
+        raise ValueError(f"{name} must hold at least one (seconds, work) pair")
+    if not all(math.isfinite(x) for x in per) or any(float(w) <= 0 for _, w in samples):
+        raise ValueError(f"{name} must be finite with work > 0, got {list(samples)}")
+    m = statistics.median(per)
+    if m <= 0:
+        raise ValueError(f"{name}: the median time per unit of work after the fixed {fixed:.3g} s is {m:.3g} s, "
+                         f"not > 0 (the fixed cost is larger than the samples' times)")
+    return 1.0 / m
+
+
+def fastest_rate(files: Sequence[Sequence[tuple[float, float]]], fixed: float = 0.0, *, name: str = "files") -> float:
+    """The rate of a type from several probe files' samples: the highest of their :func:`pooled_rate`.
+
+    A disturbance (another program, the hypervisor) only ever slows a step, so of files that should agree the
+    least disturbed is the fastest: each file's median passes a minority of disturbed samples, the highest of
+    the files passes a file disturbed throughout. A rate taken from two files' times apart amplifies a
+    disturbance instead (course VM, 2 threads: Q4_K 29 GB/s from either file alone, 98 GB/s from their times
+    apart when the smaller file's steps were disturbed).
+    """
+    if isinstance(files, (str, bytes)) or not isinstance(files, Sequence) or not files:
+        raise ValueError(f"{name} must be a list of at least one probe file's (seconds, work) samples")
+    return max(pooled_rate(f, fixed, name=f"{name}[{i}]") for i, f in enumerate(files))
+
+
 def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> EngineRates:
-    decode, prefill, verdicts = {}, {}, []
+    verdicts = []
     kw = dict(threads=threads, prompts=[prompt], new_tokens=new_tokens, repeats=repeats)
-    for t in types:
-        bar.set_postfix_str(f"{t}, {threads} thread(s)")
-        (ha, hb), tms = (gguf_bytes(f) for f in files[t]), [measure_gguf(f, **kw)[0] for f in files[t]]
-        verdicts += [x for tm in tms for x in (tm.tpot_verdict, tm.ttft_verdict)]
-        (sa, pa), (sb, pb) = (_median_pair(tm) for tm in tms)
-        fa, fb = (2 * prompt * sum(h.prefill_params_by_type().values()) for h in (ha, hb))
-        # the 11 layers between the two files at the rate they add; where noise made the difference implausible
-        # (under a third of the larger file's time), the larger file's bytes over its whole step
-        decode[t] = ((hb.decode_bytes - ha.decode_bytes) / (sb - sa) if sb - sa > sb / 3
-                     else hb.decode_bytes / sb)
-        prefill[t] = (fb - fa) / (pb - pa) if pb - pa > pb / 3 else fb / pb
-        bar.update()
     tiny = gguf_bytes(files["tiny"])
     [tt] = measure_gguf(files["tiny"], **kw)
     verdicts += [tt.tpot_verdict, tt.ttft_verdict]
-    st, pt = _median_pair(tt)
-    step_fixed = max(0.0, st - tiny.decode_bytes / decode["F16"])
-    tiny_flops = 2 * prompt * sum(tiny.prefill_params_by_type().values())
-    prefill_fixed = max(0.0, pt - tiny_flops / prefill["F16"] - tiny._output()[3] / decode["F16"])
+    timed = {}
+    for t in types:
+        bar.set_postfix_str(f"{t}, {threads} thread(s)")
+        timed[t] = [(gguf_bytes(f), measure_gguf(f, **kw)[0]) for f in files[t]]
+        verdicts += [x for _, tm in timed[t] for x in (tm.tpot_verdict, tm.ttft_verdict)]
+        bar.update()
+    decode, prefill, step_fixed, prefill_fixed = engine_rates_from_timings(tiny, tt, timed, prompt)
     bar.update()
     return EngineRates(threads, prompt, decode, prefill, step_fixed, prefill_fixed, tiny.vocab, tuple(verdicts))
+
+
+def engine_rates_from_timings(tiny: GGUFBytes, tiny_timing, timed: Mapping[str, Sequence[tuple]], prompt: int
+                              ) -> tuple[dict, dict, float, float]:
+    """(decode bytes/s per type, prefill FLOP/s per type, fixed seconds per step, fixed seconds per prefill) from
+    the probe timings: ``tiny`` / ``tiny_timing``: the tiny file and its timing; ``timed``: {ggml type: [(the
+    probe file's :class:`GGUFBytes`, its timing), ...]} with "F16" among them; ``prompt``: the prefill's tokens.
+
+    Every step time of a probe file is one sample (its decode bytes the work), every TTFT one (2 x prompt x its
+    matrix parameters the FLOP, its output row at the type's decode rate taken out); a type's rate is the
+    highest of its files' (:func:`fastest_rate`). The fixed costs are the tiny file's times less its own bytes
+    at the F16 rates; the rates and the fixed costs are solved together (a few rounds: the tiny file's bytes
+    are about 1 % of a probe step).
+    """
+    if "F16" not in timed:
+        raise ValueError(f"timed must hold the F16 probe files, got {sorted(timed)}")
+    st, pt = _median_pair(tiny_timing)
+    steps = {t: [[(s, h.decode_bytes) for s in tm.step_times] for h, tm in fs] for t, fs in timed.items()}
+    step_fixed = 0.0
+    for _ in range(4):
+        f16 = fastest_rate(steps["F16"], step_fixed, name="F16 probe steps")
+        step_fixed = max(0.0, st - tiny.decode_bytes / f16)
+    decode = {t: fastest_rate(s, step_fixed, name=f"{t} probe steps") for t, s in steps.items()}
+
+    def ttfts(t, fixed):
+        return [[(x - fixed - h._output()[3] / decode.get(h._output()[1], decode[t]),
+                  2 * prompt * sum(h.prefill_params_by_type().values())) for x in tm.ttft_times]
+                for h, tm in timed[t]]
+    tiny_flops = 2 * prompt * sum(tiny.prefill_params_by_type().values())
+    prefill_fixed = 0.0
+    for _ in range(4):
+        pf16 = fastest_rate(ttfts("F16", prefill_fixed), name="F16 probe prefills")
+        prefill_fixed = max(0.0, pt - tiny_flops / pf16 - tiny._output()[3] / decode["F16"])
+    prefill = {t: fastest_rate(ttfts(t, prefill_fixed), name=f"{t} probe prefills") for t in timed}
+    return decode, prefill, step_fixed, prefill_fixed
 
 
 def probe_files(types: Sequence[str], vocab: int, note=None) -> dict:
