@@ -201,20 +201,21 @@ class _Work:
     floor: float              # the floor's own time for the same work (max per operator)
     tokens: float = 0.0       # the tokens the steps process
     kv_x: float = 0.0         # decode attention's K/V reads times heads / kv_heads (the cache expanded per query head)
+    looped: float = 0.0       # per step: rho_exp x the (MoE layer, expert) iterations of an engine's Python expert loop
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
                      self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.quantised, self.layers,
-                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x)
+                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped)
 
     def scaled(self, k):
         return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
                      self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k, self.tokens * k,
-                     self.kv_x * k)
+                     self.kv_x * k, self.looped)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
-        x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * self.layers, self.requests
+        x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * (self.layers + self.looped), self.requests
         x["t_tok"], x["kappa_x"] = self.tokens, self.kv_x
         x[f"inv_eta_m:{self.cls}"] = self.mem
         x[f"inv_eta_c:{self.cls}"] = self.gemm
@@ -239,8 +240,9 @@ def _gemm_speedup(hw, consts) -> float:
 
 
 def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precision="fp16", layers=1,
-           gemm_speedup=1.0, tokens=0.0, group=1.0) -> _Work:
-    """The floor's parts of ``phase``; ``tokens`` the tokens its steps process, ``group`` heads / kv_heads."""
+           gemm_speedup=1.0, tokens=0.0, group=1.0, looped=0.0) -> _Work:
+    """The floor's parts of ``phase``; ``tokens`` the tokens its steps process, ``group`` heads / kv_heads,
+    ``looped`` the layer-equivalents of dispatch an engine's Python expert loop adds per step (:func:`_looped`)."""
     mem = gemm = attn = kv = 0.0
     for o in phase.operators:
         if o.name == "attention":
@@ -251,27 +253,33 @@ def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precisi
             gemm += o.compute_time / gemm_speedup
     quant = get_precision(get_layout(precision).compute_format).name not in _NATIVE
     return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
-                 layers, phase.time, tokens, 0.0 if prefill else kv * group)
+                 layers, phase.time, tokens, 0.0 if prefill else kv * group, looped)
 
 
-def _prefill_work(e, cls, chunk, requests, speedup=1.0) -> _Work:
+def _looped(model, share) -> float:
+    """Layer-equivalents of dispatch per step of an engine that runs each mixture-of-experts layer as a Python loop
+    over all its experts: ``share`` (the engine's rho_exp, 0 for a fused MoE kernel) x MoE layers x experts."""
+    return share * model.moe_layers * model.experts if share and model.is_moe else 0.0
+
+
+def _prefill_work(e, cls, chunk, requests, speedup=1.0, share=0.0) -> _Work:
     tokens = e.batch * (e.prompt_tokens - e.cached_prefix_tokens)
     chunks = max(1, math.ceil(tokens / chunk)) if chunk else 1
     return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
-                  layers=e.model.layers, gemm_speedup=speedup, tokens=tokens)
+                  layers=e.model.layers, gemm_speedup=speedup, tokens=tokens, looped=_looped(e.model, share))
 
 
-def _decode_work(e, cls, speedup=1.0) -> _Work:
+def _decode_work(e, cls, speedup=1.0, share=0.0) -> _Work:
     """The mean decode step of ``e`` (its per-step costs are linear in the context: the mean of the first and last)."""
-    a, b = (_decode_parts(e, p, cls, speedup) for p in (e.decode_first, e.decode_last))
+    a, b = (_decode_parts(e, p, cls, speedup, share) for p in (e.decode_first, e.decode_last))
     mean = (a + b).scaled(0.5)
     return replace(mean, floor=e.tpot)
 
 
-def _decode_parts(e, phase, cls, speedup=1.0) -> _Work:
+def _decode_parts(e, phase, cls, speedup=1.0, share=0.0) -> _Work:
     """One decode step of ``e`` (``phase``: its first or last): ``e.batch`` tokens."""
     return _parts(phase, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup,
-                  tokens=e.batch, group=e.model.heads / e.model.kv_heads)
+                  tokens=e.batch, group=e.model.heads / e.model.kv_heads, looped=_looped(e.model, share))
 
 
 _prefill_work_ = _prefill_work
@@ -301,12 +309,13 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     P, n, metric, v = r["prompt_tokens"], r["output_tokens"], r["metric"], float(r["value"])
     chunk = profile_consts.get("prefill_chunk_tokens")
     sp = _gemm_speedup(hw, profile_consts)
+    share = profile_consts.get("expert_dispatch_share", 0.0)
 
     def _prefill_work(e, cls, chunk, requests):
-        return _prefill_work_(e, cls, chunk, requests, sp)
+        return _prefill_work_(e, cls, chunk, requests, sp, share)
 
     def _decode_work(e, cls):
-        return _decode_work_(e, cls, sp)
+        return _decode_work_(e, cls, sp, share)
 
     if metric == "decode_tokens_per_s":
         e = estimate(m, hw, max(P, 1), n + 1, precision=prec, kv_precision=kv, batch=r["batch"])
@@ -355,7 +364,7 @@ class EngineProfile:
                                      1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
                                      p["kappa_q"] if w.quantised else 0.0, w.attn, 1 / p["inv_eta_a"], w.attn_pf,
                                      1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
-                                     p.get("kappa_x", 0.0))
+                                     p.get("kappa_x", 0.0), w.looped, 1.0)
 
     def terms(self, w: _Work) -> dict:
         """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token),
@@ -396,8 +405,17 @@ _CONSTS = {
                "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB)"},
     "TensorRT-LLM": {"prefill_chunk_tokens": 8192, "max_batch": 2048,
                      "constants_source": "trtllm-bench defaults: max_num_tokens 8192 per step, max_batch_size 2048"},
-    "transformers": {"prefill_chunk_tokens": None, "max_batch": None,
-                     "constants_source": "generate(): the whole prompt in one forward pass"},
+    "transformers": {"prefill_chunk_tokens": None, "max_batch": None, "expert_dispatch_share": 10 / 59,
+                     "constants_source": "generate(): the whole prompt in one forward pass. Its mixture-of-experts "
+                                         "blocks (transformers 4.51 Qwen3MoeSparseMoeBlock, like Mixtral's and "
+                                         "Qwen2-MoE's) loop in Python over all experts of a layer, each iteration "
+                                         "launching 10 kernels (torch.where, which also waits for the GPU; the "
+                                         "index of its tokens; gate, SiLU, up, product, down; the routing weights' "
+                                         "index and product; index_add_), against 59 for a Qwen3 decoder layer in "
+                                         "eager mode (two RMSNorms of 8, q/k/v/o projections, q/k RMSNorms of 8 "
+                                         "each, RoPE on q and k 10, cache concatenation 2, repeat_kv 2, SDPA and "
+                                         "its layout copy 2, two residual adds, the MLP 5): expert_dispatch_share "
+                                         "10/59 of a layer's dispatch cost t_layer per (MoE layer, expert) and step"},
 }
 
 
@@ -634,7 +652,8 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
 
 _REASONS = (
     (lambda r: r["engine"] == "transformers" and r["model"] == "qwen3-30b-a3b",
-     "transformers' MoE path (4.51) loops over experts in Python: 1.9 tokens/s for a 3B-active model"),
+     "transformers' MoE path (4.51) loops over all 128 experts of each layer in Python (priced as 10/59 of a "
+     "layer's dispatch per expert); each iteration's torch.where also waits for the GPU, which that count omits"),
     (lambda r: r["engine"] == "SGLang" and r["device"] == "h20" and r["batch"] == 1,
      "held out by document, SGLang's own points are GPUStack's two maximum-load runs, which identify none of its "
      "terms: the pooled profile prices its batch-1 H20 steps"),
@@ -731,8 +750,9 @@ def with_engine(est, engine):
     prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
     cls = device_class(est.hardware)
     sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])
-    pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1, sp)
-    first, last = (_decode_parts(est, p, cls, sp) for p in (est.decode_first, est.decode_last))
+    share = _CONSTS[prof.engine].get("expert_dispatch_share", 0.0)
+    pf = _prefill_work(est, cls, prof.prefill_chunk_tokens, 1, sp, share)
+    first, last = (_decode_parts(est, p, cls, sp, share) for p in (est.decode_first, est.decode_last))
     t_first, t_last = prof.time(first), prof.time(last)
     steps = est.new_tokens - 1
     # per-step costs are linear in the context (the estimator sums them in closed form): the profile's mean step is
@@ -750,7 +770,8 @@ def decode_step_terms(est, engine=None) -> dict:
         raise ValueError("engine: the estimate has no engine; pass engine='vLLM' (or another) or estimate with one")
     prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
     cls = device_class(est.hardware)
-    w = _decode_parts(est, est.decode_last, cls, _gemm_speedup(est.hardware, _CONSTS[prof.engine]))
+    c = _CONSTS[prof.engine]
+    w = _decode_parts(est, est.decode_last, cls, _gemm_speedup(est.hardware, c), c.get("expert_dispatch_share", 0.0))
     return {**prof.terms(w), "floor": est.decode_last.time}
 
 

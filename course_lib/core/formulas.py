@@ -170,6 +170,8 @@ class S:
     token_fixed = _sym("token_fixed", r"t_{tok}", **_nn)
     floor_expanded_kv_time = _sym("floor_expanded_kv_time", r"t_{kv,x}", **_nn)
     expanded_kv_passes = _sym("expanded_kv_passes", r"\kappa_x", **_nn)
+    looped_experts = _sym("looped_experts", r"n_{exp}", integer=True, nonnegative=True)
+    expert_dispatch_share = _sym("expert_dispatch_share", r"\rho_{exp}", **_nn)
     gemm_floor_time = _sym("gemm_floor_time", r"t_{gemm}", **_pos)
     weights_floor_time = _sym("weights_floor_time", r"t_{mem}", **_pos)
 
@@ -499,7 +501,8 @@ _f("fixed_cost_fit_fixed_time", sp.simplify(_fit[s.fixed_time]),
 # (kernel launches, scheduling, sampling) and per request (tokenisation, admission), and overlaps its loads with
 # its arithmetic imperfectly: the profile adds the parts, each divided by an efficiency fitted to published runs.
 _f("engine_profile_time",
-   s.steps * (s.step_fixed + s.layers * s.step_per_layer) + s.requests * s.request_fixed
+   s.steps * (s.step_fixed + (s.layers + s.expert_dispatch_share * s.looped_experts) * s.step_per_layer)
+   + s.requests * s.request_fixed
    + s.floor_memory_time / s.bandwidth_efficiency
    + s.floor_compute_time * (1 / s.compute_efficiency + s.dequant_penalty)
    + s.floor_attention_time / s.attention_efficiency
@@ -509,9 +512,11 @@ _f("engine_profile_time",
     s.bandwidth_efficiency, s.floor_compute_time, s.compute_efficiency, s.dequant_penalty, s.floor_attention_time,
     s.attention_efficiency,
     s.floor_prefill_attention_time, s.prefill_attention_efficiency, s.step_tokens, s.token_fixed,
-    s.floor_expanded_kv_time, s.expanded_kv_passes),
+    s.floor_expanded_kv_time, s.expanded_kv_passes, s.looped_experts, s.expert_dispatch_share),
    "An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: "
-   "kernel launches and framework dispatch) and per request, plus the floor's parts at fitted "
+   "kernel launches and framework dispatch; an engine that runs a mixture-of-experts layer as a Python loop over "
+   "its experts adds rho_exp t_layer for each of the n_exp (MoE layer, expert) iterations of a step, rho_exp the "
+   "share of a layer's kernel launches one iteration makes) and per request, plus the floor's parts at fitted "
    "efficiencies: the weight reads (eta_m), the matrix products (eta_c, and kappa_q more per floor-second when "
    "block-quantised weights are dequantised inside the kernel; 0 for float weights), the decode steps' attention "
    "(K/V reads, eta_a) and the prefill's attention (score products over the prompt, eta_a,pf); plus a cost per "
