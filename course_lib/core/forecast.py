@@ -293,8 +293,8 @@ def _kv_for(r):
 def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap):
     """Sequences in flight at maximum load: as many as the KV cache holds in 90 % of the memory the weights leave
     (the engines' default KV fraction), at most ``cap``."""
-    from course_lib.core.estimator import kv_cache_bytes
-    free = 0.9 * (hw.capacity - m.weight_bytes(precision))
+    from course_lib.core.estimator import estimate, kv_cache_bytes
+    free = 0.9 * (hw.capacity - estimate(m, hw, 1, 2, precision=precision).weights_bytes)  # a layout's bytes too
     per_seq = kv_cache_bytes(m, isl + osl, kv_precision or "fp16", 1)
     return max(1, min(cap, int(free // per_seq)))
 
