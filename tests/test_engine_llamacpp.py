@@ -156,11 +156,12 @@ def test_pooled_rate_refuses_what_has_no_rate():
 
 
 def test_report_form_matches_the_hf_engine():
+    from course_lib.measure.benchmarks import engine_llamacpp as B
     pred = L.GGUFPrediction("tpot", 0.011, {"weights Q4_K": 0.01, "fixed": 0.001})
-    pts = [L.LlamaPoint("tpot", "m", "q4_0", 1, 10**9, 64, 0.011, 0.010, 0.02, "reliable", 0.009, pred),
-           L.LlamaPoint("ttft", "m", "q4_0", 1, 10**9, 64, 0.5, 0.55, 0.02, "reliable", None, pred)]
-    rep = L.LlamaReport(pts, {}, {1: 1e10}, {}, (1,), "1 thread", 1.0)
-    assert L.LAST_LINE_RE.match(rep.last_line())
+    pts = [B.LlamaPoint("tpot", "m", "q4_0", 1, 10**9, 64, 0.011, 0.010, 0.02, "reliable", 0.009, pred),
+           B.LlamaPoint("ttft", "m", "q4_0", 1, 10**9, 64, 0.5, 0.55, 0.02, "reliable", None, pred)]
+    rep = B.LlamaReport(pts, {}, {1: 1e10}, {}, (1,), "1 thread", 1.0)
+    assert B.LAST_LINE_RE.match(rep.last_line())
     assert rep.tpot_max_abs_error == pytest.approx(0.1) and rep.ttft_max_abs_error == pytest.approx(0.05 / 0.55)
     assert "q4_0" in rep.table() and rep.table().splitlines()[0].split()[:3] == ["phase", "model", "format"]
     # a TTFT has no uncalibrated estimate here: the table says so with a dash, never "nan"
@@ -168,6 +169,35 @@ def test_report_form_matches_the_hf_engine():
     assert "nan" not in rep.table().lower() and ttft_row.split()[-2:] == ["–", "–"]
 
 
+def test_a_point_is_judged_by_the_one_rule_on_its_repeats():
+    """judged_point: the benchmark's points are judged by bracket.judge on their repeats and probe sets."""
+    from course_lib.measure.benchmarks import engine_llamacpp as B
+    from course_lib.measure.engines.hf import EngineTiming
+    shape = L.shape_of(TINY)
+    held = _probe_file("m.gguf", "Q4_K", 4, nb_per=56 * 10**6)
+    rates = L.EngineRates(2, 64, {"F16": 30e9, "Q4_K": 25e9}, {"F16": 200e9, "Q4_K": 250e9}, 4e-4, 1e-3, 512)
+    step = L.predict_gguf_tpot(held, rates, 64 + 16 / 2).seconds
+    ttft = L.predict_gguf_ttft(held, rates, 64).seconds
+
+    def timing(per_repeat=(1.0, 1.0, 1.0)):
+        return EngineTiming(64, 16, tuple(ttft * k for k in per_repeat),
+                            tuple(step * k * w for k in per_repeat for w in [1.0, 1.01, 0.99] * 5))
+    assert [len(r) for r in B.repeat_steps(timing())] == [15, 15, 15]
+    quiet = B.judged_point("tpot", shape, "q4_k_m", held, timing(), rates, rates, 20e9)
+    assert quiet.verdict == "reliable" and quiet.error == pytest.approx(0, abs=1e-9) and quiet.reason == ""
+    assert B.judged_point("ttft", shape, "q4_k_m", held, timing(), rates, rates, 20e9).verdict == "reliable"
+    # the repeats disagree (one 40 % slower than the others): noisy, said so
+    split = B.judged_point("tpot", shape, "q4_k_m", held, timing((1.0, 1.4, 1.0)), rates, rates, 20e9)
+    assert split.verdict == "noisy" and "ratios disagree by 40%" in split.reason
+    # the probe sets around it disagree on a rate it reads: noisy; on a type it does not read: not
+    from dataclasses import replace
+    slower = replace(rates, decode={**rates.decode, "Q4_K": 18e9})
+    moved = B.judged_point("tpot", shape, "q4_k_m", held, timing(), rates, slower, 20e9)
+    assert moved.verdict == "noisy" and "probes just before and just after" in moved.reason
+    other = replace(rates, decode={**rates.decode, "Q8_0": 10e9}), replace(rates, decode={**rates.decode, "Q8_0": 20e9})
+    assert B.judged_point("tpot", shape, "q4_k_m", held, timing(), *other, 20e9).verdict == "reliable"
+    with pytest.raises(ValueError, match="kind"):
+        B.judged_point("tbt", shape, "q4_k_m", held, timing(), rates, rates, 20e9)
 def test_validate_cli_dispatches_and_refuses_bad_configs(capsys):
     from course_lib.measure import validate
     if not L.llamacpp_available():

@@ -100,9 +100,9 @@ def _engine_main(a) -> int:
         print("error: --engine hf runs on the CPU with the wall clock; --device, --clock and --runs do not apply",
               file=sys.stderr)
         return 2
-    if a.engine == "llama.cpp":     # GGUF files of four formats at 1 and all threads (engines/llamacpp.py)
-        from course_lib.measure.engines import llamacpp
-        return llamacpp.main(a=a)
+    if a.engine == "llama.cpp":     # GGUF files of four formats at 1 and all threads (benchmarks/engine_llamacpp.py)
+        from course_lib.measure.benchmarks import engine_llamacpp
+        return engine_llamacpp.main(a=a)
     try:
         from course_lib.measure.benchmarks import engine_hf
         rep = engine_hf.run(a.config, fast=a.fast, threads=a.threads, progress=not a.no_progress)

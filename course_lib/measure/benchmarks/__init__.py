@@ -11,7 +11,9 @@ they import reaches this package (only the command, :mod:`course_lib.measure.val
 * :mod:`~course_lib.measure.benchmarks.tinylm_bench`: TinyLM predicted and measured
   (``python -m course_lib.measure.validate``);
 * :mod:`~course_lib.measure.benchmarks.engine_hf`: ``--engine hf``, Hugging Face ``generate()`` predicted and
-  measured.
+  measured;
+* :mod:`~course_lib.measure.benchmarks.engine_llamacpp`: ``--engine llama.cpp``, llama.cpp ``Llama.generate()``
+  on GGUF files predicted and measured.
 
 How a point is judged and how to read a report: ``docs/VALIDATE.md``.
 """

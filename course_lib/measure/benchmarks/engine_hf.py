@@ -37,7 +37,7 @@ from course_lib.core.quality import summarize_verdicts, timing_verdict
 from course_lib.core.validation import require_count, require_counts
 from course_lib.measure import allocator as _allocator
 from course_lib.measure.benchmarks.bracket import Bracketed, Drift, judge
-from course_lib.measure.engines.report import LAST_LINE_RE, EngineErrors
+from course_lib.measure.benchmarks.report import LAST_LINE_RE, EngineErrors
 from course_lib.measure.calibrate import Calibration, reprobe, reprobe_gemv, stream_between_ops, weight_matrices
 from course_lib.measure.device import last_level_cache_bytes
 from course_lib.measure.engines.hf import (DEFAULT_CONFIGS, FAST_CONFIGS, FAST_NEW_TOKENS, FAST_PROMPTS, NEW_TOKENS,

@@ -15,7 +15,7 @@ uses it.)
     t.ttft, t.tpot                                            # medians, seconds
     rates = llamacpp.probe_engine_rates(held.types, threads=1)  # llama.cpp's own kernels on probe files
     llamacpp.predict_gguf_tpot(held, rates).seconds
-    report = llamacpp.run()                                   # python -m course_lib.measure.validate --engine llama.cpp
+    # the benchmark, python -m course_lib.measure.validate --engine llama.cpp: measure/benchmarks/engine_llamacpp.py
 
 **The files.** :func:`write_gguf` writes a Llama-architecture GGUF with the ``gguf`` package: the shapes of a
 ``config.json`` (a dict, a path, or a name of ``course_lib/data/engine_configs.json`` or
@@ -75,7 +75,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -83,18 +83,14 @@ import numpy as np
 
 from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
-from course_lib.core.quality import THRESHOLDS, summarize_verdicts
 from course_lib.core.validation import require_choice, require_count, require_counts
-from course_lib.measure.engines.report import LAST_LINE_RE, EngineErrors
 
-__all__ = ["FORMATS", "DEFAULT_CONFIGS", "FAST_CONFIGS", "PROMPTS", "NEW_TOKENS", "REPEATS", "SUPPORTED_TYPES",
-           "LAST_LINE_RE", "COLUMNS", "NOISY_EXIT", "llamacpp_available", "require_llamacpp", "gguf_configs",
-           "load_config", "GGUFShape", "shape_of", "cache_dir", "vocabulary", "write_gguf", "quantize",
-           "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed", "measure_gguf",
-           "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "GGUFPrediction", "predict_gguf_tpot",
-           "predict_gguf_ttft", "LlamaPoint", "LlamaReport", "run", "main", "lesson_measurement", "q4_row",
-           "shape_nominal_bytes", "probe_files", "cpu_fast_compute", "pooled_rate",
-           "fastest_rate", "engine_rates_from_timings"]
+__all__ = ["FORMATS", "PROMPTS", "NEW_TOKENS", "REPEATS", "SUPPORTED_TYPES", "llamacpp_available",
+           "require_llamacpp", "gguf_configs", "load_config", "GGUFShape", "shape_of", "cache_dir", "vocabulary",
+           "write_gguf", "quantize", "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed",
+           "measure_gguf", "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "pooled_rate",
+           "fastest_rate", "engine_rates_from_timings", "probe_files", "GGUFPrediction", "predict_gguf_tpot",
+           "predict_gguf_ttft", "lesson_measurement", "q4_row", "shape_nominal_bytes", "cpu_fast_compute"]
 
 #: the formats the benchmark builds: llama.cpp's ftype of each (llama.h, ``enum llama_ftype``)
 FORMATS = ("f16", "q8_0", "q4_0", "q4_k_m")
@@ -106,29 +102,19 @@ PURE_FTYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, 
 PRECISION_OF = {"f16": "fp16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k_m"}
 #: the architectures whose shapes are written (as a Llama-architecture GGUF)
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-#: the benchmark's default configurations: a 1B- and a 3B-class model
-DEFAULT_CONFIGS = ("llama-3.2-1b", "llama-3.2-3b")
-#: ``--fast``: the 1B model cut to 2 layers (a smoke run)
-FAST_CONFIGS = ("llama-3.2-1b",)
-FAST_LAYERS = 2
 PROMPTS = (64,)
 NEW_TOKENS = 16
 REPEATS = 3
-FAST_NEW_TOKENS = 8
 #: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the layer count
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
 PROBE_LAYERS = (5, 16)
 #: the tiny file of the engine's fixed cost: hidden, MLP width, heads, layers (the vocabulary is the model's)
 TINY_SHAPE = dict(hidden=64, ffn=128, heads=4, kv_heads=4, layers=1)
-#: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
-NOISY_EXIT = 3
 #: weights' standard deviation (a trained model's initialisation scale)
 WEIGHT_STD = 0.02
 #: random values drawn per file; tensors are runs of them from random offsets (see write_gguf)
 POOL_SIZE = 2**22 + 1
 
-COLUMNS = ("phase", "model", "format", "threads", "weights (GB)", "prompt", "predicted (ms)", "measured (ms)",
-           "error %", "spread %", "verdict", "uncalibrated (ms)", "uncal. error %")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -861,226 +847,6 @@ def predict_gguf_ttft(held: GGUFBytes, rates: EngineRates, prompt: int) -> GGUFP
     return GGUFPrediction("ttft", sum(terms.values()), terms)
 
 
-# --------------------------------------------------------------------------------------------------
-# The benchmark
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LlamaPoint:
-    kind: str
-    model: str
-    fmt: str
-    threads: int
-    weight_bytes: int
-    tokens: int
-    predicted: float
-    measured: float
-    spread: float
-    verdict: str
-    uncalibrated: float | None     # the nominal-bytes floor of a TPOT; None for a TTFT (no such estimate here)
-    prediction: GGUFPrediction
-    reason: str = ""
-
-    @property
-    def error(self) -> float:
-        return (self.predicted - self.measured) / self.measured
-
-    @property
-    def uncalibrated_error(self) -> float | None:
-        return None if self.uncalibrated is None else (self.uncalibrated - self.measured) / self.measured
-
-
-@dataclass
-class LlamaReport(EngineErrors):
-    points: list
-    rates: dict                       # threads -> [EngineRates before, after] (one pair per model)
-    read_bandwidth: dict              # threads -> bytes/s
-    held: dict                        # (model, fmt) -> GGUFBytes
-    threads: tuple
-    policy: str
-    seconds: float
-    fast: bool = False
-    skipped: list = field(default_factory=list)
-    drifts: list = field(default_factory=list)
-
-    def rows(self) -> list[tuple]:
-        return [("TPOT" if p.kind == "tpot" else "TTFT", p.model, p.fmt, str(p.threads),
-                 f"{p.weight_bytes / 1e9:.3f}", str(p.tokens), f"{p.predicted * 1e3:.2f}", f"{p.measured * 1e3:.2f}",
-                 f"{p.error * 100:+.1f}", f"{p.spread * 100:.1f}", p.verdict,
-                 "–" if p.uncalibrated is None else f"{p.uncalibrated * 1e3:.2f}",
-                 "–" if p.uncalibrated is None else f"{p.uncalibrated_error * 100:+.1f}") for p in self.points]
-
-    def table(self) -> str:
-        rows = [COLUMNS] + self.rows()
-        widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-
-        def line(r):
-            return "  ".join(c.rjust(w) if i >= 3 and i != 10 else c.ljust(w)
-                             for i, (c, w) in enumerate(zip(r, widths)))
-        return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in rows[1:]])
-
-    def quality_line(self) -> str:
-        if not self.noisy_points:
-            return f"measurements: all {len(self.points)} points reliable"
-        worst = next(p for p in self.points if p.verdict != "reliable")
-        return (f"measurements: {self.noisy_points} of {len(self.points)} points not reliable (e.g. {worst.model} "
-                f"{worst.fmt} {worst.kind.upper()} @ {worst.threads} threads: {worst.reason or worst.verdict}): their "
-                f"errors mix the model's error with the machine's noise; close other programs and run again "
-                f"(exit status {NOISY_EXIT})")
-
-    def report(self) -> str:
-        import llama_cpp
-        lines = [f"engine: llama.cpp (llama-cpp-python {llama_cpp.__version__}) Llama.generate() on CPU, GGUF "
-                 f"files of random weights, greedy, f16 K/V cache",
-                 f"threads: {', '.join(map(str, self.threads))} ({self.policy})",
-                 "read bandwidth (torch sum, beyond the cache): "
-                 + ", ".join(f"{t} thread{'s' if t > 1 else ''} {bw / 1e9:.1f} GB/s"
-                             for t, bw in sorted(self.read_bandwidth.items())),
-                 "engine probes (llama.cpp's kernels on probe files; before / after each model, the mean used):"]
-        for t, pairs in sorted(self.rates.items()):
-            for before, after in pairs:
-                lines.append("  before " + before.line())
-                lines.append("  after  " + after.line())
-        lines += [f"  {x.summary()}" for x in self.held.values()]
-        lines += [f"skipped {n}: {why}" for n, why in self.skipped]
-        lines += ["", self.table(), ""]
-        lines += [f"terms {p.model} {p.fmt} {p.kind.upper()} @ {p.threads}t: {p.prediction.breakdown()}"
-                  for p in self.points]
-        unc = [abs(p.uncalibrated_error) for p in self._of("tpot")]
-        lines += [f"uncalibrated TPOT (nominal bytes / read bandwidth): geomean |error| "
-                  f"{statistics.geometric_mean(unc) if unc else math.nan:.3f}, max {max(unc, default=math.nan):.3f}",
-                  *self.drifts, self.quality_line(), f"total {self.seconds:.1f} s", self.last_line()]
-        return "\n".join(lines)
-
-
-def _mean_rates(a: EngineRates, b: EngineRates) -> EngineRates:
-    """The two probe sets' rates averaged as times (harmonic mean of the rates)."""
-    def hm(x, y):
-        return 2 / (1 / x + 1 / y)
-    return replace(a, decode={t: hm(a.decode[t], b.decode[t]) for t in a.decode},
-                   prefill={t: hm(a.prefill[t], b.prefill[t]) for t in a.prefill},
-                   step_fixed=(a.step_fixed + b.step_fixed) / 2, prefill_fixed=(a.prefill_fixed + b.prefill_fixed) / 2,
-                   verdicts=a.verdicts + b.verdicts)
-
-
-def _configs(configs, fast: bool, layers: int | None) -> list[GGUFShape]:
-    if configs is None or (isinstance(configs, (list, tuple)) and not configs):
-        configs = FAST_CONFIGS if fast else DEFAULT_CONFIGS
-    if isinstance(configs, (str, Path, Mapping)):
-        configs = [configs]
-    cut = FAST_LAYERS if fast and layers is None else layers
-    out = []
-    for c in configs:
-        full = shape_of(c)
-        out.append(shape_of(c, layers=min(cut, full.layers)) if cut else full)
-    return out
-
-
-def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = None, formats: Sequence[str] = FORMATS,
-        prompt: int | None = None, new_tokens: int | None = None, repeats: int | None = None,
-        layers: int | None = None, progress: bool = True) -> LlamaReport:
-    """Build the GGUFs (cached), probe, predict, then measure every configuration x format x thread count.
-
-    ``threads``: default 1 and all usable threads (:func:`course_lib.measure.timing.thread_policy_for`).
-    ``layers``: cut every configuration to that many layers (``fast``: 2). The engine probes run before and
-    after each model's measurements; each point is predicted from their mean, and probes that moved by more
-    than the noisy spread make the model's points noisy.
-    """
-    from course_lib.measure.timing import thread_policy_for
-    from course_lib.measure.timing import progress_bar
-    require_llamacpp()
-    if not isinstance(fast, bool):
-        raise TypeError(f"fast must be True or False, got {fast!r}")
-    t0 = time.perf_counter()
-    policy = thread_policy_for(None, "cpu")
-    if threads is None:
-        threads = tuple(dict.fromkeys([1, policy.threads]))
-    threads = tuple(require_counts("threads", threads))
-    formats = tuple(require_choice("formats", f, FORMATS) for f in formats)
-    prompt = require_count("prompt", PROMPTS[0] if prompt is None else prompt, minimum=2)
-    new_tokens = require_count("new_tokens", (FAST_NEW_TOKENS if fast else NEW_TOKENS) if new_tokens is None
-                               else new_tokens, minimum=2)
-    repeats = require_count("repeats", REPEATS if repeats is None else repeats, minimum=1)
-    shapes = _configs(configs, fast, layers)
-    report = LlamaReport([], {t: [] for t in threads}, {}, {}, threads, policy.description, 0.0, fast)
-    with progress_bar(total=2 * len(shapes) + 2, desc="llama.cpp", unit="step", enabled=progress) as bar:
-        def note(s):
-            bar.set_postfix_str(s)
-        paths = {}
-        for shape in shapes:                  # every file first (cached): the timed part runs without writing
-            for f in formats:
-                paths[(shape.name, f)] = _built(shape, f, None, 0, note)
-                report.held[(shape.name, f)] = gguf_bytes(paths[(shape.name, f)])
-        types = sorted({ty for h in report.held.values() for ty in h.types})
-        vocabs = sorted({s.vocab for s in shapes})
-        files = {v: {**probe_files(types, v, note)} for v in vocabs}
-        bar.update()
-        for t in threads:
-            note(f"read bandwidth, {t} thread(s)")
-            report.read_bandwidth[t] = measure_read_bandwidth(t)
-
-        def probe():
-            return {(t, v): probe_engine_rates(types, t, vocab=v, prompt=prompt, repeats=repeats, files=files[v])
-                    for t in threads for v in vocabs}
-        # probe, model 1, probe, model 2, probe ...: each model between two probe sets, predicted from both
-        note("engine probes")
-        sets = [probe()]
-        bar.update()
-        for shape in shapes:
-            timed = {}
-            for f in formats:
-                note(f"{shape.name} {f}")
-                llm = open_gguf(paths[(shape.name, f)], threads=threads[0], n_ctx=prompt + new_tokens + 8)
-                try:
-                    for t in threads:
-                        [timed[(f, t)]] = measure_gguf(llm, threads=t, prompts=[prompt], new_tokens=new_tokens,
-                                                       repeats=repeats)
-                finally:
-                    llm.close()
-            bar.update()
-            note(f"{shape.name}: engine probes again")
-            sets.append(probe())
-            before = {t: sets[-2][(t, shape.vocab)] for t in threads}
-            after = {t: sets[-1][(t, shape.vocab)] for t in threads}
-            for t in threads:
-                report.rates[t].append((before[t], after[t]))
-            report.points += _points(shape, formats, threads, timed, before, after, report)
-            bar.update()
-    report.seconds = time.perf_counter() - t0
-    return report
-
-
-def _points(shape, formats, threads, timed, before, after, report) -> list:
-    out = []
-    for t in threads:
-        rates = _mean_rates(before[t], after[t])
-        moved = max(abs(before[t].decode[k] / after[t].decode[k] - 1) for k in before[t].decode)
-        report.drifts.append(f"engine probe drift {shape.name} @ {t} thread(s): decode rates moved by at most "
-                             f"{moved:.0%} between before and after")
-        probes_ok = summarize_verdicts(list(rates.verdicts)).verdict == "reliable"
-        for kind in ("tpot", "ttft"):
-            for f in formats:
-                held = report.held[(shape.name, f)]
-                tm = timed[(f, t)]
-                if kind == "tpot":
-                    pr = predict_gguf_tpot(held, rates, tm.mean_context)
-                    measured, v = tm.tpot, tm.tpot_verdict
-                    unc = (shape_nominal_bytes(shape, f) + tm.mean_context * held.kv_bytes_per_token) \
-                        / report.read_bandwidth[t]
-                else:
-                    pr = predict_gguf_ttft(held, rates, tm.prompt)
-                    measured, v = tm.ttft, tm.ttft_verdict
-                    unc = None       # the course's uncalibrated estimate here is the TPOT's bytes floor only
-                verdict, reason = v.verdict, v.reason if v.verdict != "reliable" else ""
-                if verdict == "reliable" and moved > THRESHOLDS.noisy_relative_iqr:
-                    verdict, reason = "noisy", (f"the engine probes before and after moved by {moved:.0%} (above "
-                                                f"{THRESHOLDS.noisy_relative_iqr:.0%})")
-                elif verdict == "reliable" and not probes_ok:
-                    verdict, reason = "noisy", "the engine probes it is predicted from were not reliable"
-                out.append(LlamaPoint(kind, shape.name, f, t, held.file_weight_bytes, tm.prompt, pr.seconds,
-                                      measured, v.spread or 0.0, verdict, unc, pr, reason))
-    return out
-
-
 def shape_nominal_bytes(shape: GGUFShape, fmt: str) -> float:
     """The course's count of the bytes a decode step streams in ``fmt``: every matrix but the embedding (the
     tied output reads it) at the format's nominal bytes per weight."""
@@ -1089,29 +855,6 @@ def shape_nominal_bytes(shape: GGUFShape, fmt: str) -> float:
     if shape.tied:
         n += shape.vocab * shape.hidden
     return n * per
-
-
-def main(argv: Sequence[str] | None = None, a=None) -> int:
-    """``python -m course_lib.measure.validate --engine llama.cpp [--config PATH]... [--fast] [--threads N]``."""
-    import sys
-    if a is None:
-        import argparse
-        ap = argparse.ArgumentParser(prog="python -m course_lib.measure.validate --engine llama.cpp")
-        ap.add_argument("--config", action="append", default=None)
-        ap.add_argument("--threads", type=int, default=None)
-        ap.add_argument("--fast", action="store_true")
-        ap.add_argument("--layers", type=int, default=None)
-        ap.add_argument("--no-progress", action="store_true")
-        a = ap.parse_args(argv)
-    threads = None if getattr(a, "threads", None) is None else tuple(dict.fromkeys([1, a.threads]))
-    try:
-        rep = run(a.config, fast=a.fast, threads=threads, layers=getattr(a, "layers", None),
-                  progress=not a.no_progress)
-    except (ImportError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(rep.report())
-    return NOISY_EXIT if rep.noisy_points else 0
 
 
 def cpu_fast_compute(spec):

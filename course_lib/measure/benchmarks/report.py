@@ -1,8 +1,8 @@
-"""The error summary both CPU engine benchmarks print (Hugging Face: ``measure.benchmarks.engine_hf``; llama.cpp:
-``measure.engines.llamacpp``): geomean and max |error| of TPOT, max |error| of TTFT, the count of points not
-reliable, and the machine-readable last line :data:`LAST_LINE_RE` matches.
+"""The error summary both CPU engine benchmarks print (Hugging Face: :mod:`.engine_hf`; llama.cpp:
+:mod:`.engine_llamacpp`): geomean and max |error| of TPOT, max |error| of TTFT, the count of points not reliable,
+and the machine-readable last line :data:`LAST_LINE_RE` matches.
 
-Lessons: 08, 09
+Lessons: none
 """
 
 from __future__ import annotations
