@@ -112,7 +112,7 @@ def _timing(held, decode_rate, prefill_rate, step_fixed, prefill_fixed, prompt=6
                         tuple(step * w * disturb for w in wobble for _ in range(7)))
 
 
-def test_engine_rates_recover_the_rates_and_one_disturbed_file_barely_moves_them():
+def test_engine_rates_recover_the_rates_and_one_disturbed_file_does_not_move_the_decode_rate():
     rates = {"F16": (30e9, 200e9), "Q4_K": (25e9, 250e9)}
     fixed = (4e-4, 1e-3)
     tiny = _probe_file("tiny", "F16", 1, n=64 * 64)
@@ -127,17 +127,19 @@ def test_engine_rates_recover_the_rates_and_one_disturbed_file_barely_moves_them
     for t, (d, p) in rates.items():
         assert math.isclose(decode[t], d, rel_tol=1e-6) and math.isclose(prefill[t], p, rel_tol=1e-6)
     assert math.isclose(sf, fixed[0], rel_tol=1e-6) and math.isclose(pf, fixed[1], rel_tol=1e-6)
-    # one file's every step and prefill 2.5x slower (a file disturbed throughout): the rates stay those of the
-    # other, where the two files' times apart give a rate far too high (5 layers disturbed) or too low (16)
+    # one file's every step 2.5x slower (a file disturbed throughout): the decode rates stay those of the other,
+    # where the two files' times apart give a rate far too high (5 layers disturbed) or too low (16)
     for which in (5, 16):
         got = L.engine_rates_from_timings(tiny, tt, timed(2.5, which), 64)
         for t, (d, p) in rates.items():
-            assert math.isclose(got[0][t], d, rel_tol=1e-6) and math.isclose(got[1][t], p, rel_tol=1e-6)
+            assert math.isclose(got[0][t], d, rel_tol=1e-6)
             [(ha, ta), (hb, tb)] = timed(2.5, which)[t]
             apart = (hb.decode_bytes - ha.decode_bytes) / (tb.tpot - ta.tpot)
             assert apart > 2 * d if which == 5 else apart < d / 2
     with pytest.raises(ValueError, match="F16"):
         L.engine_rates_from_timings(tiny, tt, {"Q4_K": timed()["Q4_K"]}, 64)
+    with pytest.raises(ValueError, match="two probe files"):
+        L.engine_rates_from_timings(tiny, tt, {**timed(), "Q4_K": timed()["Q4_K"][:1]}, 64)
 
 
 def test_pooled_rate_refuses_what_has_no_rate():
@@ -182,7 +184,6 @@ def test_a_point_is_judged_by_the_one_rule_on_its_repeats():
     def timing(per_repeat=(1.0, 1.0, 1.0)):
         return EngineTiming(64, 16, tuple(ttft * k for k in per_repeat),
                             tuple(step * k * w for k in per_repeat for w in [1.0, 1.01, 0.99] * 5))
-    assert [len(r) for r in B.repeat_steps(timing())] == [15, 15, 15]
     quiet = B.judged_point("tpot", shape, "q4_k_m", held, timing(), rates, rates, 20e9)
     assert quiet.verdict == "reliable" and quiet.error == pytest.approx(0, abs=1e-9) and quiet.reason == ""
     assert B.judged_point("ttft", shape, "q4_k_m", held, timing(), rates, rates, 20e9).verdict == "reliable"

@@ -12,7 +12,9 @@ For each configuration (default :data:`DEFAULT_CONFIGS`: a 1B- and a 3B-class mo
 all usable threads: the GGUF files are built first (cached, :mod:`course_lib.measure.engines.llamacpp`), then
 the engine probes (llama.cpp's own kernels on probe files, never the model) run before the first model and
 after each, so that every model's measurements lie between two probe sets
-(:class:`~course_lib.measure.benchmarks.bracket.Bracketed`: probe, model 1, probe, model 2, probe). A point is
+(:class:`~course_lib.measure.benchmarks.bracket.Bracketed`: probe, model 1, probe, model 2, probe); a model's
+repeats run in rounds over its formats and thread counts, so that a disturbance lasting a minute lands on one
+repeat of many points rather than on every repeat of one. A point is
 the median of every repeat (every step for TPOT) against the prediction from the mean of its two probe sets; it
 is judged by :func:`~course_lib.measure.benchmarks.bracket.judge`, the rule of every benchmark here, on its
 repeats' ratios measured / predicted (TPOT: also on the median repeat's own steps), and on how far the two
@@ -38,8 +40,7 @@ from course_lib.measure.engines.llamacpp import (FORMATS, NEW_TOKENS, PROMPTS, R
 from course_lib.measure.benchmarks.report import LAST_LINE_RE, EngineErrors
 
 __all__ = ["DEFAULT_CONFIGS", "FAST_CONFIGS", "COLUMNS", "NOISY_EXIT", "LAST_LINE_RE", "LlamaPoint", "LlamaReport",
-           "run", "main", "repeat_steps",
-           "judged_point"]
+           "run", "main", "judged_point"]
 
 #: the benchmark's default configurations: a 1B- and a 3B-class model
 DEFAULT_CONFIGS = ("llama-3.2-1b", "llama-3.2-3b")
@@ -212,19 +213,24 @@ def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = Non
                     for t in threads for v in vocabs}
 
         def measure(name):
-            shape, timed = by_name[name], {}
-            for f in formats:
-                note(f"{shape.name} {f}")
-                llm = open_gguf(paths[(shape.name, f)], threads=threads[0], n_ctx=prompt + new_tokens + 8)
-                try:
-                    for t in threads:
-                        [timed[(f, t)]] = measure_gguf(llm, threads=t, prompts=[prompt], new_tokens=new_tokens,
-                                                       repeats=repeats)
-                finally:
-                    llm.close()
+            from course_lib.measure.engines.hf import EngineTiming
+            # the repeats in rounds (every format and thread count once per round, the order reversed every
+            # other round): a disturbance that lasts a minute lands on one repeat of every point, where the
+            # judge sees the repeats disagree, not on every repeat of one point
+            shape, runs = by_name[name], {(f, t): [] for f in formats for t in threads}
+            for r in range(repeats):
+                for f in (formats if r % 2 == 0 else formats[::-1]):
+                    note(f"{shape.name} {f}, round {r + 1} of {repeats}")
+                    llm = open_gguf(paths[(shape.name, f)], threads=threads[0], n_ctx=prompt + new_tokens + 8)
+                    try:
+                        for i, t in enumerate(threads if r % 2 == 0 else threads[::-1]):
+                            runs[(f, t)] += measure_gguf(llm, threads=t, prompts=[prompt], new_tokens=new_tokens,
+                                                         repeats=1, seed=r, warmup=i == 0)
+                    finally:
+                        llm.close()
             bar.update()
             note(f"{shape.name}: engine probes again")
-            return timed
+            return {k: EngineTiming.pooled(v) for k, v in runs.items()}
         # probe, model 1, probe, model 2, probe ...: each model between two probe sets, predicted from both
         by_name = {s.name: s for s in shapes}
         note("engine probes")
@@ -239,16 +245,6 @@ def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = Non
             bar.update()
     report.seconds = time.perf_counter() - t0
     return report
-
-
-def repeat_steps(timing) -> list[list[float]]:
-    """The step times of each repeat of a :func:`~course_lib.measure.engines.llamacpp.measure_gguf` timing (its
-    ``step_times`` hold every repeat's ``new_tokens - 1`` gaps one after the other)."""
-    n = timing.new_tokens - 1
-    steps = list(timing.step_times)
-    if n < 1 or len(steps) != n * timing.repeats:
-        raise ValueError(f"timing: {len(steps)} step times are not {timing.repeats} repeats of {n} steps")
-    return [steps[i * n:(i + 1) * n] for i in range(timing.repeats)]
 
 
 def _apart(before: dict, after: dict, types) -> float:
@@ -278,9 +274,8 @@ def judged_point(kind: str, shape: GGUFShape, fmt: str, held, timing, before: En
     rates = _mean_rates(before, after)
     if kind == "tpot":
         pr = predict_gguf_tpot(held, rates, timing.mean_context)
-        reps = repeat_steps(timing)
-        measured = [statistics.median(r) for r in reps]
-        own = [timing_verdict(r, steal=timing.steal) for r in reps]
+        measured = list(timing.run_tpots)
+        own = [timing_verdict(list(timing.repeat_steps(r)), steal=timing.steal) for r in range(timing.repeats)]
         read = ["F16", *(ty if ty != "F32" else "F16" for ty in held.by_type)]
         probe_step = _apart(before.decode, after.decode, read)
         unc = (shape_nominal_bytes(shape, fmt) + timing.mean_context * held.kv_bytes_per_token) / read_bandwidth

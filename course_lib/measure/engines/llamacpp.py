@@ -44,9 +44,10 @@ token - call start, the step times are the gaps. Repeats are interleaved over th
 * the rate at which llama.cpp's own kernels stream each ggml type (:func:`probe_engine_rates`): two probe files
   of a generic shape (hidden 2048, MLP 8192, vocabulary 512) with 5 and 16 layers, every matrix of the one type
   (``pure`` quantization); each file's bytes per second = 1 / the median over its decode steps of (step - the
-  fixed cost) / its decode bytes, FLOP/s of a prefill likewise over its TTFTs, and the type's rate is the
-  higher of the two files' (:func:`engine_rates_from_timings`, :func:`fastest_rate`): a disturbance only slows
-  a step. On the course's VM at one thread the two files give the same rate within 3 % (F16 22.0-24.2 and
+  fixed cost) / its decode bytes, and the type's rate is the higher of the two files'
+  (:func:`engine_rates_from_timings`, :func:`fastest_rate`): a disturbance only slows a step. A prefill's
+  FLOP/s: the two files' FLOP apart / their TTFTs apart (long, steady times; the difference leaves out what
+  every prefill pays). On the course's VM at one thread the two files give the same rate within 3 % (F16 22.0-24.2 and
   23.1-23.5 GB/s), so the fixed cost per step is a small share of a step; at two threads disturbed steps,
   several times their usual length, landed on one file or the other, and a rate taken from the two files'
   times apart swung with them (F16 30.5-44.6 GB/s, Q4_K 10.8-98.0 GB/s). The engine's per-layer cost rides in
@@ -658,9 +659,9 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
                        progress: bool = False) -> EngineRates:
     """Measure llama.cpp's decode bytes/s and prefill FLOP/s for each ggml type in ``types`` on probe files
     (never the model): for each type two files of :data:`PROBE_SHAPE` with :data:`PROBE_LAYERS` layers, every
-    matrix that type; each file's rate is its median step (prefill) per byte (FLOP) after the fixed cost, the
-    type's the higher of its files' (:func:`engine_rates_from_timings`). The fixed cost: a tiny file
-    (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
+    matrix that type; decode: each file's rate is its median step per byte after the fixed cost, the type's the
+    higher of its files'; prefill: their FLOP apart / their TTFTs apart (:func:`engine_rates_from_timings`).
+    The fixed cost: a tiny file (:data:`TINY_SHAPE`) of vocabulary ``vocab``."""
     threads = require_count("threads", threads)
     prompt = require_count("prompt", prompt, minimum=2)
     types = tuple(dict.fromkeys(["F16", *types]))
@@ -729,11 +730,13 @@ def engine_rates_from_timings(tiny: GGUFBytes, tiny_timing, timed: Mapping[str, 
     the probe timings: ``tiny`` / ``tiny_timing``: the tiny file and its timing; ``timed``: {ggml type: [(the
     probe file's :class:`GGUFBytes`, its timing), ...]} with "F16" among them; ``prompt``: the prefill's tokens.
 
-    Every step time of a probe file is one sample (its decode bytes the work), every TTFT one (2 x prompt x its
-    matrix parameters the FLOP, its output row at the type's decode rate taken out); a type's rate is the
-    highest of its files' (:func:`fastest_rate`). The fixed costs are the tiny file's times less its own bytes
-    at the F16 rates; the rates and the fixed costs are solved together (a few rounds: the tiny file's bytes
-    are about 1 % of a probe step).
+    Decode: every step time of a probe file is one sample (its decode bytes the work); a type's rate is the
+    highest of its files' (:func:`fastest_rate`); the fixed cost per step is the tiny file's step less its own
+    bytes at the F16 rate, solved together with that rate (a few rounds: the tiny file's bytes are about 1 % of
+    a probe step). Prefill: the two files' FLOP apart / their median TTFTs apart (a prefill is long and steady,
+    and the difference leaves out a cost every prefill pays that the tiny file does not show: with each file's
+    own rate instead, after the tiny file's fixed cost, the course's TTFTs came out 6-19 % fast); the fixed
+    cost per prefill is the tiny file's TTFT less its FLOP and its output row at those rates.
     """
     if "F16" not in timed:
         raise ValueError(f"timed must hold the F16 probe files, got {sorted(timed)}")
@@ -745,16 +748,17 @@ def engine_rates_from_timings(tiny: GGUFBytes, tiny_timing, timed: Mapping[str, 
         step_fixed = max(0.0, st - tiny.decode_bytes / f16)
     decode = {t: fastest_rate(s, step_fixed, name=f"{t} probe steps") for t, s in steps.items()}
 
-    def ttfts(t, fixed):
-        return [[(x - fixed - h._output()[3] / decode.get(h._output()[1], decode[t]),
-                  2 * prompt * sum(h.prefill_params_by_type().values())) for x in tm.ttft_times]
-                for h, tm in timed[t]]
+    prefill = {}
+    for t, fs in timed.items():
+        if len(fs) != 2:
+            raise ValueError(f"timed[{t!r}] must hold two probe files (fewer and more layers), got {len(fs)}")
+        (ha, ta), (hb, tb) = fs
+        # where noise made the difference implausible (under a third of the larger file's time), the larger file's
+        fa, fb = (2 * prompt * sum(h.prefill_params_by_type().values()) for h in (ha, hb))
+        pa, pb = ta.ttft, tb.ttft
+        prefill[t] = (fb - fa) / (pb - pa) if pb - pa > pb / 3 else fb / pb
     tiny_flops = 2 * prompt * sum(tiny.prefill_params_by_type().values())
-    prefill_fixed = 0.0
-    for _ in range(4):
-        pf16 = fastest_rate(ttfts("F16", prefill_fixed), name="F16 probe prefills")
-        prefill_fixed = max(0.0, pt - tiny_flops / pf16 - tiny._output()[3] / decode["F16"])
-    prefill = {t: fastest_rate(ttfts(t, prefill_fixed), name=f"{t} probe prefills") for t in timed}
+    prefill_fixed = max(0.0, pt - tiny_flops / prefill["F16"] - tiny._output()[3] / decode["F16"])
     return decode, prefill, step_fixed, prefill_fixed
 
 
