@@ -650,10 +650,6 @@ class EngineRates:
                 f"{self.prefill_fixed * 1e3:.2f} ms/prefill (vocabulary {self.vocab})")
 
 
-def _median_pair(timings):
-    return statistics.median(timings.step_times), statistics.median(timings.ttft_times)
-
-
 def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 32000, prompt: int = PROMPTS[0],
                        new_tokens: int = 8, repeats: int = REPEATS, files: Mapping | None = None,
                        progress: bool = False) -> EngineRates:
@@ -731,16 +727,19 @@ def engine_rates_from_timings(tiny: GGUFBytes, tiny_timing, timed: Mapping[str, 
     probe file's :class:`GGUFBytes`, its timing), ...]} with "F16" among them; ``prompt``: the prefill's tokens.
 
     Decode: every step time of a probe file is one sample (its decode bytes the work); a type's rate is the
-    highest of its files' (:func:`fastest_rate`); the fixed cost per step is the tiny file's step less its own
-    bytes at the F16 rate, solved together with that rate (a few rounds: the tiny file's bytes are about 1 % of
+    highest of its files' (:func:`fastest_rate`); the fixed cost per step is the tiny file's fastest step less
+    its own bytes at the F16 rate, solved together with that rate (a few rounds: the tiny file's bytes are about 1 % of
     a probe step). Prefill: the two files' FLOP apart / their median TTFTs apart (a prefill is long and steady,
     and the difference leaves out a cost every prefill pays that the tiny file does not show: with each file's
     own rate instead, after the tiny file's fixed cost, the course's TTFTs came out 6-19 % fast); the fixed
-    cost per prefill is the tiny file's TTFT less its FLOP and its output row at those rates.
+    cost per prefill is the tiny file's fastest TTFT less its FLOP and its output row at those rates.
     """
     if "F16" not in timed:
         raise ValueError(f"timed must hold the F16 probe files, got {sorted(timed)}")
-    st, pt = _median_pair(tiny_timing)
+    # the tiny file's fastest step and prefill: a disturbance only slows them, and its steps (about 0.3 ms on the
+    # course's VM) are short enough that one stall of the process is most of a step (a 2-thread run's median
+    # tiny step was 148 ms once, more than a probe file's whole step)
+    st, pt = min(tiny_timing.step_times), min(tiny_timing.ttft_times)
     steps = {t: [[(s, h.decode_bytes) for s in tm.step_times] for h, tm in fs] for t, fs in timed.items()}
     step_fixed = 0.0
     for _ in range(4):
