@@ -207,3 +207,10 @@ def test_a_runs_constants_follow_its_release_device_flags_and_request_count(reco
         == {4096}
     assert chunk[("vLLM 0.6.3", "h100-sxm")] is None                          # older releases: the whole prompt
     assert forecast.benchmark_requests(dict(base, requests=64)) == 64 and forecast.benchmark_requests(base) is None
+    # a TensorRT engine (v0.17's trtllm-bench) attends over the whole context: Mistral's window does not shrink its K/V
+    trt = [r for r in records if r["engine_version"].startswith("TensorRT-LLM 0.17") and r["model"] == "mistral-7b"]
+    c = forecast.record_constants(trt[0], forecast._CONSTS["TensorRT-LLM"])
+    assert c["full_attention"] and not forecast.record_constants(dict(trt[0], engine_version="TensorRT-LLM 1.0"),
+                                                                 forecast._CONSTS["TensorRT-LLM"]).get("full_attention")
+    long = max(trt, key=lambda r: r["prompt_tokens"])
+    assert forecast._work(long, c)[0] * 3 < forecast._work(long, dict(c, full_attention=False))[0]   # fewer in flight
