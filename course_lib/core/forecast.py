@@ -721,8 +721,8 @@ _REASONS = (
     (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
      "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
-     "maximum-load throughput: the batch the engine reached is not published (the model assumes the KV cache "
-     "fills 90 % of free memory, capped)"),
+     "maximum-load throughput: the batch the engine reached is not published (the model assumes as many "
+     "sequences as its default KV memory holds, capped by its batch limit and the benchmark's request count)"),
     (lambda r: r["device"] == "a100-80gb" and r["precision"] == "fp16" and r["metric"] == "prefill_tokens_per_s"
      and r["model"] == "llama-3-8b", "the A100 SXM F16 prefill row is ~10x below every other GPU's (a run problem "
      "in the source)"),
