@@ -212,5 +212,11 @@ def test_a_runs_constants_follow_its_release_device_flags_and_request_count(reco
     c = forecast.record_constants(trt[0], forecast._CONSTS["TensorRT-LLM"])
     assert c["full_attention"] and not forecast.record_constants(dict(trt[0], engine_version="TensorRT-LLM 1.0"),
                                                                  forecast._CONSTS["TensorRT-LLM"]).get("full_attention")
+    # kv_cache_dtype 'auto': FP8 weights, K/V in the activations' bf16 (serving engines); trtllm-bench's FP8 engines
+    # store FP8 K/V, as the estimator assumes for FP8 weights
+    fp8 = [r for r in records if r["precision"] == "fp8"]
+    kv = {r["engine"] + (" serve" if "trtllm-serve" in r["engine_version"] else ""):
+          forecast.record_constants(r, forecast._CONSTS[r["engine"]]).get("kv_precision") for r in fp8}
+    assert kv == {"SGLang": "bf16", "TensorRT-LLM serve": "bf16", "TensorRT-LLM": None}
     long = max(trt, key=lambda r: r["prompt_tokens"])
     assert forecast._work(long, c)[0] * 3 < forecast._work(long, dict(c, full_attention=False))[0]   # fewer in flight

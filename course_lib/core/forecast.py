@@ -345,6 +345,13 @@ def record_constants(r: dict, consts: dict) -> dict:
         # examples/llama/README.md); trtllm-bench sets none: v0.17's Mistral-7B and Llama-3.1-8B (same K/V shapes)
         # reach the same throughput within 3 % at 20000/2000 tokens on all four devices
         c["full_attention"] = True
+    if r.get("kv_precision") is None and get_layout(r["precision"]).compute_format == "fp8" and (
+            r["engine"] in ("vLLM", "SGLang") or "trtllm-serve" in ver):
+        # kv_cache_dtype 'auto' stores the K/V cache in the model's data type (the activations', bf16), not in the
+        # FP8 of the weights (vLLM and SGLang server arguments; TensorRT-LLM's PyTorch backend follows the
+        # checkpoint's kv_cache_quant_algo, which Qwen's FP8 checkpoints leave unset); trtllm-bench's FP8 engines
+        # do store FP8 K/V (the records' notes), as the estimator assumes for FP8 weights
+        c["kv_precision"] = "bf16"
     if r["metric"] == "output_throughput_tokens_per_s":
         n = benchmark_requests(r)
         if n:
@@ -360,7 +367,7 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     if profile_consts.get("full_attention") and m.sliding_window is not None:
         m = replace(m, sliding_window=None)         # the engine ignores the window: K/V of the whole context
     cls = device_class(hw)
-    prec, kv = r["precision"], _kv_for(r)
+    prec, kv = r["precision"], _kv_for(r) or profile_consts.get("kv_precision")
     P, n, metric, v = r["prompt_tokens"], r["output_tokens"], r["metric"], float(r["value"])
     chunk = profile_consts.get("prefill_chunk_tokens")
     sp = _gemm_speedup(hw, profile_consts)
