@@ -218,5 +218,12 @@ def test_a_runs_constants_follow_its_release_device_flags_and_request_count(reco
     kv = {r["engine"] + (" serve" if "trtllm-serve" in r["engine_version"] else ""):
           forecast.record_constants(r, forecast._CONSTS[r["engine"]]).get("kv_precision") for r in fp8}
     assert kv == {"SGLang": "bf16", "TensorRT-LLM serve": "bf16", "TensorRT-LLM": None}
+    # the KV memory: vLLM's and SGLang's shares are of the whole device, weights included; TensorRT-LLM's of what
+    # the weights leave
+    from course_lib.core.models import get_model
+    m, hw = get_model("qwen3-32b"), get_hardware("h100-sxm")
+    b = {e: forecast._max_load_batch(m, hw, "bf16", None, 217, 201, 4096, forecast._CONSTS[e].get("kv_share_of_total"))
+         for e in ("vLLM", "SGLang", "TensorRT-LLM")}
+    assert b["SGLang"] < b["vLLM"] < b["TensorRT-LLM"] / 1.5, b
     long = max(trt, key=lambda r: r["prompt_tokens"])
     assert forecast._work(long, c)[0] * 3 < forecast._work(long, dict(c, full_attention=False))[0]   # fewer in flight

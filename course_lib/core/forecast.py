@@ -290,14 +290,14 @@ def _kv_for(r):
     return r.get("kv_precision")
 
 
-def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap, of_total=False):
+def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap, of_total=None):
     """Sequences in flight at maximum load: as many as the KV cache holds, at most ``cap``. The KV cache gets 90 %
     of the memory the weights leave (TensorRT-LLM's kv_cache_free_gpu_memory_fraction 0.9), or with ``of_total``
-    90 % of the device's memory less the weights (vLLM's gpu_memory_utilization 0.9 is a share of the whole
-    device, weights included)."""
+    that share of the device's whole memory less the weights (vLLM's gpu_memory_utilization 0.9 and SGLang's
+    mem_fraction_static 0.88 are shares of the whole device, weights included)."""
     from course_lib.core.estimator import estimate, kv_cache_bytes
     weights = estimate(m, hw, 1, 2, precision=precision).weights_bytes     # a layout's bytes too
-    free = 0.9 * hw.capacity - weights if of_total else 0.9 * (hw.capacity - weights)
+    free = of_total * hw.capacity - weights if of_total else 0.9 * (hw.capacity - weights)
     per_seq = kv_cache_bytes(m, isl + osl, kv_precision or "fp16", 1)
     return max(1, min(cap, int(free // per_seq)))
 
@@ -396,7 +396,7 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
         return k / v, w
     # output_throughput_tokens_per_s: B sequences in flight, each wave a prefill of B prompts and n-1 decode steps
     B = _max_load_batch(m, hw, prec, kv, P, n, profile_consts.get("max_batch") or 2048,
-                        of_total=profile_consts.get("kv_share_of_total", False))
+                        of_total=profile_consts.get("kv_share_of_total"))
     e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
     w = _prefill_work(e, cls, chunk, B) + _decode_work(e, cls).scaled(n - 1)
     return B * n / v, w
@@ -461,7 +461,7 @@ _CONSTS = {
                                       "tokens per step, each step reading the weights again; its CUDA F16 matrix "
                                       "products accumulate in fp16 (cuBLAS compute type 16F), which GeForce cards run "
                                       "at twice their fp32-accumulate rate (hardware.json fp16_accumulate_TFLOPs)"},
-    "vLLM": {"prefill_chunk_tokens": None, "max_batch": 256, "kv_share_of_total": True,
+    "vLLM": {"prefill_chunk_tokens": None, "max_batch": 256, "kv_share_of_total": 0.9,
              "constants_source": "vLLM 0.6 defaults: the whole prompt in one step at max_model_len 32768 (chunked "
                                  "prefill off), max_num_seqs 256; gpu_memory_utilization 0.9 is a share of the whole "
                                  "device, so the KV cache gets 0.9 x memory - weights. vLLM >= 0.10 (V1 `vllm serve`, "
@@ -469,8 +469,11 @@ _CONSTS = {
                                  "8192 per step on a device of >= 70 GiB other than an A100, 2048 otherwise, unless "
                                  "--max-num-batched-tokens is set (record_constants). At maximum load the batch is "
                                  "also capped by the benchmark's request count (vllm bench serve --num-prompts)"},
-    "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None,
-               "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB)"},
+    "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None, "kv_share_of_total": 0.88,
+               "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB); "
+                                   "mem_fraction_static 0.88 at tensor parallelism 1 (server_args.py; 0.5's rule, "
+                                   "(memory - 10 GiB) / memory on an 80 GB device, gives 0.875): the weights and the "
+                                   "KV cache share 0.88 of the whole device"},
     "TensorRT-LLM": {"prefill_chunk_tokens": 8192, "max_batch": 2048,
                      "constants_source": "trtllm-bench defaults: max_num_tokens 8192 per step, max_batch_size 2048"},
     "transformers": {"prefill_chunk_tokens": None, "max_batch": None, "expert_dispatch_share": 10 / 59,
