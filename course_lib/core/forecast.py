@@ -47,7 +47,7 @@ from course_lib.core.validation import require_choice, require_flag, require_lis
 
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
-           "published_report", "decode_step_terms", "record_constants", "benchmark_requests"]
+           "published_report", "decode_step_terms"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
