@@ -186,3 +186,44 @@ def test_an_engines_own_terms_are_never_lent_and_the_terms_add_up(records):
     assert t["floor"] == e.decode_last.time and e.tpot_last > t["floor"]
     with pytest.raises(ValueError, match="engine"):
         forecast.decode_step_terms(estimate("qwen2.5-7b", "a100-80gb", 8192, 64, precision="bf16"))
+
+
+def test_a_runs_constants_follow_its_release_device_flags_and_request_count(records):
+    # every maximum-load run of a vllm-bench-serve page names its request count: it caps the batch
+    for r in records:
+        if r["metric"] == "output_throughput_tokens_per_s" and "vllm bench serve" in r["note"]:
+            n = forecast.benchmark_requests(r)
+            assert n in (100, 500, 1000), r["id"]
+            assert forecast.record_constants(r, forecast._CONSTS[r["engine"]])["max_batch"] <= n
+    base = dict(records[0], engine="vLLM", metric="tpot_ms", batch=1, note="")
+    v1 = forecast._CONSTS["vLLM"]
+    chunk = {(ver, dev): forecast.record_constants(dict(base, engine_version=ver, device=dev), v1)
+             ["prefill_chunk_tokens"]
+             for ver in ("vLLM 0.11.0 (vllm serve)", "vLLM 0.11.0 (vllm serve --max-num-batched-tokens 4096)",
+                         "vLLM 0.6.3") for dev in ("h100-sxm", "a100-80gb")}
+    assert chunk[("vLLM 0.11.0 (vllm serve)", "h100-sxm")] == 8192             # V1 on a >= 70 GiB non-A100 device
+    assert chunk[("vLLM 0.11.0 (vllm serve)", "a100-80gb")] == 2048            # an A100 keeps the small budget
+    assert {chunk[("vLLM 0.11.0 (vllm serve --max-num-batched-tokens 4096)", d)] for d in ("h100-sxm", "a100-80gb")} \
+        == {4096}
+    assert chunk[("vLLM 0.6.3", "h100-sxm")] is None                          # older releases: the whole prompt
+    assert forecast.benchmark_requests(dict(base, requests=64)) == 64 and forecast.benchmark_requests(base) is None
+    # a TensorRT engine (v0.17's trtllm-bench) attends over the whole context: Mistral's window does not shrink its K/V
+    trt = [r for r in records if r["engine_version"].startswith("TensorRT-LLM 0.17") and r["model"] == "mistral-7b"]
+    c = forecast.record_constants(trt[0], forecast._CONSTS["TensorRT-LLM"])
+    assert c["full_attention"] and not forecast.record_constants(dict(trt[0], engine_version="TensorRT-LLM 1.0"),
+                                                                 forecast._CONSTS["TensorRT-LLM"]).get("full_attention")
+    # kv_cache_dtype 'auto': FP8 weights, K/V in the activations' bf16 (serving engines); trtllm-bench's FP8 engines
+    # store FP8 K/V, as the estimator assumes for FP8 weights
+    fp8 = [r for r in records if r["precision"] == "fp8"]
+    kv = {r["engine"] + (" serve" if "trtllm-serve" in r["engine_version"] else ""):
+          forecast.record_constants(r, forecast._CONSTS[r["engine"]]).get("kv_precision") for r in fp8}
+    assert kv == {"SGLang": "bf16", "TensorRT-LLM serve": "bf16", "TensorRT-LLM": None}
+    # the KV memory: vLLM's and SGLang's shares are of the whole device, weights included; TensorRT-LLM's of what
+    # the weights leave
+    from course_lib.core.models import get_model
+    m, hw = get_model("qwen3-32b"), get_hardware("h100-sxm")
+    b = {e: forecast._max_load_batch(m, hw, "bf16", None, 217, 201, 4096, forecast._CONSTS[e].get("kv_share_of_total"))
+         for e in ("vLLM", "SGLang", "TensorRT-LLM")}
+    assert b["SGLang"] < b["vLLM"] < b["TensorRT-LLM"] / 1.5, b
+    long = max(trt, key=lambda r: r["prompt_tokens"])
+    assert forecast._work(long, c)[0] * 3 < forecast._work(long, dict(c, full_attention=False))[0]   # fewer in flight

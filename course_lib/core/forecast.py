@@ -290,13 +290,73 @@ def _kv_for(r):
     return r.get("kv_precision")
 
 
-def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap):
-    """Sequences in flight at maximum load: as many as the KV cache holds in 90 % of the memory the weights leave
-    (the engines' default KV fraction), at most ``cap``."""
+def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap, of_total=None):
+    """Sequences in flight at maximum load: as many as the KV cache holds, at most ``cap``. The KV cache gets 90 %
+    of the memory the weights leave (TensorRT-LLM's kv_cache_free_gpu_memory_fraction 0.9), or with ``of_total``
+    that share of the device's whole memory less the weights (vLLM's gpu_memory_utilization 0.9 and SGLang's
+    mem_fraction_static 0.88 are shares of the whole device, weights included)."""
     from course_lib.core.estimator import estimate, kv_cache_bytes
-    free = 0.9 * (hw.capacity - estimate(m, hw, 1, 2, precision=precision).weights_bytes)  # a layout's bytes too
+    weights = estimate(m, hw, 1, 2, precision=precision).weights_bytes     # a layout's bytes too
+    free = of_total * hw.capacity - weights if of_total else 0.9 * (hw.capacity - weights)
     per_seq = kv_cache_bytes(m, isl + osl, kv_precision or "fp16", 1)
     return max(1, min(cap, int(free // per_seq)))
+
+
+def benchmark_requests(r: dict) -> int | None:
+    """The requests a maximum-load benchmark sent (``vllm bench serve --num-prompts``): the record's ``requests``
+    field, else the count its note quotes from the page's output ('... over 1000 requests'); None if neither."""
+    if isinstance(r.get("requests"), int):
+        return r["requests"]
+    import re
+    m = re.search(r"over ([\d,]+) requests", r.get("note", ""))
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def _version(text: str) -> tuple:
+    import re
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _flag(text: str, name: str) -> int | None:
+    import re
+    m = re.search(rf"{name}[ =](\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def record_constants(r: dict, consts: dict) -> dict:
+    """The engine's constants for the run of record ``r``: the step budget of its release and device, the flags its
+    command line sets, and at maximum load the benchmark's own request count as a cap on the batch (every request
+    is sent at once: no more sequences can be in flight than were sent)."""
+    c = dict(consts)
+    ver = r.get("engine_version", "")
+    if r["engine"] == "vLLM" and _version(ver) >= (0, 10):
+        # vLLM V1 `vllm serve` (vllm/engine/arg_utils.py, EngineArgs batch defaults): chunked prefill always on,
+        # max_num_batched_tokens 8192 tokens per step on a device of >= 70 GiB that is not an A100, else 2048 (an
+        # A100 is excluded because the larger budget lowered its throughput, vLLM PR #17885); a
+        # --max-num-batched-tokens flag overrides it. The same code's max_num_seqs (1024 on such a device, else
+        # 256) is not taken over: the cap stays 256 (docs/FORECAST.md, rejected variants)
+        hw = get_hardware(r["device"])
+        big = hw.capacity >= 70 * 2 ** 30 and "a100" not in hw.name
+        c["prefill_chunk_tokens"] = _flag(ver, "--max-num-batched-tokens") or (8192 if big else 2048)
+    if r["engine"] == "TensorRT-LLM" and "TensorRT engines" in ver:
+        # a TensorRT engine attends over the whole context unless the run sets max_attention_window_size (its
+        # Mistral 7B example passes --max_attention_window_size=4096 to run.py for the sliding window, TensorRT-LLM
+        # examples/llama/README.md); trtllm-bench sets none: v0.17's Mistral-7B and Llama-3.1-8B (same K/V shapes)
+        # reach the same throughput within 3 % at 20000/2000 tokens on all four devices
+        c["full_attention"] = True
+    if r.get("kv_precision") is None and get_layout(r["precision"]).compute_format == "fp8" and (
+            r["engine"] in ("vLLM", "SGLang") or "trtllm-serve" in ver):
+        # kv_cache_dtype 'auto' stores the K/V cache in the model's data type (the activations', bf16), not in the
+        # FP8 of the weights (vLLM and SGLang server arguments; TensorRT-LLM's PyTorch backend follows the
+        # checkpoint's kv_cache_quant_algo, which Qwen's FP8 checkpoints leave unset); trtllm-bench's FP8 engines
+        # do store FP8 K/V (the records' notes), as the estimator assumes for FP8 weights
+        c["kv_precision"] = "bf16"
+    if r["metric"] == "output_throughput_tokens_per_s":
+        n = benchmark_requests(r)
+        if n:
+            c["max_batch"] = min(c.get("max_batch") or 2048, n)
+    return c
 
 
 def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
@@ -304,8 +364,10 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     rate or seconds · 1000 / k for a ms figure."""
     from course_lib.core.estimator import estimate
     m, hw = get_model(r["model"]), get_hardware(r["device"])
+    if profile_consts.get("full_attention") and m.sliding_window is not None:
+        m = replace(m, sliding_window=None)         # the engine ignores the window: K/V of the whole context
     cls = device_class(hw)
-    prec, kv = r["precision"], _kv_for(r)
+    prec, kv = r["precision"], _kv_for(r) or profile_consts.get("kv_precision")
     P, n, metric, v = r["prompt_tokens"], r["output_tokens"], r["metric"], float(r["value"])
     chunk = profile_consts.get("prefill_chunk_tokens")
     sp = _gemm_speedup(hw, profile_consts)
@@ -333,7 +395,8 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
         k = n if metric == "generation_tokens_per_s" else P + n
         return k / v, w
     # output_throughput_tokens_per_s: B sequences in flight, each wave a prefill of B prompts and n-1 decode steps
-    B = _max_load_batch(m, hw, prec, kv, P, n, profile_consts.get("max_batch") or 2048)
+    B = _max_load_batch(m, hw, prec, kv, P, n, profile_consts.get("max_batch") or 2048,
+                        of_total=profile_consts.get("kv_share_of_total"))
     e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
     w = _prefill_work(e, cls, chunk, B) + _decode_work(e, cls).scaled(n - 1)
     return B * n / v, w
@@ -398,11 +461,19 @@ _CONSTS = {
                                       "tokens per step, each step reading the weights again; its CUDA F16 matrix "
                                       "products accumulate in fp16 (cuBLAS compute type 16F), which GeForce cards run "
                                       "at twice their fp32-accumulate rate (hardware.json fp16_accumulate_TFLOPs)"},
-    "vLLM": {"prefill_chunk_tokens": None, "max_batch": 256,
+    "vLLM": {"prefill_chunk_tokens": None, "max_batch": 256, "kv_share_of_total": 0.9,
              "constants_source": "vLLM 0.6 defaults: the whole prompt in one step at max_model_len 32768 (chunked "
-                                 "prefill off), max_num_seqs 256"},
-    "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None,
-               "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB)"},
+                                 "prefill off), max_num_seqs 256; gpu_memory_utilization 0.9 is a share of the whole "
+                                 "device, so the KV cache gets 0.9 x memory - weights. vLLM >= 0.10 (V1 `vllm serve`, "
+                                 "vllm/engine/arg_utils.py batch defaults): chunked prefill of max_num_batched_tokens "
+                                 "8192 per step on a device of >= 70 GiB other than an A100, 2048 otherwise, unless "
+                                 "--max-num-batched-tokens is set (record_constants). At maximum load the batch is "
+                                 "also capped by the benchmark's request count (vllm bench serve --num-prompts)"},
+    "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None, "kv_share_of_total": 0.88,
+               "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB); "
+                                   "mem_fraction_static 0.88 at tensor parallelism 1 (server_args.py; 0.5's rule, "
+                                   "(memory - 10 GiB) / memory on an 80 GB device, gives 0.875): the weights and the "
+                                   "KV cache share 0.88 of the whole device"},
     "TensorRT-LLM": {"prefill_chunk_tokens": 8192, "max_batch": 2048,
                      "constants_source": "trtllm-bench defaults: max_num_tokens 8192 per step, max_batch_size 2048"},
     "transformers": {"prefill_chunk_tokens": None, "max_batch": None, "expert_dispatch_share": 10 / 59,
@@ -491,7 +562,7 @@ def _cached_work(r, name):
     """_work(r) for engine ``name``'s constants, cached on the record's content (a fit never changes it)."""
     key = (name, json.dumps(r, sort_keys=True))
     if key not in _WORK_CACHE:
-        _WORK_CACHE[key] = _work(r, _CONSTS[name])
+        _WORK_CACHE[key] = _work(r, record_constants(r, _CONSTS[name]))
     return _WORK_CACHE[key]
 
 
@@ -660,8 +731,8 @@ _REASONS = (
     (lambda r: r["device"] == "h20", "H20: one source only, whose runs sit several times further from the floor than "
      "the same engines elsewhere (a device or setup effect no other source shows)"),
     (lambda r: r["metric"] == "output_throughput_tokens_per_s",
-     "maximum-load throughput: the batch the engine reached is not published (the model assumes the KV cache "
-     "fills 90 % of free memory, capped)"),
+     "maximum-load throughput: the batch the engine reached is not published (the model assumes as many "
+     "sequences as its default KV memory holds, capped by its batch limit and the benchmark's request count)"),
     (lambda r: r["device"] == "a100-80gb" and r["precision"] == "fp16" and r["metric"] == "prefill_tokens_per_s"
      and r["model"] == "llama-3-8b", "the A100 SXM F16 prefill row is ~10x below every other GPU's (a run problem "
      "in the source)"),
