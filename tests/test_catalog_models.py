@@ -13,7 +13,8 @@ ADDED = {"llama-3.1-8b": 8_030_261_248, "llama-3.1-70b": 70_553_706_496, "llama-
          "llama-3.2-1b": 1_235_814_400, "llama-3.2-3b": 3_212_749_824, "qwen2.5-0.5b": 494_032_768,
          "qwen2.5-1.5b": 1_543_714_304, "qwen2.5-3b": 3_085_938_688, "qwen2.5-14b": 14_770_033_664,
          "qwen2.5-32b": 32_763_876_352, "qwen2.5-72b": 72_706_203_648, "qwen3-8b": 8_190_735_360,
-         "qwen3-32b": 32_762_123_264, "qwen3-30b-a3b": 30_532_122_624, "mixtral-8x7b": 46_702_792_704}
+         "qwen3-32b": 32_762_123_264, "qwen3-30b-a3b": 30_532_122_624, "mixtral-8x7b": 46_702_792_704,
+         "qwen3-14b": 14_768_307_200}
 ENGINE = {"gpt2-small": "gpt2", "qwen3-0.6b": "qwen3-0.6b", "llama-3.2-1b": "llama-3.2-1b",
           "qwen2.5-0.5b": "qwen2.5-0.5b"}
 
@@ -215,3 +216,13 @@ def test_crossover_and_fit_follow_the_layer_pattern(name):
     n = tokens_that_fit(m, hw, batch=1, precision="fp8")
     free = hw.capacity - m.weight_bytes("fp8")
     assert n > m.local_window and kv_cache_bytes(m, n) <= free < kv_cache_bytes(m, n + 1)
+
+
+def test_unlisted_models_are_in_the_catalog_but_not_in_the_lessons_lists():
+    from course_lib import list_models
+    every = list_models(every=True)
+    assert set(list_models()) < set(every) and "qwen3-14b" in every and "qwen3-14b" not in list_models()
+    assert [n for n in every if n in list_models()] == list_models()      # the lessons' order is kept
+    assert get_model("qwen3-14b").params == 14_768_307_200
+    with pytest.raises(TypeError, match="every"):
+        list_models(every="yes")

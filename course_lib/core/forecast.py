@@ -303,12 +303,14 @@ def _max_load_batch(m, hw, precision, kv_precision, isl, osl, cap, of_total=None
 
 
 def benchmark_requests(r: dict) -> int | None:
-    """The requests a maximum-load benchmark sent (``vllm bench serve --num-prompts``): the record's ``requests``
-    field, else the count its note quotes from the page's output ('... over 1000 requests'); None if neither."""
+    """The requests a maximum-load benchmark sent (``vllm bench serve`` / ``sglang.bench_serving --num-prompts``):
+    the record's ``requests`` field, else the count its note quotes from the page's command line ('--num-prompts
+    5000') or output ('... over 1000 requests'); None if none of these."""
     if isinstance(r.get("requests"), int):
         return r["requests"]
     import re
-    m = re.search(r"over ([\d,]+) requests", r.get("note", ""))
+    note = r.get("note", "")
+    m = re.search(r"--num-prompts ([\d,]+)", note) or re.search(r"over ([\d,]+) requests", note)
     return int(m.group(1).replace(",", "")) if m else None
 
 

@@ -490,5 +490,9 @@ def get_model(model) -> ModelSpec:
     return _build(require_choice("model", model, _catalog()))
 
 
-def list_models() -> list[str]:
-    return list(_catalog())
+def list_models(every: bool = False) -> list[str]:
+    """Catalog model names: the lessons' models, or with ``every=True`` also those marked ``listed: false``
+    (added with the published-measurement set; every one of them works with :func:`get_model`)."""
+    if not isinstance(every, bool):
+        raise TypeError(f"every must be True or False, got {type(every).__name__}")
+    return [k for k, e in _catalog().items() if every or e.get("listed", True)]
