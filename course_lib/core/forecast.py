@@ -521,33 +521,36 @@ def _solve(rows, prior, weight, zero=(), hold=None):
     """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
     a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
     dropped, each keeps a weight of at least HUBER / |its error|."""
-    w = [1.0] * len(rows)
-    theta = _solve_once(rows, prior, weight, w, zero, hold)
+    import numpy as np
+    X = np.array([[x[p] for p in PARAMS] for x, _ in rows], dtype=float).reshape(len(rows), len(PARAMS))
+    y = np.array([y for _, y in rows], dtype=float)
+    w = np.ones(len(rows))
+    theta = _solve_once(X, y, prior, weight, w, zero, hold)
     for _ in range(ROBUST_ROUNDS):
-        res = [abs(sum(x[p] * theta[p] for p in PARAMS) / y - 1) for x, y in rows]
-        w = [1.0 if e <= HUBER else HUBER / e for e in res]
-        theta = _solve_once(rows, prior, weight, w, zero, hold)
+        res = np.abs(X @ np.array([theta[p] for p in PARAMS]) / y - 1)
+        w = np.where(res <= HUBER, 1.0, HUBER / np.maximum(res, HUBER))
+        theta = _solve_once(X, y, prior, weight, w, zero, hold)
     return theta
 
 
-def _solve_once(rows, prior, weight, w, zero=(), hold=None):
+def _solve_once(X, y, prior, weight, w, zero=(), hold=None):
     """argmin Σ w_i ((x·θ - y)/y)² + Σ_j weight_j ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the
     bound and refitted when the free solution crosses it), the parameters ``zero`` held at 0 and those in ``hold``
-    at their prior. ``weight``: one number, or {parameter: weight}."""
+    at their prior. ``X``: one row of PARAMS' work per point, ``y`` their times, ``w`` their weights;
+    ``weight``: one number, or {parameter: weight}."""
     import numpy as np
     fixed: dict[str, float] = {**dict.fromkeys(zero, 0.0), **{p: prior[p] for p in (hold or ())}}
+    col = {p: i for i, p in enumerate(PARAMS)}
+    sw = np.sqrt(w)
     for _ in range(len(PARAMS)):
         free = [p for p in PARAMS if p not in fixed]
-        A, b = [], []
-        for (x, y), wi in zip(rows, w):
-            s_ = math.sqrt(wi) / y
-            A.append([x[p] * s_ for p in free])
-            b.append(math.sqrt(wi) * (1.0 - sum(x[p] * fixed[p] for p in fixed) / y))
-        for p in free:
-            s = math.sqrt(weight[p] if isinstance(weight, dict) else weight) / _SCALE[p]
-            A.append([s if q == p else 0.0 for q in free])
-            b.append(s * prior[p])
-        theta = np.linalg.lstsq(np.asarray(A), np.asarray(b), rcond=None)[0]
+        known = X[:, [col[p] for p in fixed]] @ np.array([fixed[p] for p in fixed]) if fixed else 0.0
+        A = X[:, [col[p] for p in free]] * (sw / y)[:, None]
+        b = sw * (1.0 - known / y)
+        s = np.array([math.sqrt(weight[p] if isinstance(weight, dict) else weight) / _SCALE[p] for p in free])
+        A = np.vstack([A, np.diag(s)])
+        b = np.concatenate([b, s * np.array([prior[p] for p in free])])
+        theta = np.linalg.lstsq(A, b, rcond=None)[0]
         sol = dict(zip(free, theta.tolist()))
         low = [p for p in free if sol[p] < _LOWER[p]]
         if not low:
