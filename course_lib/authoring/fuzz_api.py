@@ -61,6 +61,9 @@ from fractions import Fraction
 import numpy as np
 
 TIME_LIMIT_S = 2.0
+#: callables whose valid call does a whole catalog's work by design, with their own limit (seconds): the held-out
+#: benchmark refits the engine profiles once per published document (about 1 s alone, more beside other tests)
+TIME_LIMITS = {"published_report": 30.0}
 
 #: (label, value): what every argument is replaced with, one at a time
 HOSTILE: list[tuple[str, object]] = [
@@ -354,11 +357,16 @@ class CallTookTooLong(Exception):
 
 
 def _alarm(signum, frame):
-    raise CallTookTooLong(f"call took more than {TIME_LIMIT_S} s")
+    raise CallTookTooLong("call took too long")
 
 
-def timed(fn, kwargs: dict):
-    """("result", value), ("raised", exception) or ("slow", None): ``fn(**kwargs)``, stopped after TIME_LIMIT_S.
+def limit_of(label: str) -> float:
+    """The time limit of a callable (short name): :data:`TIME_LIMITS`, else :data:`TIME_LIMIT_S`."""
+    return TIME_LIMITS.get(label, TIME_LIMIT_S)
+
+
+def timed(fn, kwargs: dict, limit: float = TIME_LIMIT_S):
+    """("result", value), ("raised", exception) or ("slow", None): ``fn(**kwargs)``, stopped after ``limit`` s.
 
     When another alarm is already set (a test-timeout plugin), it is left alone and only the elapsed time
     is judged.
@@ -372,7 +380,7 @@ def timed(fn, kwargs: dict):
     try:
         try:
             # fires again every 0.2 s: a timeout raised where Python swallows it (a gc callback) cannot end the watch
-            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S, 0.2)
+            signal.setitimer(signal.ITIMER_REAL, limit, 0.2)
             try:
                 return "result", fn(**kwargs)
             except CallTookTooLong:
@@ -400,10 +408,11 @@ def outcome(fn, kwargs: dict, label: str, names=(), *, errors=(ValueError, TypeE
     is empty); a result is checked by :func:`problems`.
     """
     t0 = time.perf_counter()
-    kind, value = timed(fn, kwargs)
+    limit = limit_of(label)
+    kind, value = timed(fn, kwargs, limit)
     took = time.perf_counter() - t0
-    if kind == "slow" or took > TIME_LIMIT_S:
-        return "bad", f"call took more than {TIME_LIMIT_S} s"
+    if kind == "slow" or took > limit:
+        return "bad", f"call took more than {limit} s"
     if kind == "raised":
         msg = str(value)
         if not isinstance(value, errors):

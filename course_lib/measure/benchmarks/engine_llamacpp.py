@@ -32,11 +32,11 @@ from typing import Mapping, Sequence
 from course_lib.core.quality import timing_verdict
 from course_lib.core.validation import require_choice, require_count, require_counts
 from course_lib.measure.benchmarks.bracket import Bracketed, judge
-from course_lib.measure.engines.llamacpp import (FORMATS, NEW_TOKENS, PROMPTS, REPEATS, EngineRates, GGUFPrediction,
-                                                 GGUFShape, _built, gguf_bytes, measure_gguf,
-                                                 measure_read_bandwidth, open_gguf, predict_gguf_tpot,
-                                                 predict_gguf_ttft, probe_engine_rates, probe_files,
-                                                 require_llamacpp, shape_nominal_bytes, shape_of)
+from course_lib.measure.engines.llamacpp import (FAST_LAYERS, FAST_NEW_TOKENS, FORMATS, NEW_TOKENS, PROMPTS,
+                                                 REPEATS, EngineRates, GGUFPrediction, GGUFShape, _built,
+                                                 gguf_bytes, measure_gguf, measure_read_bandwidth, open_gguf,
+                                                 predict_gguf_tpot, predict_gguf_ttft, probe_engine_rates,
+                                                 probe_files, require_llamacpp, shape_nominal_bytes, shape_of)
 from course_lib.measure.benchmarks.report import LAST_LINE_RE, EngineErrors
 
 __all__ = ["DEFAULT_CONFIGS", "FAST_CONFIGS", "COLUMNS", "NOISY_EXIT", "LAST_LINE_RE", "LlamaPoint", "LlamaReport",
@@ -44,10 +44,8 @@ __all__ = ["DEFAULT_CONFIGS", "FAST_CONFIGS", "COLUMNS", "NOISY_EXIT", "LAST_LIN
 
 #: the benchmark's default configurations: a 1B- and a 3B-class model
 DEFAULT_CONFIGS = ("llama-3.2-1b", "llama-3.2-3b")
-#: ``--fast``: the 1B model cut to 2 layers (a smoke run)
+#: ``--fast``: the 1B model cut to FAST_LAYERS layers (a smoke run)
 FAST_CONFIGS = ("llama-3.2-1b",)
-FAST_LAYERS = 2
-FAST_NEW_TOKENS = 8
 #: ``python -m course_lib.measure.validate --engine llama.cpp`` exits with this status when a point was not reliable
 NOISY_EXIT = 3
 

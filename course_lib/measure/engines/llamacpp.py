@@ -86,8 +86,9 @@ from course_lib.core import data
 from course_lib.core.precision import bytes_per_element
 from course_lib.core.validation import require_choice, require_count, require_counts
 
-__all__ = ["FORMATS", "PROMPTS", "NEW_TOKENS", "REPEATS", "SUPPORTED_TYPES", "llamacpp_available",
-           "require_llamacpp", "gguf_configs", "load_config", "GGUFShape", "shape_of", "cache_dir", "vocabulary",
+__all__ = ["FORMATS", "PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_LAYERS", "FAST_NEW_TOKENS", "SUPPORTED_TYPES",
+           "llamacpp_available", "require_llamacpp", "gguf_configs", "load_config", "GGUFShape", "shape_of",
+           "cache_dir", "vocabulary",
            "write_gguf", "quantize", "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed",
            "measure_gguf", "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "pooled_rate",
            "fastest_rate", "engine_rates_from_timings", "probe_files", "GGUFPrediction", "predict_gguf_tpot",
@@ -106,6 +107,9 @@ SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 PROMPTS = (64,)
 NEW_TOKENS = 16
 REPEATS = 3
+#: the course's fast mode (lessons, exercises, ``--fast``): models cut to 2 layers, 8 new tokens
+FAST_LAYERS = 2
+FAST_NEW_TOKENS = 8
 #: the probe files: hidden, MLP width, heads, K/V heads, vocabulary, and the layer count
 PROBE_SHAPE = dict(hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=512)
 PROBE_LAYERS = (5, 16)
