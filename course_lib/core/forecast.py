@@ -517,17 +517,20 @@ HUBER = 0.3
 ROBUST_ROUNDS = 6
 
 
-def _solve(rows, prior, weight, zero=(), hold=None):
-    """The robust fit: iteratively reweighted :func:`_solve_once` with Huber weights on the relative errors, so that
-    a run far off every similar one (a broken measurement, a device quirk) cannot drag a whole profile; no point is
-    dropped, each keeps a weight of at least HUBER / |its error|."""
+def _theta(params: dict):
     import numpy as np
-    X = np.array([[x[p] for p in PARAMS] for x, _ in rows], dtype=float).reshape(len(rows), len(PARAMS))
-    y = np.array([y for _, y in rows], dtype=float)
-    w = np.ones(len(rows))
+    return np.array([params[p] for p in PARAMS])
+
+
+def _solve(X, y, prior, weight, zero=(), hold=None):
+    """The robust fit of the points ``X``, ``y`` (:func:`_rows`): iteratively reweighted :func:`_solve_once` with
+    Huber weights on the relative errors, so that a run far off every similar one (a broken measurement, a device
+    quirk) cannot drag a whole profile; no point is dropped, each keeps a weight of at least HUBER / |its error|."""
+    import numpy as np
+    w = np.ones(len(y))
     theta = _solve_once(X, y, prior, weight, w, zero, hold)
     for _ in range(ROBUST_ROUNDS):
-        res = np.abs(X @ np.array([theta[p] for p in PARAMS]) / y - 1)
+        res = np.abs(X @ _theta(theta) / y - 1)
         w = np.where(res <= HUBER, 1.0, HUBER / np.maximum(res, HUBER))
         theta = _solve_once(X, y, prior, weight, w, zero, hold)
     return theta
@@ -536,7 +539,7 @@ def _solve(rows, prior, weight, zero=(), hold=None):
 def _solve_once(X, y, prior, weight, w, zero=(), hold=None):
     """argmin Σ w_i ((x·θ - y)/y)² + Σ_j weight_j ((θ_j - prior_j)/scale_j)², with θ_j >= lower_j (fixed at the
     bound and refitted when the free solution crosses it), the parameters ``zero`` held at 0 and those in ``hold``
-    at their prior. ``X``: one row of PARAMS' work per point, ``y`` their times, ``w`` their weights;
+    at their prior. ``X``, ``y``: the points (:func:`_rows`), ``w`` their weights;
     ``weight``: one number, or {parameter: weight}."""
     import numpy as np
     fixed: dict[str, float] = {**dict.fromkeys(zero, 0.0), **{p: prior[p] for p in (hold or ())}}
@@ -572,11 +575,16 @@ def _cached_work(r, name):
 
 
 def _rows(records, name):
-    out = []
+    """The points of ``records`` for engine ``name``'s fit: (X, y), one row of X per record with its work in each
+    of PARAMS (the floor's seconds each term multiplies), y its measured seconds."""
+    import numpy as np
+    vectors, times = [], []
     for r in records:
         y, w = _cached_work(r, name)
-        out.append((w.vector(), y))
-    return out
+        x = w.vector()
+        vectors.append([x[p] for p in PARAMS])
+        times.append(y)
+    return np.array(vectors, dtype=float).reshape(len(times), len(PARAMS)), np.array(times, dtype=float)
 
 
 def _records(records) -> list[dict]:
@@ -599,12 +607,13 @@ def _records(records) -> list[dict]:
 MAX_VIF = 100.0
 
 
-def unidentified(rows, limit: float = MAX_VIF) -> tuple:
-    """The terms an engine's own points (``rows``) cannot tell apart from its other terms: those whose column (each
-    point's floor time of the term over its measured time, in the term's scale) the other columns reproduce to
-    within 1 / ``limit`` of its squared norm. A term no point prices is left out (the prior alone sets it)."""
+def unidentified(X, y, limit: float = MAX_VIF) -> tuple:
+    """The terms an engine's own points (``X``, ``y``: :func:`_rows`) cannot tell apart from its other terms: those
+    whose column (each point's floor time of the term over its measured time, in the term's scale) the other columns
+    reproduce to within 1 / ``limit`` of its squared norm. A term no point prices is left out (the prior alone sets
+    it)."""
     import numpy as np
-    cols = {p: np.array([x[p] * _SCALE[p] / y for x, y in rows]) for p in PARAMS}
+    cols = {p: X[:, i] * _SCALE[p] / y for i, p in enumerate(PARAMS)}
     active = [p for p in PARAMS if np.any(cols[p] > 0)]
     out = []
     for p in active:
@@ -624,23 +633,24 @@ def _huber_sq(e):
 
 
 def engine_priors(rows, pooled) -> dict:
-    """{engine: ({parameter: weight of the pull towards the pooled fit}, parameters held at the pooled value)}, by
-    empirical Bayes: a first fit of every engine with the weak prior SHRINK_ENGINE gives the spread τ_j² of the
-    engines' term j around the pooled value (mean over the engines whose points price it, in the term's scale) and
-    the residual variance σ² of a point (Huber's loss, averaged over all points); the pull on term j is then
-    σ² / τ_j², the prior weight of a normal prior of variance τ_j² against points of variance σ². Terms on which
-    the engines agree are pulled hard, terms on which they differ are left to each engine's points; a term the
-    engine's points do not identify (:func:`unidentified`) stays at the pooled value."""
-    first = {n: _solve(rows[n], pooled, SHRINK_ENGINE) for n in ENGINES if rows[n]}
-    res = [sum(x[p] * first[n][p] for p in PARAMS) / y - 1 for n in first for x, y in rows[n]]
+    """{engine: ({parameter: weight of the pull towards the pooled fit}, parameters held at the pooled value)} for
+    the engines' points ``rows`` ({engine: (X, y)}, :func:`_rows`), by empirical Bayes: a first fit of every
+    engine with the weak prior SHRINK_ENGINE gives the spread τ_j² of the engines' term j around the pooled value
+    (mean over the engines whose points price it, in the term's scale) and the residual variance σ² of a point
+    (Huber's loss, averaged over all points); the pull on term j is then σ² / τ_j², the prior weight of a normal
+    prior of variance τ_j² against points of variance σ². Terms on which the engines agree are pulled hard, terms
+    on which they differ are left to each engine's points; a term the engine's points do not identify
+    (:func:`unidentified`) stays at the pooled value."""
+    first = {n: _solve(*rows[n], pooled, SHRINK_ENGINE) for n in ENGINES if len(rows[n][1])}
+    res = [float(e) for n in first for e in rows[n][0] @ _theta(first[n]) / rows[n][1] - 1]
     sigma2 = sum(_huber_sq(e) for e in res) / max(len(res), 1)
-    priced = {n: {p for p in PARAMS if any(x[p] > 0 for x, _ in rows[n])} for n in first}
+    priced = {n: {p for i, p in enumerate(PARAMS) if (rows[n][0][:, i] > 0).any()} for n in first}
     tau2 = {}
     for p in PARAMS:
         dev = [((first[n][p] - pooled[p]) / _SCALE[p]) ** 2 for n in first if p in priced[n]]
         tau2[p] = max(sum(dev) / len(dev), 1e-6) if dev else 1.0
     weight = {p: sigma2 / tau2[p] for p in PARAMS}
-    return {n: (weight, unidentified(rows[n])) for n in first}
+    return {n: (weight, unidentified(*rows[n])) for n in first}
 
 
 def fit_profiles(records=None) -> dict:
@@ -651,18 +661,20 @@ def fit_profiles(records=None) -> dict:
 
 def _fit_profiles(records: list[dict]) -> dict:
     by_engine = {name: [r for r in records if r["engine"] == name] for name in ENGINES}
+    import numpy as np
     rows = {name: _rows(by_engine[name], name) for name in ENGINES}
-    pooled = _solve([row for name in ENGINES for row in rows[name]], _FLOOR_PRIOR, SHRINK_GLOBAL, ENGINE_ONLY)
-    out = {None: _profile_from("transformers", pooled, sum(len(v) for v in rows.values()))}
+    pooled = _solve(np.vstack([rows[n][0] for n in ENGINES]), np.concatenate([rows[n][1] for n in ENGINES]),
+                    _FLOOR_PRIOR, SHRINK_GLOBAL, ENGINE_ONLY)
+    out = {None: _profile_from("transformers", pooled, sum(len(rows[n][1]) for n in ENGINES))}
     out[None] = replace(out[None], engine="pooled")
     priors = engine_priors(rows, pooled)
     for name in ENGINES:
-        if rows[name]:
+        if name in priors:
             weight, hold = priors[name]
-            params = _solve(rows[name], pooled, weight, hold=hold)
+            params = _solve(*rows[name], pooled, weight, hold=hold)
         else:
             params = dict(pooled)
-        out[name] = _profile_from(name, params, len(rows[name]), sorted({source_of(r) for r in by_engine[name]}))
+        out[name] = _profile_from(name, params, len(rows[name][1]), sorted({source_of(r) for r in by_engine[name]}))
     return out
 
 
@@ -863,9 +875,9 @@ def profiles_document(fitted=None) -> dict:
     engines = {}
     for name in ENGINES:
         p = fitted[name]
-        rows = _rows([r for r in _published() if r["engine"] == name], name)
+        X, y = _rows([r for r in _published() if r["engine"] == name], name)
         engines[name] = {"params": {k: round(v, 9) for k, v in p.params.items()}, "points": p.points,
-                         "held_at_pooled": list(unidentified(rows)) if rows else list(PARAMS),
+                         "held_at_pooled": list(unidentified(X, y)) if len(y) else list(PARAMS),
                          "sources": list(p.sources), "prefill_chunk_tokens": p.prefill_chunk_tokens,
                          "max_batch": p.max_batch, "constants_source": p.constants_source}
     return {
