@@ -142,19 +142,19 @@ def test_engine_rates_recover_the_rates_and_one_disturbed_file_does_not_move_the
         L.engine_rates_from_timings(tiny, tt, {**timed(), "Q4_K": timed()["Q4_K"][:1]}, 64)
 
 
-def test_pooled_rate_refuses_what_has_no_rate():
-    assert math.isclose(L.pooled_rate([(3.0, 1.0), (5.0, 2.0), (100.0, 1.0)], fixed=1.0), 0.5)
+def test_median_rate_refuses_what_has_no_rate():
+    assert math.isclose(L.median_rate([(3.0, 1.0), (5.0, 2.0), (100.0, 1.0)], fixed=1.0), 0.5)
     assert math.isclose(L.fastest_rate([[(3.0, 1.0)], [(9.0, 2.0)]], fixed=1.0), 0.5)
     with pytest.raises(ValueError, match="at least one probe file"):
         L.fastest_rate([])
     with pytest.raises(ValueError, match="at least one"):
-        L.pooled_rate([])
+        L.median_rate([])
     with pytest.raises(ValueError, match="work > 0"):
-        L.pooled_rate([(1.0, 0.0)])
+        L.median_rate([(1.0, 0.0)])
     with pytest.raises(ValueError, match="fixed cost is larger"):
-        L.pooled_rate([(1.0, 1.0)], fixed=2.0)
+        L.median_rate([(1.0, 1.0)], fixed=2.0)
     with pytest.raises(TypeError, match="pairs"):
-        L.pooled_rate([("a", 1)])
+        L.median_rate([("a", 1)])
 
 
 def test_report_form_matches_the_hf_engine():

@@ -365,8 +365,9 @@ def limit_of(label: str) -> float:
     return TIME_LIMITS.get(label, TIME_LIMIT_S)
 
 
-def timed(fn, kwargs: dict, limit: float = TIME_LIMIT_S):
-    """("result", value), ("raised", exception) or ("slow", None): ``fn(**kwargs)``, stopped after ``limit`` s.
+def timed(fn, kwargs: dict, limit: float | None = None):
+    """("result", value), ("raised", exception) or ("slow", None): ``fn(**kwargs)``, stopped after ``limit`` s
+    (default :data:`TIME_LIMIT_S`, read when called).
 
     When another alarm is already set (a test-timeout plugin), it is left alone and only the elapsed time
     is judged.
@@ -380,7 +381,7 @@ def timed(fn, kwargs: dict, limit: float = TIME_LIMIT_S):
     try:
         try:
             # fires again every 0.2 s: a timeout raised where Python swallows it (a gc callback) cannot end the watch
-            signal.setitimer(signal.ITIMER_REAL, limit, 0.2)
+            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S if limit is None else limit, 0.2)
             try:
                 return "result", fn(**kwargs)
             except CallTookTooLong:

@@ -201,7 +201,7 @@ def run(configs=None, *, fast: bool = False, threads: Sequence[int] | None = Non
                 report.held[(shape.name, f)] = gguf_bytes(paths[(shape.name, f)])
         types = sorted({ty for h in report.held.values() for ty in h.types})
         vocabs = sorted({s.vocab for s in shapes})
-        files = {v: {**probe_files(types, v, note)} for v in vocabs}
+        files = {v: probe_files(types, v, note) for v in vocabs}
         for t in threads:
             note(f"read bandwidth, {t} thread(s)")
             report.read_bandwidth[t] = measure_read_bandwidth(t)

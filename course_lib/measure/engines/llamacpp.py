@@ -90,7 +90,7 @@ __all__ = ["FORMATS", "PROMPTS", "NEW_TOKENS", "REPEATS", "FAST_LAYERS", "FAST_N
            "llamacpp_available", "require_llamacpp", "gguf_configs", "load_config", "GGUFShape", "shape_of",
            "cache_dir", "vocabulary",
            "write_gguf", "quantize", "build_gguf", "GGUFBytes", "gguf_bytes", "open_gguf", "generate_timed",
-           "measure_gguf", "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "pooled_rate",
+           "measure_gguf", "measure_read_bandwidth", "EngineRates", "probe_engine_rates", "median_rate",
            "fastest_rate", "engine_rates_from_timings", "probe_files", "GGUFPrediction", "predict_gguf_tpot",
            "predict_gguf_ttft", "lesson_measurement", "q4_row", "shape_nominal_bytes", "cpu_fast_compute"]
 
@@ -673,7 +673,7 @@ def probe_engine_rates(types: Sequence[str], threads: int = 1, *, vocab: int = 3
         return _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar)
 
 
-def pooled_rate(samples: Sequence[tuple[float, float]], fixed: float = 0.0, *, name: str = "samples") -> float:
+def median_rate(samples: Sequence[tuple[float, float]], fixed: float = 0.0, *, name: str = "samples") -> float:
     """Work per second of one probe file's timed samples ``(seconds, work)`` that each pay ``fixed`` seconds:
     1 / the median over the samples of (seconds - fixed) / work (robust to a minority of disturbed samples)."""
     try:
@@ -694,7 +694,7 @@ def pooled_rate(samples: Sequence[tuple[float, float]], fixed: float = 0.0, *, n
 
 
 def fastest_rate(files: Sequence[Sequence[tuple[float, float]]], fixed: float = 0.0, *, name: str = "files") -> float:
-    """The rate of a type from several probe files' samples: the highest of their :func:`pooled_rate`.
+    """The rate of a type from several probe files' samples: the highest of their :func:`median_rate`.
 
     A disturbance (another program, the hypervisor) only ever slows a step, so of files that should agree the
     least disturbed is the fastest: each file's median passes a minority of disturbed samples, the highest of
@@ -704,7 +704,7 @@ def fastest_rate(files: Sequence[Sequence[tuple[float, float]]], fixed: float = 
     """
     if isinstance(files, (str, bytes)) or not isinstance(files, Sequence) or not files:
         raise ValueError(f"{name} must be a list of at least one probe file's (seconds, work) samples")
-    return max(pooled_rate(f, fixed, name=f"{name}[{i}]") for i, f in enumerate(files))
+    return max(median_rate(f, fixed, name=f"{name}[{i}]") for i, f in enumerate(files))
 
 
 def _probe_rates(types, threads, prompt, new_tokens, repeats, files, bar) -> EngineRates:
@@ -758,6 +758,7 @@ def engine_rates_from_timings(tiny: GGUFBytes, tiny_timing, timed: Mapping[str, 
             raise ValueError(f"timed[{t!r}] must hold two probe files (fewer and more layers), got {len(fs)}")
         (ha, ta), (hb, tb) = fs
         # where noise made the difference implausible (under a third of the larger file's time), the larger file's
+        # FLOP over its whole TTFT
         fa, fb = (2 * prompt * sum(h.prefill_params_by_type().values()) for h in (ha, hb))
         pa, pb = min(ta.ttft_times), min(tb.ttft_times)     # each file's fastest: a disturbance only slows
         prefill[t] = (fb - fa) / (pb - pa) if pb - pa > pb / 3 else fb / pb
