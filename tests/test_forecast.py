@@ -1,6 +1,7 @@
 """Engine-aware forecasts (issue 27): the published-measurement set, engine profiles, estimate(engine=...), and the
 held-out benchmark `python -m course_lib.measure.validate --published`."""
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -229,3 +230,32 @@ def test_a_runs_constants_follow_its_release_device_flags_and_request_count(reco
     assert b["SGLang"] < b["vLLM"] < b["TensorRT-LLM"] / 1.5, b
     long = max(trt, key=lambda r: r["prompt_tokens"])
     assert forecast._work(long, c)[0] * 3 < forecast._work(long, dict(c, full_attention=False))[0]   # fewer in flight
+
+
+def test_llamacpp_builds_that_dequantised_to_f16_pay_for_the_copy(records):
+    # llama.cpp's CUDA backend, from PR #3776 (Oct 2023) to PR #8075 (Jun 2024), dequantised a quantised matrix to
+    # an f16 copy before cuBLAS once a step had more than 32 tokens: those builds' prompt steps on NVIDIA GPUs pay
+    # kappa_dq over 4 bytes per weight per step instead of kappa_q
+    assert forecast.build_month("llama.cpp (Dec 2023 build)") == (2023, 12)
+    assert forecast.build_month("llama.cpp (RunPod build, May 2024; CUDA 12.1.1 / Metal)") == (2024, 5)
+    assert forecast.build_month("llama.cpp 335acd2 (2023-08-24)") == (2023, 8)
+    assert forecast.build_month("llama.cpp build 4d3726278 (7315)") is None
+    c = forecast._CONSTS["llama.cpp"]
+    pp = next(r for r in records if r["engine"] == "llama.cpp" and r["device"] == "rtx-4090"
+              and r["precision"] == "gguf-q4_k_m" and r["metric"] == "prefill_tokens_per_s"
+              and r["engine_version"].startswith("llama.cpp (RunPod build, May 2024"))
+    assert forecast.record_constants(pp, c).get("f16_copy")
+    for change in ({"engine_version": "llama.cpp 335acd2 (2023-08-24)"}, {"engine_version": "llama.cpp b3400 (Jul 2024)"},
+                   {"engine_version": "llama.cpp (build not stated)"}, {"device": "m2-ultra"}, {"device": "mi300x"}):
+        assert not forecast.record_constants(dict(pp, **change), c).get("f16_copy"), change
+    # through the public prediction: raising kappa_dq slows exactly the quantised prompt steps of those builds
+    base = forecast.get_profile("llama.cpp")
+    more = dataclasses.replace(base, params=dict(base.params, kappa_dq=base.params["kappa_dq"] + 1.0))
+    slower = lambda r: forecast.predict_record(r, more)["predicted"] < forecast.predict_record(r, base)["predicted"]
+    assert base.params["kappa_dq"] > 0 and slower(pp)
+    same = [dict(pp, precision="fp16"), dict(pp, device="m2-ultra"), dict(pp, engine_version="llama.cpp (Jul 2024)"),
+            dict(pp, metric="decode_tokens_per_s", prompt_tokens=0, output_tokens=512)]
+    for r in same:
+        assert forecast.predict_record(r, more)["predicted"] == forecast.predict_record(r, base)["predicted"], r
+    # a step of at most 32 tokens keeps the quantised kernels
+    assert not slower(dict(pp, prompt_tokens=32))

@@ -7,6 +7,7 @@ A real engine adds costs of its own, and this module models them with a few expl
 (``formulas.engine_profile_time``)::
 
     t = n_step · t_step + n_req · t_req + n_tok · t_tok + t_mem / η_m + t_gemm / η_c + t_attn / η_a + κ_x · t_kv,x
+        + κ_dq · t_dq
 
 * ``t_step``: a fixed cost per forward step (kernel launches, the scheduler, sampling);
 * ``t_req``: a fixed cost per request (tokenisation, admission, detokenisation), apart from the prefill itself;
@@ -17,7 +18,10 @@ A real engine adds costs of its own, and this module models them with a few expl
   add up, so the achieved GEMM efficiency grows with the tokens in the step (``formulas.effective_gemm_efficiency``);
 * ``η_a``: attention's efficiency (its K/V reads and score products), which carries the cost of long contexts;
 * ``t_tok`` and ``κ_x``: a cost per token processed, and passes over the K/V cache expanded to every query head
-  (transformers' ``repeat_kv``); each engine's own (``ENGINE_ONLY``): the pooled fit keeps them at 0.
+  (transformers' ``repeat_kv``);
+* ``κ_dq``: passes over an f16 copy of block-quantised weights (``t_dq``: 4 bytes per weight per step at the peak
+  bandwidth), for the llama.cpp builds that dequantised to f16 and multiplied with cuBLAS (``F16_COPY_BUILDS``);
+  ``t_tok``, ``κ_x`` and ``κ_dq`` are each engine's own (``ENGINE_ONLY``): the pooled fit keeps them at 0.
 
 ``t_mem``, ``t_gemm`` and ``t_attn`` are the floor's own parts (the estimator's operators at efficiency 1).
 Every parameter is fitted (:func:`fit_profiles`) to the published measurements the course ships
@@ -58,20 +62,23 @@ _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "lla
             "llama.cpp": "llama.cpp"}
 CLASSES = ("hbm", "gddr", "unified", "cpu")
 PARAMS = (("t_step", "t_layer", "t_req", "t_tok") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
-          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x"))
+          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x", "kappa_dq"))
 # the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
 _FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
 _SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "t_tok": 1e-4, "kappa_q": 1.0, "kappa_x": 1.0,
+          "kappa_dq": 1.0,
           **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
 # no engine streams weights faster than the memory's peak (η_m <= 1); the GEMM and attention rates may beat the
 # floor's (the Apple and CPU rates are effective ones; the floor adds attention's reads and products)
-_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "t_tok": 0.0, "kappa_q": 0.0, "kappa_x": 0.0,
+_LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "t_tok": 0.0, "kappa_q": 0.0, "kappa_x": 0.0, "kappa_dq": 0.0,
           **{p: (1.0 if p.startswith("inv_eta_m") else 0.25) for p in PARAMS if p.startswith("inv_")}}
 #: the costs of one engine's own code, which no engine lends another: the pooled fit keeps them at 0, so an engine
 #: held out (no points of its own) has none. t_tok: a cost per token processed (llama.cpp's prompt steps cost
 #: ~50 µs more per token than their weight reads and products); kappa_x: extra passes over the K/V cache expanded
-#: to every query head (transformers' repeat_kv before attention, with the cache re-concatenated every step)
-ENGINE_ONLY = ("t_tok", "kappa_x")
+#: to every query head (transformers' repeat_kv before attention, with the cache re-concatenated every step);
+#: kappa_dq: passes over an f16 copy of the quantised weights (llama.cpp's dequantise-then-cuBLAS prompt steps of
+#: late 2023 to mid 2024, :func:`record_constants`)
+ENGINE_ONLY = ("t_tok", "kappa_x", "kappa_dq")
 #: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error): the pooled fit
 #: towards the floor, and the weak first pass of each engine towards the pooled fit from which
 #: :func:`engine_priors` estimates, by empirical Bayes, the pull of each term in the final engine fit
@@ -196,22 +203,23 @@ class _Work:
     attn: float               # decode attention (K/V reads and score products)
     attn_pf: float            # prefill attention (score products over the prompt, K/V writes)
     cls: str
-    quantised: bool           # block-quantised weights, dequantised inside the matrix-product kernels
+    gemm_q: float             # the part of gemm whose block-quantised weights are dequantised inside the kernels
     layers: int
     floor: float              # the floor's own time for the same work (max per operator)
     tokens: float = 0.0       # the tokens the steps process
     kv_x: float = 0.0         # decode attention's K/V reads times heads / kv_heads (the cache expanded per query head)
     looped: float = 0.0       # per step: rho_exp x the (MoE layer, expert) iterations of an engine's Python expert loop
+    dq: float = 0.0           # an f16 copy of the quantised weights written and read back per step, at peak bandwidth
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
-                     self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.quantised, self.layers,
-                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped)
+                     self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.gemm_q + o.gemm_q, self.layers,
+                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped, self.dq + o.dq)
 
     def scaled(self, k):
         return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
-                     self.attn_pf * k, self.cls, self.quantised, self.layers, self.floor * k, self.tokens * k,
-                     self.kv_x * k, self.looped)
+                     self.attn_pf * k, self.cls, self.gemm_q * k, self.layers, self.floor * k, self.tokens * k,
+                     self.kv_x * k, self.looped, self.dq * k)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
@@ -219,7 +227,8 @@ class _Work:
         x["t_tok"], x["kappa_x"] = self.tokens, self.kv_x
         x[f"inv_eta_m:{self.cls}"] = self.mem
         x[f"inv_eta_c:{self.cls}"] = self.gemm
-        x["kappa_q"] = self.gemm if self.quantised else 0.0
+        x["kappa_q"] = self.gemm_q
+        x["kappa_dq"] = self.dq
         x["inv_eta_a"] = self.attn
         x["inv_eta_a_pf"] = self.attn_pf
         return x
@@ -252,8 +261,8 @@ def _parts(phase, cls, steps, requests, weight_reads=1.0, prefill=False, precisi
             mem += o.memory_time * weight_reads
             gemm += o.compute_time / gemm_speedup
     quant = get_precision(get_layout(precision).compute_format).name not in _NATIVE
-    return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls, quant,
-                 layers, phase.time, tokens, 0.0 if prefill else kv * group, looped)
+    return _Work(steps, requests, mem, gemm, 0.0 if prefill else attn, attn if prefill else 0.0, cls,
+                 gemm if quant else 0.0, layers, phase.time, tokens, 0.0 if prefill else kv * group, looped)
 
 
 def _looped(model, share) -> float:
@@ -280,6 +289,18 @@ def _decode_parts(e, phase, cls, speedup=1.0, share=0.0) -> _Work:
     """One decode step of ``e`` (``phase``: its first or last): ``e.batch`` tokens."""
     return _parts(phase, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup,
                   tokens=e.batch, group=e.model.heads / e.model.kv_heads, looped=_looped(e.model, share))
+
+
+def _with_f16_copy(w: _Work, e, hw) -> _Work:
+    """``w``, a prefill of ``e``, in a build that dequantises block-quantised weights to an f16 copy before each
+    step's matrix products (F16_COPY_BUILDS): the copy is written and read back (4 bytes per weight) once per step
+    at the memory's peak (t_dq), and the products run on f16 weights (no κ_q). Steps of at most
+    F16_COPY_MIN_TOKENS tokens keep the quantised kernels."""
+    if not w.gemm_q or w.tokens / w.steps <= F16_COPY_MIN_TOKENS:
+        return w
+    mm = sum(o.flops for o in e.prefill.operators if o.name == "matmuls")   # lm_head: the last token only
+    weights = mm / (2 * w.tokens)                     # weight elements the products multiply, once per step
+    return replace(w, gemm_q=0.0, dq=w.steps * 4 * weights / hw.bandwidth)
 
 
 _prefill_work_ = _prefill_work
@@ -326,6 +347,33 @@ def _flag(text: str, name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+#: llama.cpp's CUDA backend multiplied a block-quantised weight matrix by more than MMQ_MAX_BATCH_SIZE = 32 tokens
+#: by dequantising it to an f16 copy and calling cuBLAS (ggml-org/llama.cpp PR #3412, 2023-09-30, for -nommq; made
+#: the default on NVIDIA GPUs with tensor cores by PR #3776, merged 2023-10-27) until PR #8075 (merged 2024-06-24)
+#: made its int8 tensor-core MMQ kernels the default again: builds dated in between pay for the copy
+F16_COPY_BUILDS = ((2023, 11), (2024, 5))
+#: the most tokens a step of those builds multiplies in its own quantised kernels (MMQ_MAX_BATCH_SIZE)
+F16_COPY_MIN_TOKENS = 32
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+
+
+def build_month(text: str) -> tuple | None:
+    """(year, month) of a build named in an engine version such as 'llama.cpp (Dec 2023 build)', 'RunPod build,
+    May 2024' or '335acd2 (2023-08-24)'; None when the text dates nothing."""
+    import re
+    m = re.search(r"\b(20\d\d)-(\d\d)(?:-\d\d)?\b", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.search(r"\b(" + "|".join(_MONTHS) + r")[a-z]*\.? (20\d\d)\b", text.lower())
+    return (int(m.group(2)), _MONTHS.index(m.group(1)) + 1) if m else None
+
+
+def _nvidia_gpu(hw) -> bool:
+    """A discrete NVIDIA GPU of the catalog (its datasheet source is NVIDIA's; HBM or GDDR memory)."""
+    e = data.load_catalog("hardware")["hardware"].get(getattr(hw, "name", ""), {})
+    return device_class(hw) in ("hbm", "gddr") and "NVIDIA" in json.dumps(e.get("source", ""))
+
+
 def record_constants(r: dict, consts: dict) -> dict:
     """The engine's constants for the run of record ``r``: the step budget of its release and device, the flags its
     command line sets, and at maximum load the benchmark's own request count as a cap on the batch (every request
@@ -354,6 +402,10 @@ def record_constants(r: dict, consts: dict) -> dict:
         # checkpoint's kv_cache_quant_algo, which Qwen's FP8 checkpoints leave unset); trtllm-bench's FP8 engines
         # do store FP8 K/V (the records' notes), as the estimator assumes for FP8 weights
         c["kv_precision"] = "bf16"
+    if r["engine"] == "llama.cpp" and _nvidia_gpu(get_hardware(r["device"])):
+        month = build_month(ver)
+        if month is not None and F16_COPY_BUILDS[0] <= month <= F16_COPY_BUILDS[1]:
+            c["f16_copy"] = True        # dequantise to f16, then cuBLAS (F16_COPY_BUILDS)
     if r["metric"] == "output_throughput_tokens_per_s":
         n = benchmark_requests(r)
         if n:
@@ -376,7 +428,8 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     share = profile_consts.get("expert_dispatch_share", 0.0)
 
     def _prefill_work(e, cls, chunk, requests):
-        return _prefill_work_(e, cls, chunk, requests, sp, share)
+        w = _prefill_work_(e, cls, chunk, requests, sp, share)
+        return _with_f16_copy(w, e, hw) if profile_consts.get("f16_copy") else w
 
     def _decode_work(e, cls):
         return _decode_work_(e, cls, sp, share)
@@ -427,16 +480,18 @@ class EngineProfile:
         p = self.params
         return g.engine_profile_time(w.steps, p["t_step"], w.layers, p["t_layer"], w.requests, p["t_req"], w.mem,
                                      1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
-                                     p["kappa_q"] if w.quantised else 0.0, w.attn, 1 / p["inv_eta_a"], w.attn_pf,
-                                     1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
-                                     p.get("kappa_x", 0.0), w.looped, 1.0)
+                                     p["kappa_q"] * w.gemm_q / w.gemm if w.gemm else 0.0, w.attn, 1 / p["inv_eta_a"],
+                                     w.attn_pf, 1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
+                                     p.get("kappa_x", 0.0), w.looped, 1.0, w.dq, p.get("kappa_dq", 0.0))
 
     def terms(self, w: _Work) -> dict:
         """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token),
-        'weights' (the weight reads at η_m), 'matmuls' (the matrix products at η_c, with κ_q), 'attention'
+        'weights' (the weight reads at η_m, and κ_dq's f16 copies of quantised weights), 'matmuls' (the matrix
+        products at η_c, with κ_q), 'attention'
         (η_a, η_a,pf and the expanded K/V's κ_x). They add up to ``time(w)``."""
-        z = dict(steps=0.0, requests=0.0, tokens=0.0, mem=0.0, gemm=0.0, attn=0.0, attn_pf=0.0, kv_x=0.0)
-        keep = {"fixed": ("steps", "requests", "tokens"), "weights": ("mem",), "matmuls": ("gemm",),
+        z = dict(steps=0.0, requests=0.0, tokens=0.0, mem=0.0, gemm=0.0, gemm_q=0.0, attn=0.0, attn_pf=0.0, kv_x=0.0,
+                 dq=0.0)
+        keep = {"fixed": ("steps", "requests", "tokens"), "weights": ("mem", "dq"), "matmuls": ("gemm", "gemm_q"),
                 "attention": ("attn", "attn_pf", "kv_x")}
         return {name: self.time(replace(w, **{**z, **{k: getattr(w, k) for k in ks}})) for name, ks in keep.items()}
 
@@ -452,7 +507,7 @@ class EngineProfile:
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
         return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
                 f"t_req={p['t_req'] * 1e3:.1f} ms, t_tok={p.get('t_tok', 0.0) * 1e6:.0f} µs/token, "
-                f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, η_a={1 / p['inv_eta_a']:.2f}, "
+                f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, κ_dq={p.get('kappa_dq', 0.0):.2f}, η_a={1 / p['inv_eta_a']:.2f}, "
                 f"η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
                 f"(fitted to {self.points} points from {len(self.sources)} sources)")
 
@@ -886,8 +941,10 @@ def profiles_document(fitted=None) -> dict:
                    "relative time error, each engine shrunk towards the pooled fit of all engines (per term, by "
                    "empirical Bayes; held_at_pooled: the terms its own points do not identify). Parameters: t_step "
                    "(s per forward step), t_layer (s per layer per step), t_req (s per request), t_tok (s per "
-                   "token processed), kappa_x (passes over the K/V cache expanded to every query head; t_tok and "
-                   "kappa_x are each engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
+                   "token processed), kappa_x (passes over the K/V cache expanded to every query head), kappa_dq "
+                   "(passes, at peak bandwidth, over the 4 bytes per weight of an f16 copy of quantised weights in "
+                   "llama.cpp builds that multiplied through cuBLAS; t_tok, kappa_x and kappa_dq are each "
+                   "engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
                    "inv_eta_c:<class> (1 / the bandwidth and GEMM efficiency per device class: hbm, gddr, "
                    "unified, cpu), inv_eta_a "
                    "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
