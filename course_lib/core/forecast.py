@@ -51,7 +51,7 @@ from course_lib.core.validation import require_choice, require_flag, require_lis
 
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
-           "published_report", "decode_step_terms"]
+           "published_report", "decode_step_terms", "decoding_concurrency", "assumed_batch", "build_month"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -417,9 +417,7 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     """(measured seconds of the unit of work, its _Work, k) for record ``r``: the metric's value is k / seconds for a
     rate or seconds · 1000 / k for a ms figure."""
     from course_lib.core.estimator import estimate
-    m, hw = get_model(r["model"]), get_hardware(r["device"])
-    if profile_consts.get("full_attention") and m.sliding_window is not None:
-        m = replace(m, sliding_window=None)         # the engine ignores the window: K/V of the whole context
+    m, hw = _run_model(r, profile_consts), get_hardware(r["device"])
     cls = device_class(hw)
     prec, kv = r["precision"], _kv_for(r) or profile_consts.get("kv_precision")
     P, n, metric, v = r["prompt_tokens"], r["output_tokens"], r["metric"], float(r["value"])
@@ -450,8 +448,7 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
         k = n if metric == "generation_tokens_per_s" else P + n
         return k / v, w
     # output_throughput_tokens_per_s: B sequences in flight, each wave a prefill of B prompts and n-1 decode steps
-    B = _max_load_batch(m, hw, prec, kv, P, n, profile_consts.get("max_batch") or 2048,
-                        of_total=profile_consts.get("kv_share_of_total"))
+    B = _run_batch(r, m, profile_consts)
     e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
     w = _prefill_work(e, cls, chunk, B) + _decode_work(e, cls).scaled(n - 1)
     return B * n / v, w
@@ -835,7 +832,44 @@ _REASONS = (
 )
 
 
+def decoding_concurrency(r: dict) -> float | None:
+    """The sequences a maximum-load run kept decoding at once, on average, by its own published figures: output
+    tokens per second times the mean time per output token (Little's law: each sequence in flight adds one token
+    per TPOT). None where the record carries no mean TPOT (``run_figures``) or is not a maximum-load run."""
+    fig = r.get("run_figures") or {}
+    if r.get("metric") != "output_throughput_tokens_per_s" or "mean_tpot_ms" not in fig:
+        return None
+    return float(r["value"]) * fig["mean_tpot_ms"] / 1000
+
+
+def assumed_batch(r: dict) -> int | None:
+    """The sequences in flight the profile assumes for a maximum-load record: as many as the engine's default KV
+    memory holds, capped by its batch limit and the benchmark's request count (None for other metrics)."""
+    check_record(r)
+    if r["metric"] != "output_throughput_tokens_per_s":
+        return None
+    c = record_constants(r, _CONSTS[r["engine"]])
+    return _run_batch(r, _run_model(r, c), c)
+
+
+def _run_model(r: dict, consts: dict):
+    """The record's model as the run's engine sees it (an engine that ignores the sliding window keeps every K/V)."""
+    m = get_model(r["model"])
+    return replace(m, sliding_window=None) if consts.get("full_attention") and m.sliding_window is not None else m
+
+
+def _run_batch(r: dict, m, consts: dict) -> int:
+    """Sequences in flight at maximum load for record ``r`` (:func:`_max_load_batch` with the run's constants)."""
+    return _max_load_batch(m, get_hardware(r["device"]), r["precision"], _kv_for(r) or consts.get("kv_precision"),
+                           r["prompt_tokens"], r["output_tokens"], consts.get("max_batch") or 2048,
+                           of_total=consts.get("kv_share_of_total"))
+
+
 def reason(r: dict) -> str:
+    n = decoding_concurrency(r)
+    if n is not None:
+        return (f"maximum-load throughput, batch unpublished: by the run's own figures about {n:.0f} sequences "
+                f"decoded at once (output tokens/s x mean TPOT), where the profile assumes {assumed_batch(r)}")
     for test, why in _REASONS:
         if test(r):
             return why
