@@ -264,3 +264,20 @@ def test_llamacpp_builds_that_dequantised_to_f16_pay_for_the_copy(records):
         assert forecast.predict_record(r, more)["predicted"] == forecast.predict_record(r, base)["predicted"], r
     # a step of at most 32 tokens keeps the quantised kernels
     assert not slower(dict(pp, prompt_tokens=32))
+
+
+def test_a_maximum_load_runs_own_figures_give_its_concurrency_and_reason(records):
+    # Little's law on the run's own figures: output tokens/s x mean TPOT sequences decoding at once, never more
+    # than the requests sent; the reason names it beside the batch the profile assumes
+    with_figs = [r for r in records if r.get("run_figures")]
+    assert len(with_figs) >= 90 and all(r["metric"] == "output_throughput_tokens_per_s" for r in with_figs)
+    for r in with_figs:
+        n, b = forecast.decoding_concurrency(r), forecast.assumed_batch(r)
+        assert 0 < n <= forecast.benchmark_requests(r) and isinstance(b, int) and b >= 1
+        assert f"assumes {b} in flight" in forecast.reason(r) and f"{n:.0f} sequences" in forecast.reason(r)
+    r = with_figs[0]
+    plain = {k: v for k, v in r.items() if k != "run_figures"}
+    assert forecast.decoding_concurrency(plain) is None and "run's own" not in forecast.reason(plain)
+    assert forecast.decoding_concurrency(dict(r, value=1.0, run_figures={"mean_tpot_ms": 500.0})) == 0.5
+    tpot = next(x for x in records if x["metric"] == "tpot_ms")
+    assert forecast.assumed_batch(tpot) is None and forecast.decoding_concurrency(tpot) is None

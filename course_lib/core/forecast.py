@@ -847,11 +847,16 @@ _REASONS = (
 def decoding_concurrency(r: dict) -> float | None:
     """The sequences a maximum-load run kept decoding at once, on average, by its own published figures: output
     tokens per second times the mean time per output token (Little's law: each sequence in flight adds one token
-    per TPOT). None where the record carries no mean TPOT (``run_figures``) or is not a maximum-load run."""
+    per TPOT), at most the requests the benchmark sent. An estimate: the mean TPOT is taken over requests, not
+    tokens. None where the record carries no mean TPOT (``run_figures``) or is not a maximum-load run."""
     fig = r.get("run_figures") or {}
     if r.get("metric") != "output_throughput_tokens_per_s" or "mean_tpot_ms" not in fig:
         return None
-    return float(r["value"]) * fig["mean_tpot_ms"] / 1000
+    n = float(r["value"]) * fig["mean_tpot_ms"] / 1000
+    sent = benchmark_requests(r)
+    # the mean of the requests' TPOTs weights a short request like a long one: where a few slow short requests
+    # inflate it past the requests sent, no more than those were in flight
+    return min(n, sent) if sent else n
 
 
 def assumed_batch(r: dict) -> int | None:
@@ -880,8 +885,11 @@ def _run_batch(r: dict, m, consts: dict) -> int:
 def reason(r: dict) -> str:
     n = decoding_concurrency(r)
     if n is not None:
-        return (f"maximum-load throughput, batch unpublished: by the run's own figures about {n:.0f} sequences "
-                f"decoded at once (output tokens/s x mean TPOT), where the profile assumes {assumed_batch(r)}")
+        fig = r["run_figures"]
+        med = f", median {fig['median_tpot_ms']:g} ms" if "median_tpot_ms" in fig else ""
+        return (f"maximum-load throughput, batch unpublished (the profile assumes {assumed_batch(r)} in flight); "
+                f"the run's own mean TPOT was {fig['mean_tpot_ms']:g} ms{med}, so about {n:.0f} sequences decoded "
+                f"at once (output tokens/s x mean TPOT)")
     for test, why in _REASONS:
         if test(r):
             return why
