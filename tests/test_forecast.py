@@ -35,6 +35,11 @@ def test_every_published_record_passes_the_schema(records):
     (lambda r: r.update(engine="vllm"), "spelled"),
     (lambda r: r.pop("engine_version"), "engine_version"),
     (lambda r: r.update(batch=0), "batch"),
+    (lambda r: r.update(run_figures=[241.94]), "run_figures must be a dict"),
+    (lambda r: r.update(run_figures={"p99_ttft_ms": 5.0}), "'p99_ttft_ms'"),
+    (lambda r: r.update(run_figures={"mean_ttft_ms": 0}), "'mean_ttft_ms'"),
+    (lambda r: r.update(run_figures={"median_tpot_ms": float("nan")}), "'median_tpot_ms'"),
+    (lambda r: r.update(run_figures={"benchmark_duration_s": "241.94"}), "'benchmark_duration_s'"),
 ])
 def test_a_bad_record_is_named(records, change, match):
     r = copy.deepcopy(records[0])

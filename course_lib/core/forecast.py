@@ -119,6 +119,9 @@ def device_class(hardware) -> str:
 
 
 # --- the published measurements --------------------------------------------------------------------------------
+# optional on an output_throughput_tokens_per_s record: the other figures of the same benchmark result block, as printed
+RUN_FIGURES = ("benchmark_duration_s", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+               "peak_concurrent_requests", "peak_output_tokens_per_s")
 _REQUIRED = {"id": str, "engine": str, "engine_version": str, "model": str, "device": str, "precision": str,
              "prompt_tokens": int, "output_tokens": int, "metric": str, "value": (int, float), "unit": str,
              "source": dict, "note": str}
@@ -164,6 +167,15 @@ def check_record(r: dict) -> None:
     for k in r.get("assumed", []):
         if k not in r:
             raise ValueError(f"record {rid!r}: assumed field {k!r} is not a field")
+    figs = r.get("run_figures")
+    if figs is not None:
+        if not isinstance(figs, dict):
+            raise ValueError(f"record {rid!r}: run_figures must be a dict, got {figs!r}")
+        for k, v in figs.items():
+            if k not in RUN_FIGURES:
+                raise ValueError(f"record {rid!r}: run_figures key {k!r} must be one of {RUN_FIGURES}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise ValueError(f"record {rid!r}: run_figures[{k!r}] must be a finite number > 0, got {v!r}")
 
 
 @lru_cache(maxsize=None)
