@@ -250,13 +250,16 @@ def test_llamacpp_builds_that_dequantised_to_f16_pay_for_the_copy(records):
               and r["precision"] == "gguf-q4_k_m" and r["metric"] == "prefill_tokens_per_s"
               and r["engine_version"].startswith("llama.cpp (RunPod build, May 2024"))
     assert forecast.record_constants(pp, c).get("f16_copy")
-    for change in ({"engine_version": "llama.cpp 335acd2 (2023-08-24)"}, {"engine_version": "llama.cpp b3400 (Jul 2024)"},
-                   {"engine_version": "llama.cpp (build not stated)"}, {"device": "m2-ultra"}, {"device": "mi300x"}):
+    for change in ({"engine_version": "llama.cpp 335acd2 (2023-08-24)"},
+                   {"engine_version": "llama.cpp b3400 (Jul 2024)"}, {"engine_version": "llama.cpp (build not stated)"},
+                   {"device": "m2-ultra"}, {"device": "mi300x"}):
         assert not forecast.record_constants(dict(pp, **change), c).get("f16_copy"), change
     # through the public prediction: raising kappa_dq slows exactly the quantised prompt steps of those builds
     base = forecast.get_profile("llama.cpp")
     more = dataclasses.replace(base, params=dict(base.params, kappa_dq=base.params["kappa_dq"] + 1.0))
-    slower = lambda r: forecast.predict_record(r, more)["predicted"] < forecast.predict_record(r, base)["predicted"]
+
+    def slower(r):
+        return forecast.predict_record(r, more)["predicted"] < forecast.predict_record(r, base)["predicted"]
     assert base.params["kappa_dq"] > 0 and slower(pp)
     same = [dict(pp, precision="fp16"), dict(pp, device="m2-ultra"), dict(pp, engine_version="llama.cpp (Jul 2024)"),
             dict(pp, metric="decode_tokens_per_s", prompt_tokens=0, output_tokens=512)]

@@ -140,6 +140,11 @@ BASELINES: dict[str, dict] = {
     "parse_time_field": {"text": "50 ms", "unit": "ms", "label": "TTFT budget"},
     "check_record": {"r": lambda: _module("forecast").load_published()[0]},
     "predict_record": {"r": lambda: _module("forecast").load_published()[0]},
+    "decode_step_terms": {"est": lambda: _core("estimate")("mistral-7b", "h100-sxm", 512, 128, engine="vLLM")},
+    "assumed_batch": {"r": lambda: next(r for r in _module("forecast").load_published() if r.get("run_figures"))},
+    "decoding_concurrency": {"r": lambda: next(r for r in _module("forecast").load_published()
+                                               if r.get("run_figures"))},
+    "build_month": {"text": "llama.cpp (Dec 2023 build)"},
     "calibrated_summary": {"cases": lambda: [_module("claims.caching").model_case("a", 0.01, 0.011)]},
     "same_step": {"timings": {"a": _timings(), "b": _timings()}},
     "below_roof": {"fractions": {"a": 0.5, "b": 0.8}},

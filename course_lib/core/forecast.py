@@ -516,7 +516,8 @@ class EngineProfile:
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
         return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
                 f"t_req={p['t_req'] * 1e3:.1f} ms, t_tok={p.get('t_tok', 0.0) * 1e6:.0f} µs/token, "
-                f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, κ_dq={p.get('kappa_dq', 0.0):.2f}, η_a={1 / p['inv_eta_a']:.2f}, "
+                f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, κ_dq={p.get('kappa_dq', 0.0):.2f}, "
+                f"η_a={1 / p['inv_eta_a']:.2f}, "
                 f"η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
                 f"(fitted to {self.points} points from {len(self.sources)} sources)")
 
@@ -962,6 +963,9 @@ def with_engine(est, engine):
 def decode_step_terms(est, engine=None) -> dict:
     """The last decode step of ``est`` under an engine's profile, split as :meth:`EngineProfile.terms` (seconds),
     with the floor's time of the same step under 'floor'. ``engine``: a name or profile (default ``est.engine``)."""
+    from course_lib.core.estimator import Estimate
+    if not isinstance(est, Estimate):
+        raise TypeError(f"est must be an estimate (course_lib.estimate(...)), got {type(est).__name__}")
     engine = est.engine if engine is None else engine
     if engine is None:
         raise ValueError("engine: the estimate has no engine; pass engine='vLLM' (or another) or estimate with one")
