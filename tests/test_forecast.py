@@ -284,3 +284,44 @@ def test_a_maximum_load_runs_own_figures_give_its_concurrency_and_reason(records
     assert forecast.decoding_concurrency(dict(r, value=1.0, run_figures={"mean_tpot_ms": 500.0})) == 0.5
     tpot = next(x for x in records if x["metric"] == "tpot_ms")
     assert forecast.assumed_batch(tpot) is None and forecast.decoding_concurrency(tpot) is None
+
+
+def test_a_sharegpt_run_decodes_its_tail_at_smaller_batches(records):
+    # ShareGPT's output lengths spread around their mean: continuous batching of the run's requests decodes part
+    # of the run at batches below the cap, which costs more steps (and step-bound time) per token
+    lengths = forecast.sharegpt_output_lengths(1000, 194.0, 215)
+    assert len(lengths) == 1000 and abs(lengths.mean() / 194.0 - 1) < 0.02
+    assert lengths.min() >= forecast.SHAREGPT_MIN_OUTPUT - 1 and lengths.max() <= forecast.SHAREGPT_MAX_TOTAL - 215
+    h = forecast.batch_histogram(1000, 256, 194.0, 215)
+    assert sum(b * k for b, k in h.items()) == lengths.sum()            # every token decoded once
+    assert max(h) == 256 and min(h) < 16 and sum(h.values()) > lengths.sum() / 256
+    small = forecast.batch_histogram(10, 256, 194.0, 215)               # fewer requests than the cap: all at once
+    assert max(small) == 10
+    assert sum(b * k for b, k in small.items()) == forecast.sharegpt_output_lengths(10, 194.0, 215).sum()
+    share = [r for r in records if forecast.is_sharegpt(r) and forecast.benchmark_requests(r)]
+    assert share and not forecast.is_sharegpt(next(r for r in records if r["metric"] == "tpot_ms"))
+    r = share[0]
+    plain = dict(r, note=r["note"].replace("ShareGPT", "fixed-length"))
+    assert not forecast.is_sharegpt(plain)
+    assert forecast.predict_record(r)["predicted"] < forecast.predict_record(plain)["predicted"]
+
+
+def test_trtllm_serve_steps_outside_its_default_cuda_graphs_pay_t_eager(records):
+    # TensorRT-LLM's PyTorch backend replays CUDA graphs only for decode-only batches of 1..32, 64 and 128
+    assert forecast.TRT_GRAPH_BATCHES == frozenset(list(range(1, 33)) + [64, 128])
+    serve = [r for r in records if r["engine"] == "TensorRT-LLM" and "trtllm-serve" in r["engine_version"]]
+    bench = [r for r in records if r["engine"] == "TensorRT-LLM" and "trtllm-serve" not in r["engine_version"]]
+    c = forecast._CONSTS["TensorRT-LLM"]
+    assert all(forecast.record_constants(r, c).get("graph_batches") for r in serve)
+    assert not any(forecast.record_constants(r, c).get("graph_batches") for r in bench)
+    base = forecast.get_profile("TensorRT-LLM")
+    more = dataclasses.replace(base, params=dict(base.params, t_eager=base.params["t_eager"] + 1e-4))
+    assert base.params["t_eager"] > 0
+
+    def pays(r):
+        return forecast.predict_record(r, more)["predicted"] != forecast.predict_record(r, base)["predicted"]
+
+    tpot = next(r for r in serve if r["metric"] == "tpot_ms")
+    assert not pays(dict(tpot, batch=4)) and pays(dict(tpot, batch=48)) and not pays(dict(tpot, batch=64))
+    assert pays(next(r for r in serve if r["metric"] == "output_throughput_tokens_per_s"))
+    assert not any(pays(r) for r in bench[:5])

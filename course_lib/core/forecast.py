@@ -62,23 +62,26 @@ _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "lla
             "llama.cpp": "llama.cpp"}
 CLASSES = ("hbm", "gddr", "unified", "cpu")
 PARAMS = (("t_step", "t_layer", "t_req", "t_tok") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
-          + tuple(f"inv_eta_c:{c}" for c in CLASSES) + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x", "kappa_dq"))
+          + tuple(f"inv_eta_c:{c}" for c in CLASSES)
+          + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x", "kappa_dq", "t_eager"))
 # the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
 _FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
 _SCALE = {"t_step": 1e-2, "t_layer": 1e-3, "t_req": 1e-1, "t_tok": 1e-4, "kappa_q": 1.0, "kappa_x": 1.0,
-          "kappa_dq": 1.0,
+          "kappa_dq": 1.0, "t_eager": 1e-4,
           **{p: 1.0 for p in PARAMS if p.startswith("inv_")}}
 # no engine streams weights faster than the memory's peak (η_m <= 1); the GEMM and attention rates may beat the
 # floor's (the Apple and CPU rates are effective ones; the floor adds attention's reads and products)
 _LOWER = {"t_step": 0.0, "t_layer": 0.0, "t_req": 0.0, "t_tok": 0.0, "kappa_q": 0.0, "kappa_x": 0.0, "kappa_dq": 0.0,
+          "t_eager": 0.0,
           **{p: (1.0 if p.startswith("inv_eta_m") else 0.25) for p in PARAMS if p.startswith("inv_")}}
 #: the costs of one engine's own code, which no engine lends another: the pooled fit keeps them at 0, so an engine
 #: held out (no points of its own) has none. t_tok: a cost per token processed (llama.cpp's prompt steps cost
 #: ~50 µs more per token than their weight reads and products); kappa_x: extra passes over the K/V cache expanded
 #: to every query head (transformers' repeat_kv before attention, with the cache re-concatenated every step);
 #: kappa_dq: passes over an f16 copy of the quantised weights (llama.cpp's dequantise-then-cuBLAS prompt steps of
-#: late 2023 to mid 2024, :func:`record_constants`)
-ENGINE_ONLY = ("t_tok", "kappa_x", "kappa_dq")
+#: late 2023 to mid 2024, :func:`record_constants`); t_eager: a cost per layer and step run without a captured CUDA
+#: graph (trtllm-serve's steps outside its default graph batch sizes, ``TRT_GRAPH_BATCHES``)
+ENGINE_ONLY = ("t_tok", "kappa_x", "kappa_dq", "t_eager")
 #: shrinkage weights (a pseudo-observation's weight, in units of one point's squared relative error): the pooled fit
 #: towards the floor, and the weak first pass of each engine towards the pooled fit from which
 #: :func:`engine_priors` estimates, by empirical Bayes, the pull of each term in the final engine fit
@@ -222,16 +225,18 @@ class _Work:
     kv_x: float = 0.0         # decode attention's K/V reads times heads / kv_heads (the cache expanded per query head)
     looped: float = 0.0       # per step: rho_exp x the (MoE layer, expert) iterations of an engine's Python expert loop
     dq: float = 0.0           # an f16 copy of the quantised weights written and read back per step, at peak bandwidth
+    eager: float = 0.0        # layer-steps run without a captured CUDA graph (an engine that captures others)
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
                      self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.gemm_q + o.gemm_q, self.layers,
-                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped, self.dq + o.dq)
+                     self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped, self.dq + o.dq,
+                     self.eager + o.eager)
 
     def scaled(self, k):
         return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
                      self.attn_pf * k, self.cls, self.gemm_q * k, self.layers, self.floor * k, self.tokens * k,
-                     self.kv_x * k, self.looped, self.dq * k)
+                     self.kv_x * k, self.looped, self.dq * k, self.eager * k)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
@@ -241,6 +246,7 @@ class _Work:
         x[f"inv_eta_c:{self.cls}"] = self.gemm
         x["kappa_q"] = self.gemm_q
         x["kappa_dq"] = self.dq
+        x["t_eager"] = self.eager
         x["inv_eta_a"] = self.attn
         x["inv_eta_a_pf"] = self.attn_pf
         return x
@@ -366,6 +372,11 @@ def _flag(text: str, name: str) -> int | None:
 F16_COPY_BUILDS = ((2023, 11), (2024, 5))
 #: the most tokens a step of those builds multiplies in its own quantised kernels (MMQ_MAX_BATCH_SIZE)
 F16_COPY_MIN_TOKENS = 32
+#: trtllm-serve (TensorRT-LLM's PyTorch backend) replays a captured CUDA graph only for a decode-only step whose
+#: batch is one of CudaGraphConfig's default sizes: max_batch_size 0 becomes 128 and, without padding,
+#: _generate_cuda_graph_batch_sizes gives 1..31, 32, 64, 128 (tensorrt_llm/llmapi/llm_args.py); other steps,
+#: and every step that carries prompt tokens, run eagerly
+TRT_GRAPH_BATCHES = frozenset(range(1, 33)) | {64, 128}
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 
 
@@ -414,6 +425,8 @@ def record_constants(r: dict, consts: dict) -> dict:
         # checkpoint's kv_cache_quant_algo, which Qwen's FP8 checkpoints leave unset); trtllm-bench's FP8 engines
         # do store FP8 K/V (the records' notes), as the estimator assumes for FP8 weights
         c["kv_precision"] = "bf16"
+    if r["engine"] == "TensorRT-LLM" and "trtllm-serve" in ver:
+        c["graph_batches"] = TRT_GRAPH_BATCHES   # the PyTorch backend's default CUDA graphs (TRT_GRAPH_BATCHES)
     if r["engine"] == "llama.cpp" and _nvidia_gpu(get_hardware(r["device"])):
         month = build_month(ver)
         if month is not None and F16_COPY_BUILDS[0] <= month <= F16_COPY_BUILDS[1]:
@@ -449,7 +462,9 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
         return n / v, _decode_work(e, cls).scaled(n)
     if metric == "tpot_ms":
         e = estimate(m, hw, max(P, 1), max(n, 2), precision=prec, kv_precision=kv, batch=r["batch"])
-        return v / 1000, _decode_work(e, cls)
+        w = _decode_work(e, cls)
+        graphs = profile_consts.get("graph_batches")
+        return v / 1000, replace(w, eager=m.layers) if graphs and r["batch"] not in graphs else w
     if metric in ("prefill_tokens_per_s", "prefill_ms_per_token"):
         e = estimate(m, hw, P, 1, precision=prec, kv_precision=kv, batch=r["batch"])
         y = P / v if metric == "prefill_tokens_per_s" else v * P / 1000
@@ -462,8 +477,102 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     # output_throughput_tokens_per_s: B sequences in flight, each wave a prefill of B prompts and n-1 decode steps
     B = _run_batch(r, m, profile_consts)
     e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
-    w = _prefill_work(e, cls, chunk, B) + _decode_work(e, cls).scaled(n - 1)
+    pf = _prefill_work(e, cls, chunk, B)
+    N = benchmark_requests(r)
+    if not (N and is_sharegpt(r)):
+        steps = {B: n - 1}                             # every request n tokens: one wave decodes at batch B
+        dec = _decode_work(e, cls).scaled(n - 1)
+    else:
+        # ShareGPT's output lengths spread around their mean: continuous batching of the run's N requests, at most
+        # B in flight, decodes part of the run at smaller batches (batch_histogram); each bin of steps is priced at
+        # its own batch, and the run is scaled to one wave's B (n - 1) decode tokens
+        h = batch_histogram(N, B, n, P)
+        scale = B * (n - 1) / sum(b * k for b, k in h.items())
+        steps = {b: k * scale for b, k in h.items()}
+        dec = None
+        for lo, hi in _bins(B):
+            group = [(b, k) for b, k in h.items() if lo <= b < hi]
+            k, tok = sum(k for _, k in group), sum(b * k for b, k in group)
+            if not k:
+                continue
+            bb = max(1, round(tok / k))                 # the bin's mean batch; its tokens exactly
+            eb = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=bb)
+            part = _decode_work(eb, cls).scaled(k * scale)
+            f = tok / (bb * k)
+            part = replace(part, gemm=part.gemm * f, gemm_q=part.gemm_q * f, tokens=part.tokens * f,
+                           attn=part.attn * f, kv_x=part.kv_x * f)
+            dec = part if dec is None else dec + part
+    w = replace(pf + dec, floor=(pf + _decode_work(e, cls).scaled(n - 1)).floor)
+    graphs = profile_consts.get("graph_batches")
+    if graphs:
+        # decode steps at a batch without a captured graph, and every step that carries prompt chunks, run eagerly
+        eager = sum(k for b, k in steps.items() if b not in graphs) + pf.steps
+        w = replace(w, eager=eager * m.layers)
     return B * n / v, w
+
+
+#: vllm bench serve's ShareGPT sampling keeps a request whose reply has at least 4 tokens and whose prompt and reply
+#: together have at most 2048 (vllm/benchmarks/datasets.py, ShareGPTDataset.sample and is_valid_sequence)
+SHAREGPT_MIN_OUTPUT, SHAREGPT_MAX_TOTAL = 4, 2048
+#: geometric bins of batch size in which :func:`_work` prices a ShareGPT run's decode steps
+TAIL_BINS = 12
+
+
+def is_sharegpt(r: dict) -> bool:
+    """A maximum-load record of a run that sampled ShareGPT conversations (its note says so)."""
+    return r.get("metric") == "output_throughput_tokens_per_s" and "sharegpt" in r.get("note", "").lower()
+
+
+def sharegpt_output_lengths(requests: int, mean: float, prompt: int):
+    """The output lengths of ``requests`` ShareGPT requests with mean ``mean``: an exponential distribution (the
+    maximum-entropy one for a stated mean; the records publish only the mean) truncated to ShareGPT's filter
+    [SHAREGPT_MIN_OUTPUT, SHAREGPT_MAX_TOTAL - prompt], its scale solved so that the truncated mean is ``mean``;
+    the lengths are its quantiles at (i + 0.5) / requests, in a fixed shuffled order (seed 0)."""
+    import numpy as np
+    lo_len, hi_len = SHAREGPT_MIN_OUTPUT, max(SHAREGPT_MAX_TOTAL - prompt, 2 * mean)
+
+    def truncated_mean(scale):
+        a, b = math.exp(-lo_len / scale), math.exp(-hi_len / scale)
+        return scale + (lo_len * a - hi_len * b) / (a - b)
+
+    lo, hi = 1.0, 1e5
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if truncated_mean(mid) < mean else (lo, mid)
+    a, b = math.exp(-lo_len / lo), math.exp(-hi_len / lo)
+    q = (np.arange(requests) + 0.5) / requests
+    lengths = np.maximum(1, np.round(-lo * np.log(a - q * (a - b)))).astype(int)
+    np.random.default_rng(0).shuffle(lengths)
+    return lengths
+
+
+@lru_cache(maxsize=None)
+def batch_histogram(requests: int, batch: int, mean: float, prompt: int) -> dict:
+    """{batch size: decode steps at it} of continuous batching: ``requests`` ShareGPT requests
+    (:func:`sharegpt_output_lengths`), at most ``batch`` in flight, each running request decoding one token per step
+    and a finished one replaced at once by the next queued request."""
+    import heapq
+    lengths = sharegpt_output_lengths(requests, mean, prompt)
+    running = [int(x) for x in lengths[:min(batch, requests)]]
+    heapq.heapify(running)
+    queued, t, hist = len(running), 0, {}
+    while running:
+        done = running[0]
+        hist[len(running)] = hist.get(len(running), 0) + done - t
+        t = done
+        while running and running[0] == t:
+            heapq.heappop(running)
+            if queued < requests:
+                heapq.heappush(running, t + int(lengths[queued]))
+                queued += 1
+    return {b: k for b, k in hist.items() if k}
+
+
+def _bins(batch: int) -> list:
+    """TAIL_BINS geometric [lo, hi) bins of batch size covering 1..batch."""
+    import numpy as np
+    edges = [int(x) for x in np.unique(np.round(np.geomspace(1, batch + 1, TAIL_BINS + 1)))]
+    return list(zip(edges[:-1], edges[1:-1] + [batch + 1]))
 
 
 def _to_metric(r: dict, seconds: float, measured_seconds: float) -> float:
@@ -491,17 +600,19 @@ class EngineProfile:
                                      1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
                                      p["kappa_q"] * w.gemm_q / w.gemm if w.gemm else 0.0, w.attn, 1 / p["inv_eta_a"],
                                      w.attn_pf, 1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
-                                     p.get("kappa_x", 0.0), w.looped, 1.0, w.dq, p.get("kappa_dq", 0.0))
+                                     p.get("kappa_x", 0.0), w.looped, 1.0, w.dq, p.get("kappa_dq", 0.0), w.eager,
+                                     p.get("t_eager", 0.0))
 
     def terms(self, w: _Work) -> dict:
-        """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token),
+        """``time(w)`` split into its parts (seconds): 'fixed' (per step, per layer, per request, per token, per
+        layer-step without a CUDA graph),
         'weights' (the weight reads at η_m, and κ_dq's f16 copies of quantised weights), 'matmuls' (the matrix
         products at η_c, with κ_q), 'attention'
         (η_a, η_a,pf and the expanded K/V's κ_x). They add up to ``time(w)``."""
         z = dict(steps=0.0, requests=0.0, tokens=0.0, mem=0.0, gemm=0.0, gemm_q=0.0, attn=0.0, attn_pf=0.0, kv_x=0.0,
-                 dq=0.0)
-        keep = {"fixed": ("steps", "requests", "tokens"), "weights": ("mem", "dq"), "matmuls": ("gemm", "gemm_q"),
-                "attention": ("attn", "attn_pf", "kv_x")}
+                 dq=0.0, eager=0.0)
+        keep = {"fixed": ("steps", "requests", "tokens", "eager"), "weights": ("mem", "dq"),
+                "matmuls": ("gemm", "gemm_q"), "attention": ("attn", "attn_pf", "kv_x")}
         return {name: self.time(replace(w, **{**z, **{k: getattr(w, k) for k in ks}})) for name, ks in keep.items()}
 
     def efficiency(self, kind: str, cls: str) -> float:
@@ -516,6 +627,7 @@ class EngineProfile:
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
         return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
                 f"t_req={p['t_req'] * 1e3:.1f} ms, t_tok={p.get('t_tok', 0.0) * 1e6:.0f} µs/token, "
+                f"t_eager={p.get('t_eager', 0.0) * 1e6:.0f} µs/layer-step, "
                 f"κ_q={p['kappa_q']:.2f}, κ_x={p.get('kappa_x', 0.0):.2f}, κ_dq={p.get('kappa_dq', 0.0):.2f}, "
                 f"η_a={1 / p['inv_eta_a']:.2f}, "
                 f"η_a,pf={1 / p['inv_eta_a_pf']:.2f}; {cls} "
@@ -1001,7 +1113,9 @@ def profiles_document(fitted=None) -> dict:
                    "(s per forward step), t_layer (s per layer per step), t_req (s per request), t_tok (s per "
                    "token processed), kappa_x (passes over the K/V cache expanded to every query head), kappa_dq "
                    "(passes, at peak bandwidth, over the 4 bytes per weight of an f16 copy of quantised weights in "
-                   "llama.cpp builds that multiplied through cuBLAS; t_tok, kappa_x and kappa_dq are each "
+                   "llama.cpp builds that multiplied through cuBLAS), t_eager (s per layer and step run without a "
+                   "captured CUDA graph: trtllm-serve's steps outside its default graph batch sizes); t_tok, kappa_x, "
+                   "kappa_dq and t_eager are each "
                    "engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
                    "inv_eta_c:<class> (1 / the bandwidth and GEMM efficiency per device class: hbm, gddr, "
                    "unified, cpu), inv_eta_a "

@@ -172,6 +172,8 @@ class S:
     expanded_kv_passes = _sym("expanded_kv_passes", r"\kappa_x", **_nn)
     floor_f16_copy_time = _sym("floor_f16_copy_time", r"t_{dq}", **_nn)
     f16_copy_passes = _sym("f16_copy_passes", r"\kappa_{dq}", **_nn)
+    eager_layer_steps = _sym("eager_layer_steps", r"n_{eager}", **_nn)
+    eager_fixed = _sym("eager_fixed", r"t_{eager}", **_nn)
     looped_experts = _sym("looped_experts", r"n_{exp}", integer=True, nonnegative=True)
     expert_dispatch_share = _sym("expert_dispatch_share", r"\rho_{exp}", **_nn)
     gemm_floor_time = _sym("gemm_floor_time", r"t_{gemm}", **_pos)
@@ -510,13 +512,13 @@ _f("engine_profile_time",
    + s.floor_attention_time / s.attention_efficiency
    + s.floor_prefill_attention_time / s.prefill_attention_efficiency
    + s.step_tokens * s.token_fixed + s.floor_expanded_kv_time * s.expanded_kv_passes
-   + s.floor_f16_copy_time * s.f16_copy_passes,
+   + s.floor_f16_copy_time * s.f16_copy_passes + s.eager_layer_steps * s.eager_fixed,
    (s.steps, s.step_fixed, s.layers, s.step_per_layer, s.requests, s.request_fixed, s.floor_memory_time,
     s.bandwidth_efficiency, s.floor_compute_time, s.compute_efficiency, s.dequant_penalty, s.floor_attention_time,
     s.attention_efficiency,
     s.floor_prefill_attention_time, s.prefill_attention_efficiency, s.step_tokens, s.token_fixed,
     s.floor_expanded_kv_time, s.expanded_kv_passes, s.looped_experts, s.expert_dispatch_share,
-    s.floor_f16_copy_time, s.f16_copy_passes),
+    s.floor_f16_copy_time, s.f16_copy_passes, s.eager_layer_steps, s.eager_fixed),
    "An engine's time for a unit of work: its fixed cost per step (t_step, plus t_layer for each of the L layers: "
    "kernel launches and framework dispatch; an engine that runs a mixture-of-experts layer as a Python loop over "
    "its experts adds rho_exp t_layer for each of the n_exp (MoE layer, expert) iterations of a step, rho_exp the "
@@ -528,7 +530,8 @@ _f("engine_profile_time",
    "K/V reads times heads / kv_heads), both 0 for an engine that does not pay them; plus kappa_dq times t_dq, the "
    "time at the memory's peak to write and read back an f16 copy of each block-quantised weight matrix once per "
    "step (4 bytes per weight), for an engine build that dequantises to f16 and multiplies with cuBLAS instead "
-   "of dequantising inside its kernel (0 otherwise).", "s")
+   "of dequantising inside its kernel (0 otherwise); plus t_eager for each of the n_eager layer-steps an engine "
+   "runs without a captured CUDA graph where its default captures them for other steps (0 otherwise).", "s")
 _f("effective_step_efficiency", s.predicted_time / (s.step_fixed + s.predicted_time / s.bandwidth_efficiency),
    (s.predicted_time, s.step_fixed, s.bandwidth_efficiency),
    "The share of the floor's speed a memory-bound step reaches when it costs t_step plus the floor at efficiency "
