@@ -407,11 +407,12 @@ def record_constants(r: dict, consts: dict) -> dict:
         # vLLM V1 `vllm serve` (vllm/engine/arg_utils.py, EngineArgs batch defaults): chunked prefill always on,
         # max_num_batched_tokens 8192 tokens per step on a device of >= 70 GiB that is not an A100, else 2048 (an
         # A100 is excluded because the larger budget lowered its throughput, vLLM PR #17885); a
-        # --max-num-batched-tokens flag overrides it. The same code's max_num_seqs (1024 on such a device, else
-        # 256) is not taken over: the cap stays 256 (docs/FORECAST.md, rejected variants)
+        # --max-num-batched-tokens flag overrides it. The same defaults give max_num_seqs 1024 on such a device,
+        # else 256: the H100 runs' own figures (run_figures) put 710-790 sequences decoding at once, more than 256
         hw = get_hardware(r["device"])
         big = hw.capacity >= 70 * 2 ** 30 and "a100" not in hw.name
         c["prefill_chunk_tokens"] = _flag(ver, "--max-num-batched-tokens") or (8192 if big else 2048)
+        c["max_batch"] = _flag(ver, "--max-num-seqs") or (1024 if big else 256)
     if r["engine"] == "TensorRT-LLM" and "TensorRT engines" in ver:
         # a TensorRT engine attends over the whole context unless the run sets max_attention_window_size (its
         # Mistral 7B example passes --max_attention_window_size=4096 to run.py for the sliding window, TensorRT-LLM
@@ -646,7 +647,8 @@ _CONSTS = {
                                  "device, so the KV cache gets 0.9 x memory - weights. vLLM >= 0.10 (V1 `vllm serve`, "
                                  "vllm/engine/arg_utils.py batch defaults): chunked prefill of max_num_batched_tokens "
                                  "8192 per step on a device of >= 70 GiB other than an A100, 2048 otherwise, unless "
-                                 "--max-num-batched-tokens is set (record_constants). At maximum load the batch is "
+                                 "--max-num-batched-tokens is set, and max_num_seqs 1024 there (256 elsewhere; "
+                                 "record_constants). At maximum load the batch is "
                                  "also capped by the benchmark's request count (vllm bench serve --num-prompts)"},
     "SGLang": {"prefill_chunk_tokens": 8192, "max_batch": None, "kv_share_of_total": 0.88,
                "constants_source": "SGLang 0.4 default chunked_prefill_size 8192 (GPUs above 80 GB); "
