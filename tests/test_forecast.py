@@ -325,3 +325,23 @@ def test_trtllm_serve_steps_outside_its_default_cuda_graphs_pay_t_eager(records)
     assert not pays(dict(tpot, batch=4)) and pays(dict(tpot, batch=48)) and not pays(dict(tpot, batch=64))
     assert pays(next(r for r in serve if r["metric"] == "output_throughput_tokens_per_s"))
     assert not any(pays(r) for r in bench[:5])
+
+
+def test_hoppers_have_a_gemm_share_of_their_own():
+    # η_c is fitted apart for NVIDIA's Hopper GPUs (their peak needs wgmma/TMA); η_m stays per memory class
+    assert {forecast.gemm_class(h) for h in ("h100-sxm", "h100-pcie", "h200", "h20")} == {"hopper"}
+    assert forecast.gemm_class("a100-80gb") == "hbm" and forecast.gemm_class("rtx-4090") == "gddr"
+    assert forecast.device_class("h100-sxm") == "hbm"
+    prof = forecast.get_profile("TensorRT-LLM")
+    assert prof.efficiency("compute", "hopper") != prof.efficiency("compute", "hbm")
+    with pytest.raises(ValueError, match="cls"):
+        prof.efficiency("memory", "hopper")
+    with pytest.raises(ValueError, match="kind"):
+        prof.efficiency("speed", "hbm")
+    # the profile prices an H100's and an A100's matrix products at their own shares
+    base = forecast.get_profile("vLLM")
+    more = dataclasses.replace(base, params=dict(base.params, **{"inv_eta_c:hopper": 4.0}))
+    h100 = estimate("llama-3.1-8b", "h100-sxm", 2048, 2, precision="bf16")
+    a100 = estimate("llama-3.1-8b", "a100-80gb", 2048, 2, precision="bf16")
+    assert forecast.with_engine(h100, more).ttft > forecast.with_engine(h100, base).ttft
+    assert forecast.with_engine(a100, more).ttft == forecast.with_engine(a100, base).ttft

@@ -51,7 +51,8 @@ from course_lib.core.validation import require_choice, require_flag, require_lis
 
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
-           "published_report", "decode_step_terms", "decoding_concurrency", "assumed_batch", "build_month"]
+           "published_report", "decode_step_terms", "decoding_concurrency", "assumed_batch", "build_month",
+           "gemm_class"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -61,8 +62,15 @@ _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "lla
             "huggingface": "transformers", "hugging face transformers": "transformers", "transformers": "transformers",
             "llama.cpp": "llama.cpp"}
 CLASSES = ("hbm", "gddr", "unified", "cpu")
+#: the classes of the GEMM share η_c: the memory classes, and NVIDIA Hopper apart (:func:`gemm_class`)
+GEMM_CLASSES = CLASSES + ("hopper",)
+#: the catalog's NVIDIA Hopper (GH100) devices: their datasheet FLOP/s assume Hopper's own tensor-core instructions
+#: (wgmma with TMA), which kernels written for Ampere (mma.sync) do not issue: FlashAttention-2 reaches about 35 % of
+#: an H100's peak (Shah et al., FlashAttention-3, 2024, section 1) against 50-73 % of an A100's (Dao,
+#: FlashAttention-2, 2023, abstract), so an engine's GEMM share on them is fitted apart
+HOPPER = frozenset({"h100-sxm", "h100-pcie", "h200", "h20"})
 PARAMS = (("t_step", "t_layer", "t_req", "t_tok") + tuple(f"inv_eta_m:{c}" for c in CLASSES)
-          + tuple(f"inv_eta_c:{c}" for c in CLASSES)
+          + tuple(f"inv_eta_c:{c}" for c in GEMM_CLASSES)
           + ("kappa_q", "inv_eta_a", "inv_eta_a_pf", "kappa_x", "kappa_dq", "t_eager"))
 # the prior each fit is shrunk towards: the floor (no fixed costs, every efficiency 1), with the scale of each term
 _FLOOR_PRIOR = {p: (0.0 if p.startswith(("t_", "kappa")) else 1.0) for p in PARAMS}
@@ -107,6 +115,13 @@ def canonical_engine(name) -> str:
 
 def list_engines() -> list[str]:
     return list(ENGINES)
+
+
+def gemm_class(hardware) -> str:
+    """The class of a device's GEMM share η_c: 'hopper' for the catalog's NVIDIA Hopper GPUs (``HOPPER``), else its
+    memory class (:func:`device_class`)."""
+    hw = get_hardware(hardware)
+    return "hopper" if hw.name in HOPPER else device_class(hw)
 
 
 def device_class(hardware) -> str:
@@ -226,24 +241,25 @@ class _Work:
     looped: float = 0.0       # per step: rho_exp x the (MoE layer, expert) iterations of an engine's Python expert loop
     dq: float = 0.0           # an f16 copy of the quantised weights written and read back per step, at peak bandwidth
     eager: float = 0.0        # layer-steps run without a captured CUDA graph (an engine that captures others)
+    gcls: str = ""            # the class of the GEMM share η_c (:func:`gemm_class`; empty: the memory class)
 
     def __add__(self, o):
         return _Work(self.steps + o.steps, self.requests + o.requests, self.mem + o.mem, self.gemm + o.gemm,
                      self.attn + o.attn, self.attn_pf + o.attn_pf, self.cls, self.gemm_q + o.gemm_q, self.layers,
                      self.floor + o.floor, self.tokens + o.tokens, self.kv_x + o.kv_x, self.looped, self.dq + o.dq,
-                     self.eager + o.eager)
+                     self.eager + o.eager, self.gcls)
 
     def scaled(self, k):
         return _Work(self.steps * k, self.requests * k, self.mem * k, self.gemm * k, self.attn * k,
                      self.attn_pf * k, self.cls, self.gemm_q * k, self.layers, self.floor * k, self.tokens * k,
-                     self.kv_x * k, self.looped, self.dq * k, self.eager * k)
+                     self.kv_x * k, self.looped, self.dq * k, self.eager * k, self.gcls)
 
     def vector(self) -> dict:
         x = dict.fromkeys(PARAMS, 0.0)
         x["t_step"], x["t_layer"], x["t_req"] = self.steps, self.steps * (self.layers + self.looped), self.requests
         x["t_tok"], x["kappa_x"] = self.tokens, self.kv_x
         x[f"inv_eta_m:{self.cls}"] = self.mem
-        x[f"inv_eta_c:{self.cls}"] = self.gemm
+        x[f"inv_eta_c:{self.gcls or self.cls}"] = self.gemm
         x["kappa_q"] = self.gemm_q
         x["kappa_dq"] = self.dq
         x["t_eager"] = self.eager
@@ -292,8 +308,9 @@ def _looped(model, share) -> float:
 def _prefill_work(e, cls, chunk, requests, speedup=1.0, share=0.0) -> _Work:
     tokens = e.batch * (e.prompt_tokens - e.cached_prefix_tokens)
     chunks = max(1, math.ceil(tokens / chunk)) if chunk else 1
-    return _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
-                  layers=e.model.layers, gemm_speedup=speedup, tokens=tokens, looped=_looped(e.model, share))
+    w = _parts(e.prefill, cls, chunks, requests, weight_reads=chunks, prefill=True, precision=e.precision,
+               layers=e.model.layers, gemm_speedup=speedup, tokens=tokens, looped=_looped(e.model, share))
+    return replace(w, gcls=gemm_class(e.hardware))
 
 
 def _decode_work(e, cls, speedup=1.0, share=0.0) -> _Work:
@@ -305,8 +322,9 @@ def _decode_work(e, cls, speedup=1.0, share=0.0) -> _Work:
 
 def _decode_parts(e, phase, cls, speedup=1.0, share=0.0) -> _Work:
     """One decode step of ``e`` (``phase``: its first or last): ``e.batch`` tokens."""
-    return _parts(phase, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup,
-                  tokens=e.batch, group=e.model.heads / e.model.kv_heads, looped=_looped(e.model, share))
+    w = _parts(phase, cls, 1, 0, precision=e.precision, layers=e.model.layers, gemm_speedup=speedup,
+               tokens=e.batch, group=e.model.heads / e.model.kv_heads, looped=_looped(e.model, share))
+    return replace(w, gcls=gemm_class(e.hardware))
 
 
 def _with_f16_copy(w: _Work, e, hw) -> _Work:
@@ -598,7 +616,7 @@ class EngineProfile:
     def time(self, w: _Work) -> float:
         p = self.params
         return g.engine_profile_time(w.steps, p["t_step"], w.layers, p["t_layer"], w.requests, p["t_req"], w.mem,
-                                     1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.cls}"],
+                                     1 / p[f"inv_eta_m:{w.cls}"], w.gemm, 1 / p[f"inv_eta_c:{w.gcls or w.cls}"],
                                      p["kappa_q"] * w.gemm_q / w.gemm if w.gemm else 0.0, w.attn, 1 / p["inv_eta_a"],
                                      w.attn_pf, 1 / p["inv_eta_a_pf"], w.tokens, p.get("t_tok", 0.0), w.kv_x,
                                      p.get("kappa_x", 0.0), w.looped, 1.0, w.dq, p.get("kappa_dq", 0.0), w.eager,
@@ -617,8 +635,11 @@ class EngineProfile:
         return {name: self.time(replace(w, **{**z, **{k: getattr(w, k) for k in ks}})) for name, ks in keep.items()}
 
     def efficiency(self, kind: str, cls: str) -> float:
-        """η_m ('memory'), η_c ('compute') for a device class, η_a ('attention', decode) or η_a,pf
-        ('prefill_attention')."""
+        """η_m ('memory') for a device class (:func:`device_class`), η_c ('compute') for a GEMM class
+        (:func:`gemm_class`: the memory classes and 'hopper'), η_a ('attention', decode) or η_a,pf
+        ('prefill_attention'; ``cls`` is then ignored)."""
+        require_choice("kind", kind, ("memory", "compute", "attention", "prefill_attention"))
+        require_choice("cls", cls, GEMM_CLASSES if kind == "compute" else CLASSES)
         key = {"memory": f"inv_eta_m:{cls}", "compute": f"inv_eta_c:{cls}", "attention": "inv_eta_a",
                "prefill_attention": "inv_eta_a_pf"}[kind]
         return 1 / self.params[key]
@@ -626,6 +647,7 @@ class EngineProfile:
     def describe(self) -> str:
         p = self.params
         cls = ", ".join(f"{c} η_m={1 / p[f'inv_eta_m:{c}']:.2f} η_c={1 / p[f'inv_eta_c:{c}']:.2f}" for c in CLASSES)
+        cls += f", hopper η_c={1 / p['inv_eta_c:hopper']:.2f}"
         return (f"{self.engine}: t_step={p['t_step'] * 1e3:.2f} ms + {p['t_layer'] * 1e6:.0f} µs/layer, "
                 f"t_req={p['t_req'] * 1e3:.1f} ms, t_tok={p.get('t_tok', 0.0) * 1e6:.0f} µs/token, "
                 f"t_eager={p.get('t_eager', 0.0) * 1e6:.0f} µs/layer-step, "
@@ -1120,7 +1142,7 @@ def profiles_document(fitted=None) -> dict:
                    "kappa_dq and t_eager are each "
                    "engine's own: the pooled fit keeps them at 0), inv_eta_m:<class> and "
                    "inv_eta_c:<class> (1 / the bandwidth and GEMM efficiency per device class: hbm, gddr, "
-                   "unified, cpu), inv_eta_a "
+                   "unified, cpu; the GEMM efficiency also for hopper, NVIDIA's Hopper GPUs), inv_eta_a "
                    "(1 / attention's efficiency); an engine with no points for a class keeps the pooled value. "
                    "The constants (prefill_chunk_tokens, max_batch) are the engines' documented defaults, not fitted."),
         "fitted_from": {"catalog": "published_validation", "sha256_canonical_json": _digest(),
