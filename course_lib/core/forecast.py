@@ -7,7 +7,7 @@ A real engine adds costs of its own, and this module models them with a few expl
 (``formulas.engine_profile_time``)::
 
     t = n_step · t_step + n_req · t_req + n_tok · t_tok + t_mem / η_m + t_gemm / η_c + t_attn / η_a + κ_x · t_kv,x
-        + κ_dq · t_dq
+        + κ_dq · t_dq + n_eager · t_eager
 
 * ``t_step``: a fixed cost per forward step (kernel launches, the scheduler, sampling);
 * ``t_req``: a fixed cost per request (tokenisation, admission, detokenisation), apart from the prefill itself;
@@ -21,7 +21,13 @@ A real engine adds costs of its own, and this module models them with a few expl
   (transformers' ``repeat_kv``);
 * ``κ_dq``: passes over an f16 copy of block-quantised weights (``t_dq``: 4 bytes per weight per step at the peak
   bandwidth), for the llama.cpp builds that dequantised to f16 and multiplied with cuBLAS (``F16_COPY_BUILDS``);
-  ``t_tok``, ``κ_x`` and ``κ_dq`` are each engine's own (``ENGINE_ONLY``): the pooled fit keeps them at 0.
+* ``t_eager``: a cost per layer and step run without a captured CUDA graph (trtllm-serve's steps outside its default
+  graph batch sizes, ``TRT_GRAPH_BATCHES``); ``t_tok``, ``κ_x``, ``κ_dq`` and ``t_eager`` are each engine's own
+  (``ENGINE_ONLY``): the pooled fit keeps them at 0.
+
+``η_c`` has a fifth class besides the memory classes, NVIDIA's Hopper GPUs (``gemm_class``, ``HOPPER``). A
+maximum-load ShareGPT run is priced as continuous batching of its requests with spread reply lengths
+(``batch_histogram``), so its tail decodes at smaller batches.
 
 ``t_mem``, ``t_gemm`` and ``t_attn`` are the floor's own parts (the estimator's operators at efficiency 1).
 Every parameter is fitted (:func:`fit_profiles`) to the published measurements the course ships
