@@ -417,8 +417,7 @@ def build_month(text: str) -> tuple | None:
 
 def _nvidia_gpu(hw) -> bool:
     """A discrete NVIDIA GPU of the catalog (its datasheet source is NVIDIA's; HBM or GDDR memory)."""
-    e = data.load_catalog("hardware")["hardware"].get(getattr(hw, "name", ""), {})
-    return device_class(hw) in ("hbm", "gddr") and "NVIDIA" in json.dumps(e.get("source", ""))
+    return device_class(hw) in ("hbm", "gddr") and "NVIDIA" in (hw.source or "")
 
 
 def record_constants(r: dict, consts: dict) -> dict:
@@ -503,10 +502,10 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
     B = _run_batch(r, m, profile_consts)
     e = estimate(m, hw, P, n, precision=prec, kv_precision=kv, batch=B)
     pf = _prefill_work(e, cls, chunk, B)
+    wave = _decode_work(e, cls).scaled(n - 1)          # every request n tokens: one wave decodes at batch B
     N = benchmark_requests(r)
     if not (N and is_sharegpt(r)):
-        steps = {B: n - 1}                             # every request n tokens: one wave decodes at batch B
-        dec = _decode_work(e, cls).scaled(n - 1)
+        steps, dec = {B: n - 1}, wave
     else:
         # ShareGPT's output lengths spread around their mean: continuous batching of the run's N requests, at most
         # B in flight, decodes part of the run at smaller batches (batch_histogram); each bin of steps is priced at
@@ -527,7 +526,7 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
             part = replace(part, gemm=part.gemm * f, gemm_q=part.gemm_q * f, tokens=part.tokens * f,
                            attn=part.attn * f, kv_x=part.kv_x * f)
             dec = part if dec is None else dec + part
-    w = replace(pf + dec, floor=(pf + _decode_work(e, cls).scaled(n - 1)).floor)
+    w = replace(pf + dec, floor=(pf + wave).floor)
     graphs = profile_consts.get("graph_batches")
     if graphs:
         # decode steps at a batch without a captured graph, and every step that carries prompt chunks, run eagerly
