@@ -122,12 +122,48 @@ def test_held_out_predictions_never_see_their_source(records):
     assert math.isfinite(st["predicted"]["geomean_abs_error"])
 
 
+def _row(records, metric, device, url, ratio):
+    r = copy.deepcopy(next(x for x in records if x["metric"] == metric))
+    r.update(device=device, id=f"{metric}-{device}-{url}")
+    r["source"]["url"] = url
+    return (r, r["value"], r["value"] * ratio)
+
+
+def test_held_out_error_sources_sort_points_by_what_the_forecast_could_know(records):
+    rows = (_row(records, "decode_tokens_per_s", "rtx-4090", "https://a", 2.0),     # the 4090 in two documents
+            _row(records, "decode_tokens_per_s", "rtx-4090", "https://b", 1.0),
+            _row(records, "decode_tokens_per_s", "h20", "https://a", 0.5),          # the H20 in one
+            _row(records, "prefill_tokens_per_s", "h20", "https://a", 1.0),
+            _row(records, "output_throughput_tokens_per_s", "rtx-4090", "https://b", 4.0))   # batch unpublished
+    rep = forecast.HeldOutReport(rows, "document")
+    assert [rep.error_source(r) for r, _, _ in rows] == ["the rest", "the rest", "one-source device",
+                                                         "one-source device", "maximum-load"]
+    groups = {g["group"]: g for g in rep.by_error_source()}
+    assert list(groups) == list(forecast.ERROR_SOURCES)
+    ln2 = math.log(2)
+    assert groups["maximum-load"]["points"] == 1 and groups["maximum-load"]["geomean_abs_error"] == pytest.approx(3)
+    assert groups["one-source device"]["points"] == 2
+    assert groups["one-source device"]["geomean_abs_error"] == pytest.approx(math.sqrt(2) - 1)
+    assert groups["one-source device"]["within_30"] == 0.5 and groups["the rest"]["within_30"] == 0.5
+    assert groups["the rest"]["share_of_error"] == pytest.approx(ln2 / (4 * ln2))
+    assert sum(g["share_of_error"] for g in groups.values()) == pytest.approx(1)
+    # by table: two tables of one document are two sources, so a device both measured is no longer 'one source'
+    a, b = (copy.deepcopy(rows[2]), copy.deepcopy(rows[3]))
+    b[0]["source"]["table"] = "Table 9, row 1"
+    assert forecast.source_of(a[0], "table") != forecast.source_of(b[0], "table")
+    assert [forecast.HeldOutReport((a, b), by).error_source(a[0]) for by in ("document", "table")] == \
+        ["one-source device", "the rest"]
+    with pytest.raises(ValueError, match="r: a record of this report"):
+        rep.error_source(dict(rows[0][0], id="not-in-the-report"))
+
+
 def test_validate_published_prints_the_held_out_tables(capsys):
     from course_lib.measure.validate import main
     assert main(["--published", "--no-progress"]) == 0
     out = capsys.readouterr().out
     for name in list(forecast.ENGINES) + ["overall", "floor: geomean", "profile: geomean", "Worst held-out",
-                                          "leave one document out", "TABLE"]:
+                                          "leave one document out", "TABLE",
+                                          "Where the held-out error sits"] + list(forecast.ERROR_SOURCES):
         assert name in out, name
     assert out.strip().splitlines()[-1].startswith("overall (tables held out)")
     # docs/FORECAST.md quotes both tables: they must be what the command prints today
@@ -135,8 +171,8 @@ def test_validate_published_prints_the_held_out_tables(capsys):
     doc = (Path(__file__).resolve().parents[1] / "docs" / "FORECAST.md").read_text()
     lines = out.splitlines()
     table_lines = [ln for ln in lines if ln.startswith(("llama.cpp ", "vLLM ", "SGLang ", "TensorRT-LLM ",
-                                                          "transformers ", "overall  "))]
-    assert len(table_lines) == 12
+                                                          "transformers ", "overall  ", *forecast.ERROR_SOURCES))]
+    assert len(table_lines) == 12 + 2 * len(forecast.ERROR_SOURCES)
     for ln in table_lines:
         assert ln in doc, f"docs/FORECAST.md is out of date: {ln!r}"
 

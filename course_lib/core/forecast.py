@@ -58,7 +58,7 @@ from course_lib.core.validation import require_choice, require_flag, require_lis
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
            "published_report", "decode_step_terms", "decoding_concurrency", "assumed_batch", "build_month",
-           "gemm_class"]
+           "gemm_class", "ERROR_SOURCES"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -901,15 +901,60 @@ def _predict_record(r: dict, profile: EngineProfile | None) -> dict:
 
 
 # --- held out: leave one source out ----------------------------------------------------------------------------
+#: The three kinds of held-out point, by what the forecast could know about it (HeldOutReport.error_source)
+ERROR_SOURCES = {
+    "maximum-load": "maximum-load throughput: the batch the engine reached is not published, the profile assumes one",
+    "one-source device": "a device no other source measured: held out, the profiles know it by its datasheet only",
+    "the rest": "a stated batch on a device other sources measured too",
+}
+
+
 @dataclass(frozen=True)
 class HeldOutReport:
     """Every record predicted by profiles fitted without its source: rows of (record, floor, predicted)."""
 
     rows: tuple
+    by: str = "document"
 
     @staticmethod
     def _err(pred, meas, rate):
         return pred / meas - 1
+
+    def _device_sources(self) -> dict:
+        srcs: dict = {}
+        for x in self.rows:
+            srcs.setdefault(x[0]["device"], set()).add(source_of(x[0], self.by))
+        return srcs
+
+    @staticmethod
+    def _kind(r: dict, srcs: dict) -> str:
+        if r["metric"] == "output_throughput_tokens_per_s":
+            return "maximum-load"
+        return "one-source device" if len(srcs.get(r["device"], ())) <= 1 else "the rest"
+
+    def error_source(self, r: dict) -> str:
+        """Which of :data:`ERROR_SOURCES` a record of this report falls in, the first that fits: a maximum-load run
+        (the batch the engine reached is not published, the profile assumes one); a device that no other source of
+        the report measured (held out, the profiles know the device by its datasheet only); or the rest."""
+        if not any(x[0] is r or x[0].get("id") == r.get("id") for x in self.rows):
+            raise ValueError(f"r: a record of this report (one of its rows), got id {r.get('id')!r}")
+        return self._kind(r, self._device_sources())
+
+    def by_error_source(self) -> list:
+        """For each of :data:`ERROR_SOURCES`: its points, held-out geomean |error|, share within ±30 % and its part
+        of the summed |ln(predicted / measured)| (the parts add up to 1)."""
+        srcs = self._device_sources()
+        logs = [(self._kind(x[0], srcs), math.log(x[2] / x[0]["value"])) for x in self.rows]
+        total = sum(abs(v) for _, v in logs) or 1.0
+        out = []
+        for name, why in ERROR_SOURCES.items():
+            vals = [v for k, v in logs if k == name]
+            n = len(vals)
+            out.append({"group": name, "why": why, "points": n,
+                        "geomean_abs_error": math.expm1(sum(map(abs, vals)) / n) if n else math.nan,
+                        "within_30": sum(abs(math.expm1(v)) <= 0.30 for v in vals) / n if n else math.nan,
+                        "share_of_error": sum(map(abs, vals)) / total})
+        return out
 
     def stats(self, engine: str | None = None) -> dict:
         rows = [x for x in self.rows if engine is None or x[0]["engine"] == engine]
@@ -941,7 +986,7 @@ def held_out(records=None, progress=False, by: str = "document") -> HeldOutRepor
             if source_of(r, by) == s:
                 p = _predict_record(r, fitted[r["engine"]])
                 rows.append((r, p["floor"], p["predicted"]))
-    return HeldOutReport(tuple(rows))
+    return HeldOutReport(tuple(rows), by)
 
 
 _REASONS = (
@@ -1053,6 +1098,12 @@ def published_report(progress=True, by="document") -> tuple[HeldOutReport, str]:
         lines.append(f"{name or 'overall':<14}{st['points']:>7}{nsrc:>8}   "
                      f"{st['floor']['geomean_abs_error']:>14.0%}{st['floor']['within_30']:>11.0%}   "
                      f"{st['predicted']['geomean_abs_error']:>16.0%}{st['predicted']['within_30']:>11.0%}")
+    lines += ["", "Where the held-out error sits (share: the group's part of the summed |ln(predicted/measured)|):",
+              f"{'group':<19}{'points':>7}{'geomean':>9}{'within 30%':>12}{'share':>7}   what sets it apart"]
+    for grp in rep.by_error_source():
+        if grp["points"]:
+            lines.append(f"{grp['group']:<19}{grp['points']:>7}{grp['geomean_abs_error']:>9.0%}"
+                         f"{grp['within_30']:>12.0%}{grp['share_of_error']:>7.0%}   {grp['why']}")
     lines += ["", "Worst held-out points (predicted / measured):"]
     for r, fl, pr in rep.worst(12):
         lines.append(f"  {pr / r['value']:6.2f}x  {r['id']:<46} — {reason(r)}")
