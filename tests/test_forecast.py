@@ -305,6 +305,26 @@ def test_llamacpp_builds_that_dequantised_to_f16_pay_for_the_copy(records):
     assert not slower(dict(pp, prompt_tokens=32))
 
 
+def test_llamacpp_builds_before_march_2024_multiply_the_output_matrix_by_every_prompt_token(records):
+    # before PR #6122 (merged 2024-03-26) llama.cpp's graph ran the lm_head over every token of a prompt batch, not
+    # only over the last one whose logits are kept: those builds' prompt steps carry (P - 1) more lm_head products
+    c = forecast._CONSTS["llama.cpp"]
+    dec = next(r for r in records if r["id"] == "xd-llama2-7b-fp16-rtx-4090-pp")
+    assert forecast.build_month(dec["engine_version"]) == (2023, 12) and dec["prompt_tokens"] == 494
+    may = dict(dec, engine_version="llama.cpp (RunPod build, May 2024; CUDA 12.1.1 / Metal)")
+    assert forecast.record_constants(dec, c).get("full_logits")
+    for r in (may, dict(dec, engine_version="llama.cpp (build not stated)"), dict(dec, engine="vLLM")):
+        assert not forecast.record_constants(r, c if r["engine"] == "llama.cpp" else forecast._CONSTS["vLLM"]) \
+            .get("full_logits"), r["engine_version"]
+
+    def extra(p):   # seconds the older build's prompt of p tokens takes beyond the newer one's
+        a, b = (dict(r, prompt_tokens=p) for r in (dec, may))
+        return p / forecast.predict_record(a)["predicted"] - p / forecast.predict_record(b)["predicted"]
+    assert extra(494) > 0 and extra(494) / extra(248) == pytest.approx(493 / 247, rel=1e-9)
+    tg = next(r for r in records if r["id"] == "xd-llama2-7b-fp16-rtx-4090-tg")     # a decode step: one token
+    assert forecast.predict_record(tg) == forecast.predict_record(dict(tg, engine_version=may["engine_version"]))
+
+
 def test_a_maximum_load_runs_own_figures_give_its_concurrency_and_reason(records):
     # Little's law on the run's own figures: output tokens/s x mean TPOT sequences decoding at once, never more
     # than the requests sent; the reason names it beside the batch the profile assumes

@@ -408,7 +408,7 @@ q9 = EngineRowQuestion(
 # --------------------------------------------------------------------------------------------------
 # q10: forecast a published point the profile never saw (lesson 08 §8)
 # --------------------------------------------------------------------------------------------------
-_Q10_ID = "xd-llama3-8b-q4_k_m-m1-max-tg512"
+_Q10_ID = "xd-llama3-8b-q4_k_m-m1-max-tg4096"
 _Q10_REC = next(r for r in forecast.load_published() if r["id"] == _Q10_ID)
 _Q10_HELD = forecast.fit_profiles([r for r in forecast.load_published()
                                    if forecast.source_of(r) != forecast.source_of(_Q10_REC)])["llama.cpp"]

@@ -333,16 +333,28 @@ def _decode_parts(e, phase, cls, speedup=1.0, share=0.0) -> _Work:
     return replace(w, gcls=gemm_class(e.hardware))
 
 
-def _with_f16_copy(w: _Work, e, hw) -> _Work:
+def _with_f16_copy(w: _Work, e, hw, full_logits: bool = False) -> _Work:
     """``w``, a prefill of ``e``, in a build that dequantises block-quantised weights to an f16 copy before each
     step's matrix products (F16_COPY_BUILDS): the copy is written and read back (4 bytes per weight) once per step
     at the memory's peak (t_dq), and the products run on f16 weights (no κ_q). Steps of at most
-    F16_COPY_MIN_TOKENS tokens keep the quantised kernels."""
+    F16_COPY_MIN_TOKENS tokens keep the quantised kernels; the output matrix is copied too where every prompt token
+    multiplies it (``full_logits``) and its format is block-quantised."""
     if not w.gemm_q or w.tokens / w.steps <= F16_COPY_MIN_TOKENS:
         return w
-    mm = sum(o.flops for o in e.prefill.operators if o.name == "matmuls")   # lm_head: the last token only
+    mm = sum(o.flops for o in e.prefill.operators if o.name == "matmuls")   # lm_head: apart, below
     weights = mm / (2 * w.tokens)                     # weight elements the products multiply, once per step
+    if full_logits and get_precision(get_layout(e.precision).format("lm_head").name).name not in _NATIVE:
+        weights += e.model.lm_head_params
     return replace(w, gemm_q=0.0, dq=w.steps * 4 * weights / hw.bandwidth)
+
+
+def _with_full_logits(w: _Work, e, speedup=1.0) -> _Work:
+    """``w``, a prefill of ``e``, in a build that multiplies the output matrix by every prompt token
+    (FULL_LOGITS_BEFORE) where the estimator counts one token per sequence: the other tokens' lm_head FLOPs join the
+    matrix products (and the quantised ones, for a block-quantised output matrix)."""
+    lm = sum(o.compute_time for o in e.prefill.operators if o.name == "lm_head")
+    extra = lm * (w.tokens - e.batch) / e.batch / speedup if e.batch else 0.0
+    return replace(w, gemm=w.gemm + extra, gemm_q=w.gemm_q + (extra if w.gemm_q else 0.0))
 
 
 _prefill_work_ = _prefill_work
@@ -396,6 +408,10 @@ def _flag(text: str, name: str) -> int | None:
 F16_COPY_BUILDS = ((2023, 11), (2024, 5))
 #: the most tokens a step of those builds multiplies in its own quantised kernels (MMQ_MAX_BATCH_SIZE)
 F16_COPY_MIN_TOKENS = 32
+#: llama.cpp builds before PR #6122 ("llama : greatly reduce output buffer memory usage", merged 2024-03-26)
+#: multiplied the output matrix (lm_head) by every token of a prompt batch, not by the tokens whose logits are
+#: asked for (the last one): builds dated before this month pay for it (March 2024 builds could be either)
+FULL_LOGITS_BEFORE = (2024, 3)
 #: trtllm-serve (TensorRT-LLM's PyTorch backend) replays a captured CUDA graph only for a decode-only step whose
 #: batch is one of CudaGraphConfig's default sizes: max_batch_size 0 becomes 128 and, without padding,
 #: _generate_cuda_graph_batch_sizes gives 1..31, 32, 64, 128 (tensorrt_llm/llmapi/llm_args.py); other steps,
@@ -451,10 +467,12 @@ def record_constants(r: dict, consts: dict) -> dict:
         c["kv_precision"] = "bf16"
     if r["engine"] == "TensorRT-LLM" and "trtllm-serve" in ver:
         c["graph_batches"] = TRT_GRAPH_BATCHES   # the PyTorch backend's default CUDA graphs (TRT_GRAPH_BATCHES)
-    if r["engine"] == "llama.cpp" and _nvidia_gpu(get_hardware(r["device"])):
-        month = build_month(ver)
-        if month is not None and F16_COPY_BUILDS[0] <= month <= F16_COPY_BUILDS[1]:
-            c["f16_copy"] = True        # dequantise to f16, then cuBLAS (F16_COPY_BUILDS)
+    month = build_month(ver) if r["engine"] == "llama.cpp" else None
+    if month is not None and _nvidia_gpu(get_hardware(r["device"])) \
+            and F16_COPY_BUILDS[0] <= month <= F16_COPY_BUILDS[1]:
+        c["f16_copy"] = True            # dequantise to f16, then cuBLAS (F16_COPY_BUILDS)
+    if month is not None and month < FULL_LOGITS_BEFORE:
+        c["full_logits"] = True         # the output matrix for every prompt token (FULL_LOGITS_BEFORE)
     if r["metric"] == "output_throughput_tokens_per_s":
         n = benchmark_requests(r)
         if n:
@@ -476,7 +494,10 @@ def _work(r: dict, profile_consts: dict):  # noqa: C901 (one branch per metric)
 
     def _prefill_work(e, cls, chunk, requests):
         w = _prefill_work_(e, cls, chunk, requests, sp, share)
-        return _with_f16_copy(w, e, hw) if profile_consts.get("f16_copy") else w
+        if profile_consts.get("full_logits"):
+            w = _with_full_logits(w, e, sp)
+        return _with_f16_copy(w, e, hw, profile_consts.get("full_logits", False)) \
+            if profile_consts.get("f16_copy") else w
 
     def _decode_work(e, cls):
         return _decode_work_(e, cls, sp, share)
@@ -1007,7 +1028,18 @@ _REASONS = (
     (lambda r: r["device"] == "l40s" and r["precision"] == "fp16" and r["metric"] == "prefill_tokens_per_s",
      "the L40S F16 prefill row is 2-3x below its Q4_K_M row and rises with the prompt (a run problem in the "
      "source)"),
-    (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "a 13.5 GB f16 model on a 16 GB Mac: it swaps"),
+    (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "the run used the M3's CPU (-ngl 0, 4 threads: "
+     "13.5 GB of f16 weights do not fit the GPU's working set on a 16 GB Mac), while the forecast prices its GPU"),
+    (lambda r: r["engine"] == "llama.cpp" and "./main's prompt-eval" in r["engine_version"]
+     and r["metric"].startswith("prefill") and _nvidia_gpu(get_hardware(r["device"])),
+     "llama.cpp's ./main timed this prompt as one batch right after loading (its warm-up is a 2-token batch), so "
+     "that build's one-time costs (the CUDA memory pool growing by cudaMalloc, the first launch of each matrix "
+     "kernel) and its copy of every prompt token's logits to the host fall inside it; llama-bench, which the May "
+     "2024 rows used, warms up and averages five runs"),
+    (lambda r: r["engine"] == "llama.cpp" and "./main's prompt-eval" in r["engine_version"]
+     and r["metric"].startswith("prefill"),
+     "llama.cpp's ./main timed this prompt as one batch right after loading (its warm-up is a 2-token batch), not "
+     "warmed up and averaged over runs as llama-bench's rows are"),
     (lambda r: r["engine"] == "llama.cpp" and r["device"].startswith("h100") and r["metric"].startswith("prefill"),
      "likely llama.cpp's CUDA matrix kernels (Ampere-era mma instructions, no Hopper wgmma) reaching a smaller "
      "share of the H100's datasheet peak than of the A100's, which share one device class in the profile"),
