@@ -325,6 +325,23 @@ def test_llamacpp_builds_before_march_2024_multiply_the_output_matrix_by_every_p
     assert forecast.predict_record(tg) == forecast.predict_record(dict(tg, engine_version=may["engine_version"]))
 
 
+def test_first_batch_timings_are_the_llama2_snapshots_prompt_rows(records):
+    # the LLaMA 2 snapshot timed each prompt with ./main, as the first large batch after loading: its 23 prompt rows
+    # are such timings, its decode rows and llama-bench's rows are not, and their reason says why they run slow
+    cold = [r for r in records if forecast.first_batch_timing(r)]
+    assert len(cold) == 23 and {r["metric"] for r in cold} == {"prefill_tokens_per_s"}
+    assert {r["prompt_tokens"] for r in cold} == {494, 265}
+    runs = {r["engine_version"] for r in cold}
+    assert all(not forecast.first_batch_timing(r) for r in records
+               if r["engine_version"] in runs and r["metric"] == "decode_tokens_per_s")
+    assert not any(forecast.first_batch_timing(r) for r in records if "RunPod" in r["engine_version"])
+    gpu = next(r for r in cold if r["device"] == "rtx-4090")
+    assert "first launch of each matrix kernel" in forecast.reason(gpu)
+    assert "right after loading" in forecast.reason(next(r for r in cold if r["device"] == "m3-max"))
+    with pytest.raises(ValueError, match="metric"):
+        forecast.first_batch_timing(dict(gpu, metric="tokens"))
+
+
 def test_a_maximum_load_runs_own_figures_give_its_concurrency_and_reason(records):
     # Little's law on the run's own figures: output tokens/s x mean TPOT sequences decoding at once, never more
     # than the requests sent; the reason names it beside the batch the profile assumes

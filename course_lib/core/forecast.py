@@ -58,7 +58,7 @@ from course_lib.core.validation import require_choice, require_flag, require_lis
 __all__ = ["ENGINES", "ENGINE_ONLY", "EngineProfile", "get_profile", "list_engines", "device_class", "load_published",
            "check_record", "predict_record", "fit_profiles", "held_out", "HeldOutReport", "with_engine",
            "published_report", "decode_step_terms", "decoding_concurrency", "assumed_batch", "build_month",
-           "gemm_class", "ERROR_SOURCES"]
+           "gemm_class", "ERROR_SOURCES", "first_batch_timing"]
 
 #: the engines the course profiles, with the names people type for them
 ENGINES = ("llama.cpp", "vLLM", "SGLang", "TensorRT-LLM", "transformers")
@@ -1030,14 +1030,12 @@ _REASONS = (
      "source)"),
     (lambda r: r["device"] == "m3" and r["precision"] == "fp16", "the run used the M3's CPU (-ngl 0, 4 threads: "
      "13.5 GB of f16 weights do not fit the GPU's working set on a 16 GB Mac), while the forecast prices its GPU"),
-    (lambda r: r["engine"] == "llama.cpp" and "./main's prompt-eval" in r["engine_version"]
-     and r["metric"].startswith("prefill") and _nvidia_gpu(get_hardware(r["device"])),
+    (lambda r: first_batch_timing(r) and _nvidia_gpu(get_hardware(r["device"])),
      "llama.cpp's ./main timed this prompt as one batch right after loading (its warm-up is a 2-token batch), so "
      "that build's one-time costs (the CUDA memory pool growing by cudaMalloc, the first launch of each matrix "
      "kernel) and its copy of every prompt token's logits to the host fall inside it; llama-bench, which the May "
      "2024 rows used, warms up and averages five runs"),
-    (lambda r: r["engine"] == "llama.cpp" and "./main's prompt-eval" in r["engine_version"]
-     and r["metric"].startswith("prefill"),
+    (lambda r: first_batch_timing(r),
      "llama.cpp's ./main timed this prompt as one batch right after loading (its warm-up is a 2-token batch), not "
      "warmed up and averaged over runs as llama-bench's rows are"),
     (lambda r: r["engine"] == "llama.cpp" and r["device"].startswith("h100") and r["metric"].startswith("prefill"),
@@ -1061,6 +1059,15 @@ _REASONS = (
                                                                            if x["engine"] == r["engine"]}) == 1,
      "the only source for this engine: held out, the engine gets the pooled profile of the others"),
 )
+
+
+def first_batch_timing(r: dict) -> bool:
+    """Whether record ``r``'s prompt speed is llama.cpp ``./main``'s timing of the first large batch after loading
+    (its engine version says "./main's prompt-eval"; main's warm-up is a 2-token batch), not a warmed-up average
+    such as llama-bench's pp512: one-time costs of the build fall inside it, which no profile term prices."""
+    check_record(r)
+    return (r["engine"] == "llama.cpp" and "./main's prompt-eval" in r["engine_version"]
+            and r["metric"] in ("prefill_tokens_per_s", "prefill_ms_per_token"))
 
 
 def decoding_concurrency(r: dict) -> float | None:
