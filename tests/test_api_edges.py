@@ -635,6 +635,8 @@ MODULES_NOT_FLATTENED = {
                 "engine=) and python -m course_lib.measure.validate --published; tested in tests/test_forecast.py",
     "numeric": "the checked formulas; their names (weight_bytes, kv_cache_bytes, ...) are the estimator's too; "
                "fuzzed from the formulas' own argument kinds in tests/test_numeric.py",
+    "weightfile": "reads a GGUF or safetensors header into a Layout (issue 27's stretch goal): file input, so its "
+                  "edges (missing, foreign, truncated and damaged files) are tested in tests/test_weightfile.py",
 }
 
 
