@@ -62,6 +62,8 @@ _ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1
 _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
                  12: "<d"}
 _MAX_HEADER = 1 << 30      # a header bigger than this is not a weight file's
+#: safetensors names of a matrix's scales: FP8's weight_scale / weight_scale_inv, MXFP4's <matrix>_scales
+_SCALE_SUFFIXES = ("_scale_inv", "_scales", "_scale")
 
 
 def tensor_group(name: str) -> str:
@@ -227,15 +229,21 @@ def _read_safetensors(path: Path) -> WeightFile:
             raise ValueError(f"path: tensor {name!r} lacks dtype, shape or data_offsets in the header")
         a, b = t["data_offsets"]
         raw[name] = (str(t["dtype"]), math.prod(t["shape"]), int(b) - int(a))
+    scale_bytes: dict[str, int] = {}                     # a matrix's name -> the bytes of its scales
+    for name, (_, _, size) in raw.items():
+        for suffix in _SCALE_SUFFIXES:
+            if name.endswith(suffix):
+                base = name[: -len(suffix)]
+                scale_bytes[base] = scale_bytes.get(base, 0) + size
+                break
     tensors = []
     for name, (dtype, n, size) in raw.items():
-        if name.endswith(("_scale", "_scale_inv", "_scales", ".input_scale")):
-            continue                                      # counted with its matrix below
-        scales = [s for key, s in raw.items() if key != name and key.startswith(name.removesuffix("_blocks"))
-                  and key.endswith(("_scale", "_scale_inv", "_scales"))]
+        if name.endswith(_SCALE_SUFFIXES) or name.endswith(".input_scale"):
+            continue                                      # counted with their matrix
+        base = name.removesuffix("_blocks")
         if name.endswith("_blocks") and dtype == "U8":
             dtype, n = "MXFP4", 2 * n                        # two 4-bit values per byte
-        tensors.append((name.removesuffix("_blocks"), dtype, n, size + sum(s[2] for s in scales)))
+        tensors.append((base, dtype, n, size + scale_bytes.get(base, 0)))
     return WeightFile(str(path), "safetensors", tuple(tensors), meta)
 
 
