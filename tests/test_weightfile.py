@@ -161,3 +161,20 @@ def test_bad_paths_are_refused_by_name(tmp_path):
     norms = read_weight_file(write_gguf(tmp_path / "n.gguf", [("blk.0.attn_norm.weight", (64,), "F32")]))
     with pytest.raises(ValueError, match="no tensor of the 'attention' group"):
         norms.layout()
+
+
+def test_the_command_prints_each_group_and_its_priced_format(tmp_path, capsys):
+    from course_lib.core.weightfile import describe, main
+    path = write_gguf(tmp_path / "km.gguf", _llama_block("Q4_K", None, "Q4_K", "Q6_K", "Q4_K", "Q6_K"))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    wf = read_weight_file(path)
+    assert out.strip() == describe(wf)
+    rows = {line.split()[0]: line for line in out.splitlines()[3:]}
+    assert set(rows) == {"attention", "mlp", "embedding", "lm_head", "other"}
+    assert "tied" in rows["lm_head"] and rows["mlp"].split()[-1] == wf.layout().format("mlp").name
+    assert f"{wf.bits('mlp'):.3f}" in rows["mlp"] and "Q4_K/Q6_K" in rows["mlp"]
+    assert main([str(tmp_path / "missing.gguf")]) == 2
+    assert "no such file" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="wf must be a WeightFile"):
+        describe("m.gguf")

@@ -36,7 +36,7 @@ from pathlib import Path
 from course_lib.core.precision import PRECISIONS, WEIGHT_GROUPS, Layout
 
 __all__ = ["GGML_TYPES", "GGML_BLOCKS", "GGML_FORMATS", "SAFETENSORS_FORMATS", "WeightFile", "read_weight_file",
-           "tensor_group"]
+           "tensor_group", "describe", "main"]
 
 #: ggml's type ids (ggml/include/ggml.h, enum ggml_type) -> names
 GGML_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
@@ -260,3 +260,46 @@ def read_weight_file(path) -> WeightFile:
     if magic == b"GGUF":
         return _read_gguf(p)
     return _read_safetensors(p)
+
+
+def describe(wf: WeightFile) -> str:
+    """A table of ``wf``'s weight groups: tensors, types, elements, bytes, bits per weight and the catalog format
+    :meth:`WeightFile.layout` prices each with (``python -m course_lib.core.weightfile PATH`` prints it)."""
+    if not isinstance(wf, WeightFile):
+        raise TypeError(f"wf must be a WeightFile (from read_weight_file(path)), got {type(wf).__name__}")
+    lay = wf.layout()
+    lines = [f"{wf.path} ({wf.kind}): {len(wf.tensors)} tensors, {wf.weight_bytes / 1e9:.3f} GB of weights", "",
+             f"{'group':<10}{'tensors':>8}  {'types':<16}{'elements':>16}{'GB':>10}{'bits/w':>8}   priced as"]
+    for grp in (*WEIGHT_GROUPS, "other"):
+        own = [t for t in wf.tensors if tensor_group(t[0]) == grp]
+        if not own:
+            if grp == "lm_head" and wf.group_tensors("lm_head"):
+                lines.append(f"{grp:<10}{'tied':>8}  {'(the embedding)':<16}{'':>16}{'':>10}{'':>8}   "
+                             f"{lay.format(grp).name}")
+            continue
+        n, b = sum(t[2] for t in own), sum(t[3] for t in own)
+        kinds = "/".join(sorted({t[1] for t in own}))
+        priced = lay.format(grp).name if grp != "other" else "(norms, biases: not priced)"
+        lines.append(f"{grp:<10}{len(own):>8}  {kinds:<16}{n:>16,}{b / 1e9:>10.3f}{8 * b / n:>8.3f}   {priced}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """``python -m course_lib.core.weightfile PATH [PATH ...]``: each file's groups and the layout to price it with."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m course_lib.core.weightfile",
+                                 description="Read GGUF or safetensors headers (never the weights) and print the "
+                                             "precision layout each file ships.")
+    ap.add_argument("paths", nargs="+", help="GGUF or safetensors files")
+    a = ap.parse_args(argv)
+    for i, path in enumerate(a.paths):
+        try:
+            print(("\n" if i else "") + describe(read_weight_file(path)))
+        except (ValueError, TypeError) as exc:
+            print(f"{path}: {exc}")
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
