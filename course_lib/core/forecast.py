@@ -1168,14 +1168,17 @@ def published_main(progress: bool = True) -> int:
 
 
 # --- estimate(..., engine=...) -----------------------------------------------------------------------------------
+def _require_estimate(est) -> None:
+    from course_lib.core.estimator import Estimate   # the estimator imports this module
+    if not isinstance(est, Estimate):
+        raise TypeError(f"est must be an Estimate (from course_lib.estimate(...)), got {type(est).__name__}")
+
+
 def with_engine(est, engine):
     """``est`` (a floor :class:`Estimate` at efficiency 1) with the engine's times: TTFT = its prefill under the
     profile plus one request's fixed cost, each decode step the profile's time at that context. ``engine``: a name
     (the stored profile) or an :class:`EngineProfile` (e.g. one of :func:`fit_profiles`' held-out fits)."""
-    from course_lib.core.estimator import Estimate   # the estimator imports this module
-
-    if not isinstance(est, Estimate):
-        raise TypeError(f"est must be an Estimate (from estimate(...)), got {type(est).__name__}")
+    _require_estimate(est)
     prof = engine if isinstance(engine, EngineProfile) else get_profile(engine)
     cls = device_class(est.hardware)
     sp = _gemm_speedup(est.hardware, _CONSTS[prof.engine])
@@ -1194,9 +1197,7 @@ def with_engine(est, engine):
 def decode_step_terms(est, engine=None) -> dict:
     """The last decode step of ``est`` under an engine's profile, split as :meth:`EngineProfile.terms` (seconds),
     with the floor's time of the same step under 'floor'. ``engine``: a name or profile (default ``est.engine``)."""
-    from course_lib.core.estimator import Estimate
-    if not isinstance(est, Estimate):
-        raise TypeError(f"est must be an estimate (course_lib.estimate(...)), got {type(est).__name__}")
+    _require_estimate(est)
     engine = est.engine if engine is None else engine
     if engine is None:
         raise ValueError("engine: the estimate has no engine; pass engine='vLLM' (or another) or estimate with one")
