@@ -31,6 +31,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from course_lib.core.precision import PRECISIONS, WEIGHT_GROUPS, Layout
@@ -95,9 +96,17 @@ class WeightFile:
     tensors: tuple[tuple[str, str, int, int], ...]
     metadata: dict = field(default_factory=dict, compare=False)
 
+    @cached_property
+    def _by_group(self) -> dict:
+        """{group: its own tensors}, sorted once (a big checkpoint has tens of thousands of tensors)."""
+        out: dict = {}
+        for t in self.tensors:
+            out.setdefault(tensor_group(t[0]), []).append(t)
+        return out
+
     def group_tensors(self, group: str) -> list[tuple[str, str, int, int]]:
         """The tensors of one weight group (or 'other'); a tied ``lm_head`` is the embedding's."""
-        own = [t for t in self.tensors if tensor_group(t[0]) == group]
+        own = self._by_group.get(group, [])
         if group == "lm_head" and not own:
             return self.group_tensors("embedding")
         return own
@@ -271,7 +280,7 @@ def describe(wf: WeightFile) -> str:
     lines = [f"{wf.path} ({wf.kind}): {len(wf.tensors)} tensors, {wf.weight_bytes / 1e9:.3f} GB of weights", "",
              f"{'group':<10}{'tensors':>8}  {'types':<16}{'elements':>16}{'GB':>10}{'bits/w':>8}   priced as"]
     for grp in (*WEIGHT_GROUPS, "other"):
-        own = [t for t in wf.tensors if tensor_group(t[0]) == grp]
+        own = wf._by_group.get(grp, [])
         if not own:
             if grp == "lm_head" and wf.group_tensors("lm_head"):
                 lines.append(f"{grp:<10}{'tied':>8}  {'(the embedding)':<16}{'':>16}{'':>10}{'':>8}   "
